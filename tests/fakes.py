@@ -1,0 +1,55 @@
+"""A scripted fake backend for protocol unit tests: answers come from a table, not a model."""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from selfknow.models.base import LM, Beam, CallStats, Generation
+
+
+class ScriptedLM(LM):
+    """`respond(prompt) -> str` drives `generate`; beams, log-likelihoods and next-token
+    log-probabilities come from optional callables, defaulting to deterministic hashes."""
+
+    backend = "scripted"
+
+    def __init__(
+        self,
+        respond: Callable[[str], str],
+        *,
+        beams: Callable[[str], list[tuple[str, float]]] | None = None,
+        loglik: Callable[[str, str], float] | None = None,
+        next_token: Callable[[str, Sequence[str]], Sequence[float]] | None = None,
+        model_id: str = "scripted",
+    ):
+        self.model_id, self.revision, self.adapter = model_id, None, None
+        self.stats = CallStats()
+        self._respond, self._beams, self._loglik, self._next = respond, beams, loglik, next_token
+        self.prompts: list[str] = []
+
+    def generate(self, prompts, *, max_new_tokens, stop=None, chat=False, system=None,
+                 temperature=0.0, sample_index=0):
+        out = []
+        for p in prompts:
+            self.prompts.append(p)
+            text = self._respond(p)
+            for s in stop or ():
+                text = text.split(s)[0]
+            out.append(Generation(text, len(p.split()), len(text.split())))
+        self.stats.misses += len(prompts)
+        return out
+
+    def beam_search(self, prompts, *, num_beams, max_new_tokens, stop=("\n",)):
+        if self._beams is None:
+            return [[Beam(self._respond(p), 0.0)] * num_beams for p in prompts]
+        return [[Beam(t, lp) for t, lp in self._beams(p)][:num_beams] for p in prompts]
+
+    def loglikelihood(self, pairs):
+        f = self._loglik or (lambda c, x: -float(len(x)))
+        return [f(c, x) for c, x in pairs]
+
+    def next_token_logprobs(self, prompts, candidates, *, chat=False):
+        if self._next is None:
+            return np.full((len(prompts), len(candidates)), -np.log(len(candidates)))
+        return np.array([list(self._next(p, candidates)) for p in prompts], dtype=float)
