@@ -1,0 +1,25 @@
+# selfknow: one DAG from item sampling to every table of three papers on LLM self-knowledge.
+# Targets only: configuration, includes, the default target and one rule per table family.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/world.smk"
+include: "rules/data.smk"
+include: "rules/generate.smk"
+include: "rules/judge.smk"
+
+
+localrules:
+    all_tables,
+
+
+rule all_tables:
+    default_target: True
+    input:
+        all_table_files(),

@@ -1,0 +1,76 @@
+# Config validation, the global wildcard constraints and the input functions.
+import re
+
+from snakemake.exceptions import WorkflowError
+
+from selfknow.config import (
+    ConfigError,
+    checkpoint_names,
+    config_hash,
+    model_spec,
+    validate_config,
+)
+
+try:
+    validate_config(config, source=", ".join(map(str, workflow.configfiles)) or "config")
+except ConfigError as err:
+    raise WorkflowError(str(err)) from None
+
+R = config.get("results", "results")
+MODELS = [m["name"] for m in config["models"]]
+DATASETS = list(config["datasets"])
+CHECKPOINTS = sorted({c for m in MODELS for c in checkpoint_names(config, m)})
+
+
+def _alt(values):
+    return "|".join(sorted(re.escape(v) for v in values)) or "NONE"
+
+
+wildcard_constraints:
+    model=_alt(MODELS),
+    ckpt=_alt(CHECKPOINTS),
+    dataset=_alt(DATASETS),
+    split="train|test",
+    family=_alt((config.get("world") or {}).get("families", {})),
+
+
+def model_params(name):
+    """The backend spec of one model: a rule's params carry only this model's entry, so
+    editing another model never reruns this model's jobs."""
+    return model_spec(config, name, R)
+
+
+def get_model_files(wildcards):
+    """What a job that loads `wildcards.model` needs built first (world families, converted GGUF)."""
+    entry = next(m for m in config["models"] if m["name"] == wildcards.model)
+    src = entry.get("source")
+    if src == "world":
+        return [f"{R}/world/models/{wildcards.model}"]
+    if src == "smollm2":
+        return [f"{R}/models/smollm2"]
+    return []
+
+
+def get_family_config(wildcards):
+    return config["world"]["families"][wildcards.family]
+
+
+def get_dataset_inputs(wildcards):
+    """World datasets are built from the generated world; others load from their source."""
+    loader = config["datasets"][wildcards.dataset]["loader"]
+    return [f"{R}/world/data/qa.parquet", f"{R}/world/data/mcq.parquet"] if loader.startswith("world_") else []
+
+
+def get_dataset_spec(wildcards):
+    return config["datasets"][wildcards.dataset]
+
+
+def table_targets(paper, names):
+    return [f"{R}/tables/{paper}/{n}.{ext}" for n in names for ext in ("csv", "md")]
+
+
+def all_table_files():
+    files = []
+    if "world" in config:
+        files += table_targets("world", ["evolution"])
+    return files

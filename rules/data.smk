@@ -1,0 +1,20 @@
+# Item sampling (SPEC §0.1): every configured dataset normalised to one item schema,
+# deduplicated and split into train/test parquet files.
+
+
+rule items:
+    input:
+        get_dataset_inputs,
+    output:
+        train=f"{R}/items/{{dataset}}/train.parquet",
+        test=f"{R}/items/{{dataset}}/test.parquet",
+    params:
+        spec=get_dataset_spec,
+        seed=config["seed"],
+    log:
+        f"{R}/logs/items/{{dataset}}.log",
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    script:
+        "../scripts/items.py"

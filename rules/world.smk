@@ -1,0 +1,54 @@
+# The offline mini world: generated knowledge, small LMs trained on it, the converted
+# SmolLM2 instruct model, and the table showing that knowledge evolves across checkpoints.
+
+
+rule world_generate:
+    output:
+        corpus=f"{R}/world/data/corpus.parquet",
+        facts=f"{R}/world/data/facts.parquet",
+        qa=f"{R}/world/data/qa.parquet",
+        mcq=f"{R}/world/data/mcq.parquet",
+    params:
+        world={"seed": config["world"]["seed"], **config["world"].get("generator", {})},
+    log:
+        f"{R}/logs/world_generate.log",
+    benchmark:
+        f"{R}/benchmarks/world_generate.tsv"
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/world_generate.py"
+
+
+rule world_train:
+    input:
+        rules.world_generate.output.corpus,
+    output:
+        directory(f"{R}/world/models/{{family}}"),
+    params:
+        family=get_family_config,
+    threads: 1
+    log:
+        f"{R}/logs/world_train/{{family}}.log",
+    benchmark:
+        f"{R}/benchmarks/world_train/{{family}}.tsv"
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    script:
+        "../scripts/world_train.py"
+
+
+rule smollm2_convert:
+    output:
+        directory(f"{R}/models/smollm2"),
+    log:
+        f"{R}/logs/smollm2_convert.log",
+    benchmark:
+        f"{R}/benchmarks/smollm2_convert.tsv"
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/smollm2_convert.py"

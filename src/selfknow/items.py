@@ -1,0 +1,190 @@
+"""Item sampling (SPEC §0.1): every dataset normalised to one item schema, then sampled.
+
+Loaders for the papers' datasets read Hugging Face `datasets` ids (imported lazily: only
+paper-scale runs need them) or local files; the mini world's items come from the world
+generator. Each row normaliser is a pure function, so the formats are tested without the hub.
+"""
+from __future__ import annotations
+
+import json
+import re
+import string
+from pathlib import Path
+from typing import Callable, Iterable
+
+import numpy as np
+import pandas as pd
+
+from selfknow.records import ITEM_COLUMNS
+
+LETTERS = string.ascii_uppercase
+
+
+class ItemError(ValueError):
+    """A malformed dataset row; the message names the file (or dataset) and the row."""
+
+
+def _item(item_id, dataset, domain, question, choices, answer, aliases, split) -> dict:
+    return dict(item_id=str(item_id), dataset=dataset, domain=domain, question=question,
+                choices=None if choices is None else list(choices), answer=answer,
+                aliases=list(aliases), split=split)
+
+
+# ---- row normalisers (one per source format) -------------------------------------------------
+
+def triviaqa_row(row: dict, dataset: str, split: str) -> dict:
+    """mandarjoshi/trivia_qa rc.nocontext: answer.value plus answer.aliases."""
+    ans = row["answer"]
+    aliases = list(dict.fromkeys([ans["value"], *ans.get("aliases", [])]))
+    return _item(row["question_id"], dataset, "trivia", row["question"], None, ans["value"], aliases, split)
+
+
+_HTML_LINK = re.compile(r"<a\s[^>]*>.*?</a>", re.IGNORECASE | re.DOTALL)
+_HTML_TAG = re.compile(r"<[^>]+>")
+
+
+def jeopardy_row(row: dict, dataset: str, split: str, index: int) -> dict | None:
+    """soldni/jeopardy: the category prefixes the clue (persistent §3.1); clues with HTML links
+    (usually pointing at media the model cannot see) are dropped (returns None)."""
+    q = row["question"]
+    if _HTML_LINK.search(q):
+        return None
+    q = _HTML_TAG.sub("", q).strip().strip("'\"")
+    cat = str(row["category"]).strip()
+    return _item(row.get("id", index), dataset, cat.lower(), f"{cat}: {q}", None, row["answer"], [row["answer"]], split)
+
+
+def bioasq_row(row: dict, dataset: str, split: str) -> dict | None:
+    """BioASQ training JSON: factoid and list questions only; every exact answer (and synonym)
+    is accepted; the prompt asks for one answer (persistent §3.1)."""
+    if row.get("type") not in ("factoid", "list"):
+        return None
+    exact = row["exact_answer"]
+    # factoid: [[syn, syn], ...] or [syn, ...]; list: [[syn, ...], [syn, ...]]
+    flat = [a for group in exact for a in (group if isinstance(group, list) else [group])]
+    if not flat:
+        raise ItemError(f"{dataset}: question {row.get('id')}: empty exact_answer")
+    question = row["body"].strip() + " Just output one of the answers."
+    return _item(row["id"], dataset, row["type"], question, None, flat[0], list(dict.fromkeys(flat)), split)
+
+
+def mmlu_row(row: dict, dataset: str, split: str, index: int) -> dict:
+    """cais/mmlu: four choices, answer as an index."""
+    choices = list(row["choices"])
+    if len(choices) != 4:
+        raise ItemError(f"{dataset}: row {index}: expected 4 choices, got {len(choices)}")
+    letter = LETTERS[int(row["answer"])]
+    return _item(f"{row['subject']}-{index}", dataset, row["subject"], row["question"], choices, letter, [letter], split)
+
+
+def medxpertqa_row(row: dict, dataset: str, split: str) -> dict:
+    """TsinghuaC3I/MedXpertQA Text: options as a letter->text mapping, label a letter."""
+    opts = row["options"]
+    letters = sorted(opts)
+    return _item(row["id"], dataset, row.get("medical_task", "medicine"), row["question"],
+                 [opts[k] for k in letters], row["label"], [row["label"]], split)
+
+
+# ---- loaders -----------------------------------------------------------------------------------
+
+def _hf_rows(hub_id: str, name: str | None, split: str, revision: str | None) -> Iterable[dict]:
+    import datasets  # lazy: only paper-scale configs load hub datasets
+
+    return datasets.load_dataset(hub_id, name, split=split, revision=revision)
+
+
+def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> pd.DataFrame:
+    """All items of one configured dataset in the item schema (both splits where the source
+    has them), validated: no missing answers, unique ids, well-formed choices."""
+    loader = spec["loader"]
+    rows: list[dict] = []
+    if loader.startswith("world_"):
+        if world_dir is None:
+            raise ItemError(f"{name}: the {loader} loader needs the generated world directory")
+        df = pd.read_parquet(Path(world_dir) / ("mcq.parquet" if loader == "world_mcq" else "qa.parquet"))
+        if loader != "world_mcq":
+            held = df["heldout"] if "heldout" in df else pd.Series(False, index=df.index)
+            df = df[held] if loader == "world_qa_heldout" else df[~held]
+        df = df.assign(dataset=name)
+        source = str(Path(world_dir))
+    elif loader == "bioasq":
+        path = Path(spec["path"])
+        if not path.exists():
+            raise ItemError(f"{name}: BioASQ file {path} does not exist")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        rows = [r for q in data["questions"] if (r := bioasq_row(q, name, "test")) is not None]
+        df, source = pd.DataFrame(rows), str(path)
+    else:
+        hub = spec.get("hub_id") or {"triviaqa": "mandarjoshi/trivia_qa", "jeopardy": "soldni/jeopardy",
+                                     "mmlu": "cais/mmlu", "medxpertqa": "TsinghuaC3I/MedXpertQA"}[loader]
+        split = spec.get("split", {"triviaqa": "validation", "jeopardy": "train", "mmlu": "test",
+                                   "medxpertqa": "test"}[loader])
+        config_name = {"triviaqa": "rc.nocontext", "mmlu": "all", "medxpertqa": "Text"}.get(loader)
+        it = _hf_rows(hub, config_name, split, spec.get("revision"))
+        for i, r in enumerate(it):
+            if loader == "triviaqa":
+                rows.append(triviaqa_row(r, name, "test"))
+            elif loader == "jeopardy":
+                if (item := jeopardy_row(r, name, "test", i)) is not None:
+                    rows.append(item)
+            elif loader == "mmlu":
+                if spec.get("subjects") and r["subject"] not in spec["subjects"]:
+                    continue
+                rows.append(mmlu_row(r, name, "test", i))
+            else:
+                rows.append(medxpertqa_row(r, name, "test"))
+        df, source = pd.DataFrame(rows), hub
+    return validate_items(df, source)
+
+
+def validate_items(df: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check the item schema row by row; raise ItemError naming the source and row."""
+    missing = [c for c in ITEM_COLUMNS if c not in df.columns]
+    if missing:
+        raise ItemError(f"{source}: missing columns {missing}")
+    for i, r in enumerate(df.itertuples(index=False)):
+        if r.answer is None or (isinstance(r.answer, float) and np.isnan(r.answer)) or str(r.answer).strip() == "":
+            raise ItemError(f"{source}: row {i} (item {r.item_id}): missing answer")
+        if r.choices is not None and not (isinstance(r.choices, float)):
+            ch = list(r.choices)
+            if len(ch) < 2 or len(set(map(str, ch))) != len(ch):
+                raise ItemError(f"{source}: row {i} (item {r.item_id}): choices must be >= 2 distinct options, got {ch}")
+            if str(r.answer) not in LETTERS[: len(ch)]:
+                raise ItemError(f"{source}: row {i} (item {r.item_id}): answer {r.answer!r} is not an option letter")
+    dup = df["item_id"][df["item_id"].duplicated()]
+    if len(dup):
+        first = dup.index[0]
+        raise ItemError(f"{source}: row {first}: duplicate item_id {dup.iloc[0]!r}")
+    return df.reset_index(drop=True)
+
+
+def deduplicate(df: pd.DataFrame) -> pd.DataFrame:
+    """Drop repeated questions (same normalised text and choices), keeping the first."""
+    key = df["question"].str.lower().str.split().str.join(" ")
+    return df[~key.duplicated()].reset_index(drop=True)
+
+
+def sample_items(df: pd.DataFrame, n: int | None, seed: int, blacklist: Iterable[str] = (),
+                 stratify: str | None = None) -> pd.DataFrame:
+    """`n` items drawn without replacement with `seed` (all when n is None or larger), after
+    dropping blacklisted ids; with `stratify`, n items per value of that column."""
+    df = df[~df["item_id"].isin(set(blacklist))]
+    rng = np.random.default_rng(seed)
+    if stratify:
+        parts = [g.iloc[np.sort(rng.permutation(len(g))[: n or len(g)])] for _, g in df.groupby(stratify, sort=True)]
+        return pd.concat(parts).reset_index(drop=True)
+    if n is None or n >= len(df):
+        return df.reset_index(drop=True)
+    return df.iloc[np.sort(rng.permutation(len(df))[:n])].reset_index(drop=True)
+
+
+def split_items(df: pd.DataFrame, seed: int, test_fraction: float = 0.5) -> dict[str, pd.DataFrame]:
+    """Train/test items: a source's own split column when it has both, else a seeded split."""
+    if set(df["split"]) >= {"train", "test"}:
+        return {s: df[df["split"] == s].reset_index(drop=True) for s in ("train", "test")}
+    perm = np.random.default_rng(seed).permutation(len(df))
+    n_test = int(round(len(df) * test_fraction))
+    is_test = np.zeros(len(df), bool)
+    is_test[perm[:n_test]] = True
+    return {"train": df[~is_test].assign(split="train").reset_index(drop=True),
+            "test": df[is_test].assign(split="test").reset_index(drop=True)}
