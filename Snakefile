@@ -5,7 +5,11 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The offline default, unless `--configfile` names another config: merging the default under
+# a paper config would leak its mini-world models and settings into the paper run.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 include: "rules/common.smk"
@@ -13,6 +17,7 @@ include: "rules/world.smk"
 include: "rules/data.smk"
 include: "rules/generate.smk"
 include: "rules/judge.smk"
+include: "rules/lcae.smk"
 
 
 localrules:

@@ -34,21 +34,37 @@ wildcard_constraints:
     family=_alt((config.get("world") or {}).get("families", {})),
 
 
-def model_params(name):
+def get_model_spec(wildcards):
     """The backend spec of one model: a rule's params carry only this model's entry, so
     editing another model never reruns this model's jobs."""
-    return model_spec(config, name, R)
+    return model_spec(config, wildcards.model, R)
 
 
-def get_model_files(wildcards):
-    """What a job that loads `wildcards.model` needs built first (world families, converted GGUF)."""
-    entry = next(m for m in config["models"] if m["name"] == wildcards.model)
-    src = entry.get("source")
+def _model_entry(name):
+    return next(m for m in config["models"] if m["name"] == name)
+
+
+def get_model_gpus(wildcards):
+    """GPUs a job that loads this model asks the scheduler for (config `gpu`, default 0)."""
+    return _model_entry(wildcards.model).get("gpu", 0)
+
+
+def get_model_mem_mb(wildcards):
+    return _model_entry(wildcards.model).get("mem_mb", 4000)
+
+
+def model_files(name):
+    """What a job that loads model `name` needs built first (world families, converted GGUF)."""
+    src = _model_entry(name).get("source")
     if src == "world":
-        return [f"{R}/world/models/{wildcards.model}"]
+        return [f"{R}/world/models/{name}"]
     if src == "smollm2":
         return [f"{R}/models/smollm2"]
     return []
+
+
+def get_model_files(wildcards):
+    return model_files(wildcards.model)
 
 
 def get_family_config(wildcards):
@@ -69,8 +85,18 @@ def table_targets(paper, names):
     return [f"{R}/tables/{paper}/{n}.{ext}" for n in names for ext in ("csv", "md")]
 
 
+def named_table_targets(paper, names):
+    """Table outputs named "<table>_csv" / "<table>_md", for `output: **named_table_targets(...)`."""
+    return {f"{n}_{ext}": f"{R}/tables/{paper}/{n}.{ext}" for n in names for ext in ("csv", "md")}
+
+
 def all_table_files():
     files = []
     if "world" in config:
         files += table_targets("world", ["evolution"])
+    if config.get("judge", {}).get("llm_judge"):
+        files += table_targets("judge", ["audit"])
+    if "lcae" in config:
+        files += table_targets("lcae", ["table1", "table2", "table3", "item_fit"])
+        files.append(f"{R}/figures/lcae/figure2.png")
     return files

@@ -1,6 +1,8 @@
 # The offline mini world: generated knowledge, small LMs trained on it, the converted
 # SmolLM2 instruct model, and the table showing that knowledge evolves across checkpoints.
 
+WORLD = config.get("world", {})
+
 
 rule world_generate:
     output:
@@ -9,7 +11,7 @@ rule world_generate:
         qa=f"{R}/world/data/qa.parquet",
         mcq=f"{R}/world/data/mcq.parquet",
     params:
-        world={"seed": config["world"]["seed"], **config["world"].get("generator", {})},
+        world={"seed": WORLD.get("seed", 0), **WORLD.get("generator", {})},
     log:
         f"{R}/logs/world_generate.log",
     benchmark:
@@ -52,3 +54,27 @@ rule smollm2_convert:
         runtime=20,
     script:
         "../scripts/smollm2_convert.py"
+
+
+def world_models():
+    return [m for m in MODELS if _model_entry(m).get("source") == "world"]
+
+
+def get_world_generations(wildcards):
+    ds = config.get("persistent", {}).get("datasets", ["world_qa"])[0]
+    return {f"{m}@{c}": f"{R}/generations/{m}/{c}/greedy/{ds}.parquet"
+            for m in world_models() for c in checkpoint_names(config, m)}
+
+
+rule world_evolution_table:
+    input:
+        unpack(get_world_generations),
+    output:
+        **named_table_targets("world", ["evolution"]),
+    params:
+        checkpoints={m: checkpoint_names(config, m) for m in world_models()},
+        n_train=config.get("persistent", {}).get("train_checkpoints", 2),
+    log:
+        f"{R}/logs/world/evolution_table.log",
+    script:
+        "../scripts/world_evolution_table.py"

@@ -164,8 +164,8 @@ start_daemons() {
             || { tail -5 "$STATE/log/munged.log" >&2 || true; die "munged failed to start"; }
     fi
     if ! live_pid "$STATE/slurmctld.pid" >/dev/null; then
-        # -i: ignore saved state of a previous run whose jobs no longer exist.
-        slurmctld -f "$CONF" -i \
+        # -c: forget the jobs of an earlier run (stop cancelled them, or they died with it).
+        slurmctld -f "$CONF" -c \
             || { tail -20 "$STATE/log/slurmctld.log" >&2 || true; die "slurmctld failed to start"; }
     fi
     if ! live_pid "$STATE/slurmd.pid" >/dev/null; then

@@ -103,7 +103,12 @@ def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> p
             raise ItemError(f"{name}: the {loader} loader needs the generated world directory")
         df = pd.read_parquet(Path(world_dir) / ("mcq.parquet" if loader == "world_mcq" else "qa.parquet"))
         if loader != "world_mcq":
-            held = df["heldout"] if "heldout" in df else pd.Series(False, index=df.index)
+            # One domain is held out of world_qa and forms world_qa_heldout (BioASQ's role in
+            # the persistent paper's domain transfer, Table 18): the last domain by name unless set.
+            held_name = spec.get("heldout_domain") or sorted(df["domain"].unique())[-1]
+            if held_name not in set(df["domain"]):
+                raise ItemError(f"{name}: heldout_domain {held_name!r} is not a domain of the world")
+            held = df["domain"] == held_name
             df = df[held] if loader == "world_qa_heldout" else df[~held]
         df = df.assign(dataset=name)
         source = str(Path(world_dir))

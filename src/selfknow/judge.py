@@ -55,3 +55,40 @@ def judge_many(predictions: Sequence[str | None], aliases: Sequence[Sequence[str
     if len(predictions) != len(aliases):
         raise ValueError(f"{len(predictions)} predictions but {len(aliases)} alias lists")
     return [exact_match(p, a) for p, a in zip(predictions, aliases)]
+
+
+# ---- the LLM judge (persistent §A.5): a prompted grader with a fixed template ----------------
+
+JUDGE_TEMPLATE = (
+    "You are grading an answer to a trivia question.\n"
+    "Question: {question}\n"
+    "Gold answers: {references}\n"
+    "Predicted answer: {answer}\n\n"
+    "Is the predicted answer correct, i.e. does it refer to the same thing as one of the gold "
+    "answers? Reply with one word, CORRECT or INCORRECT."
+)
+_GRADE = re.compile(r"\b(INCORRECT|CORRECT|WRONG|RIGHT|YES|NO)\b", re.IGNORECASE)
+_GRADE_VALUE = {"correct": True, "right": True, "yes": True, "incorrect": False, "wrong": False, "no": False}
+
+
+def judge_prompt(question: str, references: Sequence[str], answer: str | None) -> str:
+    return JUDGE_TEMPLATE.format(question=question, references="; ".join(references), answer=answer or "(no answer)")
+
+
+def parse_grade(text: str | None) -> bool | None:
+    """The judge's last grade word (CORRECT/INCORRECT and synonyms); None when it gave none."""
+    hits = _GRADE.findall(text or "")
+    return _GRADE_VALUE[hits[-1].lower()] if hits else None
+
+
+def cohen_kappa(a: Sequence[bool], b: Sequence[bool]) -> float:
+    """Cohen's kappa of two binary raters; NaN when chance agreement is 1 (one constant label)."""
+    x = [bool(v) for v in a]
+    y = [bool(v) for v in b]
+    if len(x) != len(y) or not x:
+        raise ValueError("cohen_kappa needs two non-empty label lists of one length")
+    n = len(x)
+    po = sum(u == v for u, v in zip(x, y)) / n
+    px, py = sum(x) / n, sum(y) / n
+    pe = px * py + (1 - px) * (1 - py)
+    return float("nan") if pe == 1 else (po - pe) / (1 - pe)

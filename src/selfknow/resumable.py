@@ -30,10 +30,13 @@ def map_chunks(
     *,
     chunk_size: int = 128,
     params: dict | None = None,
+    key: str = "item_id",
     desc: str = "records",
+    finalize: Callable[[pd.DataFrame], pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """Apply `fn` to consecutive chunks of `items`, checkpointing each chunk's records, then
-    write their concatenation to `out_path` (atomically) and remove the parts."""
+    write their concatenation (passed through `finalize`) to `out_path` atomically and remove
+    the parts. `key` names the column that identifies a record in the chunk fingerprints."""
     out_path = Path(out_path)
     parts_dir = out_path.with_name(out_path.name + ".parts")
     parts_dir.mkdir(parents=True, exist_ok=True)
@@ -42,7 +45,7 @@ def map_chunks(
     starts = range(0, len(items), chunk_size)
     for start in tqdm(starts, desc=desc, unit="chunk", mininterval=5):
         chunk = items.iloc[start:start + chunk_size]
-        part = parts_dir / f"{start:07d}-{_fingerprint(job, list(chunk['item_id']))}.parquet"
+        part = parts_dir / f"{start:07d}-{_fingerprint(job, list(chunk[key]))}.parquet"
         if part.exists():
             frames.append(pd.read_parquet(part))
             resumed += 1
@@ -51,6 +54,8 @@ def map_chunks(
         write_parquet(records, part)
         frames.append(records)
     out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    if finalize is not None:
+        out = finalize(out)
     write_parquet(out, out_path)
     shutil.rmtree(parts_dir, ignore_errors=True)
     out.attrs["resumed_chunks"] = resumed

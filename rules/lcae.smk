@@ -1,0 +1,127 @@
+# Latent Confidence Alignment (SPEC §3): Stage 1 answers per examinee, the joint Rasch fit,
+# Stage 2 self-assessment of the Standard-prompting examinees, Stage 3, tables.
+
+LC = config.get("lcae", {})
+
+
+def lcae_examinees():
+    """(model, checkpoint) pairs; each is answered under every strategy (one examinee each)."""
+    return [(m, c) for m in LC.get("examinee_models", []) for c in checkpoint_names(config, m)]
+
+
+def lcae_files(stage):
+    return [f"{R}/lcae/{stage}/{m}/{c}.parquet" for m, c in lcae_examinees()]
+
+
+rule lcae_sample:
+    input:
+        f"{R}/items/{LC.get('dataset', 'NONE')}/test.parquet",
+    output:
+        f"{R}/lcae/items.parquet",
+    params:
+        n_items=LC.get("n_items", 100),
+        seed=config["seed"],
+    log:
+        f"{R}/logs/lcae/sample.log",
+    script:
+        "../scripts/lcae_sample.py"
+
+
+rule lcae_stage1:
+    input:
+        sample=rules.lcae_sample.output[0],
+        model=get_model_files,
+    output:
+        f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
+    params:
+        spec=get_model_spec,
+        strategies=LC.get("strategies", []),
+        max_new_tokens=LC.get("max_new_tokens", 256),
+        cache=f"{R}/cache",
+    threads: 1
+    log:
+        f"{R}/logs/lcae/stage1/{{model}}/{{ckpt}}.log",
+    benchmark:
+        f"{R}/benchmarks/lcae/stage1/{{model}}/{{ckpt}}.tsv"
+    resources:
+        mem_mb=get_model_mem_mb,
+        runtime=120,
+        gpu=get_model_gpus,
+    script:
+        "../scripts/lcae_stage1.py"
+
+
+rule lcae_irt:
+    input:
+        lcae_files("stage1"),
+    output:
+        persons=f"{R}/lcae/irt/persons.parquet",
+        item_params=f"{R}/lcae/irt/items.parquet",
+    params:
+        method=LC.get("rasch_method", "jml"),
+    log:
+        f"{R}/logs/lcae/irt.log",
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/lcae_irt.py"
+
+
+rule lcae_stage2:
+    input:
+        sample=rules.lcae_sample.output[0],
+        stage1=f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
+        irt=rules.lcae_irt.output.item_params,
+        model=get_model_files,
+    output:
+        f"{R}/lcae/stage2/{{model}}/{{ckpt}}.parquet",
+    params:
+        spec=get_model_spec,
+        conditions=LC.get("conditions", []),
+        repeats=LC.get("repeats", 3),
+        reflection=LC.get("reflection", "generic"),
+        temperature=LC.get("stage2_temperature", 0.0),
+        max_new_tokens=LC.get("max_new_tokens", 256),
+        cache=f"{R}/cache",
+    threads: 1
+    log:
+        f"{R}/logs/lcae/stage2/{{model}}/{{ckpt}}.log",
+    benchmark:
+        f"{R}/benchmarks/lcae/stage2/{{model}}/{{ckpt}}.tsv"
+    resources:
+        mem_mb=get_model_mem_mb,
+        runtime=240,
+        gpu=get_model_gpus,
+    script:
+        "../scripts/lcae_stage2.py"
+
+
+rule lcae_stage3:
+    input:
+        stage2=lcae_files("stage2"),
+        persons=rules.lcae_irt.output.persons,
+        item_params=rules.lcae_irt.output.item_params,
+    output:
+        f"{R}/lcae/stage3.parquet",
+    params:
+        eps=LC.get("lcae_eps", 1e-6),
+    log:
+        f"{R}/logs/lcae/stage3.log",
+    script:
+        "../scripts/lcae_stage3.py"
+
+
+rule lcae_tables:
+    input:
+        stage3=rules.lcae_stage3.output[0],
+        item_params=rules.lcae_irt.output.item_params,
+    output:
+        **named_table_targets("lcae", ["table1", "table2", "table3", "item_fit"]),
+        figure2=f"{R}/figures/lcae/figure2.png",
+    params:
+        prices=LC.get("prices", {}),
+    log:
+        f"{R}/logs/lcae/tables.log",
+    script:
+        "../scripts/lcae_tables.py"

@@ -1,0 +1,10 @@
+from snakemake.script import snakemake
+
+from selfknow.jobs import judge_audit_table
+from selfknow.records import read_parquet
+from selfknow.report.tables import write_table
+from selfknow.runlog import job_log
+
+with job_log(snakemake.log[0], "judge_audit_table"):
+    write_table(judge_audit_table(read_parquet(snakemake.input[0])), snakemake.output.audit_csv,
+                snakemake.output.audit_md, title="Judge audit: exact match vs the LLM judge")

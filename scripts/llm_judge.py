@@ -1,0 +1,9 @@
+from snakemake.script import snakemake
+
+from selfknow.jobs import llm_judge_job
+from selfknow.runlog import job_log
+
+p = snakemake.params
+with job_log(snakemake.log[0], "llm_judge") as summary:
+    summary.update(llm_judge_job(list(snakemake.input.generations), snakemake.input.test, dict(p.spec),
+                                 snakemake.output[0], n_items=p.n_items, seed=p.seed, cache_dir=p.cache))

@@ -1,0 +1,120 @@
+"""Stage 1 (LCAE §III-A): answering the items under five prompting strategies.
+
+Instruct (chat) models get the strategy's prompt and their reply is parsed for the final
+option letter. Base language models (the offline default's mini-world checkpoints) cannot
+follow instructions, so each strategy becomes the nearest thing a base model can do, always
+choosing by the next-token probabilities of " A".." D" after a completion-style MCQ prompt:
+
+- standard:  the MCQ prompt alone (zero-shot letter choice);
+- knowledge: generated-knowledge prompting: the model's own free recall of the question
+             ("Question: q\\nAnswer:" greedily decoded) is prepended as "Knowledge: ...";
+- cot:       answer-then-choose: the model's free recall is written as its reasoning line
+             before the options are shown;
+- self_ask:  the Self-Ask scaffold with the question as the follow-up and the model's recall as
+             the intermediate answer;
+- tot:       three thoughts (the top-3 beams of free recall) each prepended in turn; the letter
+             distributions are averaged (a vote of the branches).
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfknow.judge import letter_match, parse_option_letter
+from selfknow.models.base import LM
+from selfknow.protocols.lcae.prompting import LETTERS, fill, options_block
+
+STRATEGIES = ("standard", "knowledge", "cot", "self_ask", "tot")
+_FINAL = re.compile(r"(?:answer\s*(?:is)?\s*[:=]?|final answer is:?)\s*\(?([A-Z])\b", re.IGNORECASE)
+
+
+def parse_final_letter(text: str | None, n_choices: int) -> str | None:
+    """The last "Answer: X" / "final answer is X" letter of a reply; else a leading letter."""
+    if not text:
+        return None
+    valid = LETTERS[:n_choices]
+    hits = [h.upper() for h in _FINAL.findall(text) if h.upper() in valid]
+    return hits[-1] if hits else parse_option_letter(text, n_choices)
+
+
+def base_mcq_prompt(question: str, choices: Sequence[str], context: str = "") -> str:
+    """The completion-style MCQ prompt the mini world's models were trained on."""
+    return f"{context}Question: {question}\n{options_block(choices)}Answer:"
+
+
+def _recall_prompt(question: str) -> str:
+    return f"Question: {question}\nAnswer:"
+
+
+def _letter_probs(lm: LM, prompts: list[str], n_choices: int) -> np.ndarray:
+    lp = lm.next_token_logprobs(prompts, [f" {L}" for L in LETTERS[:n_choices]])
+    p = np.exp(lp - lp.max(axis=1, keepdims=True))
+    return p / p.sum(axis=1, keepdims=True)
+
+
+def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int = 16) -> pd.DataFrame:
+    """Stage-1 answers of a base LM under `strategy` (see the module docstring)."""
+    qs, chs = list(items["question"]), [list(c) for c in items["choices"]]
+    n = len(chs[0]) if chs else 4
+    if strategy == "standard":
+        prompts = [base_mcq_prompt(q, c) for q, c in zip(qs, chs)]
+        probs = _letter_probs(lm, prompts, n)
+        tokens_out = [0] * len(qs)
+    elif strategy == "tot":
+        beams = lm.beam_search([_recall_prompt(q) for q in qs], num_beams=3, max_new_tokens=max_new_tokens)
+        probs = np.zeros((len(qs), n))
+        prompts = []
+        for k in range(3):
+            ctx = [f"Thought: {b[min(k, len(b) - 1)].text.strip()}\n" for b in beams]
+            pk = [base_mcq_prompt(q, c, x) for q, c, x in zip(qs, chs, ctx)]
+            probs += _letter_probs(lm, pk, n) / 3
+            prompts = pk if k == 0 else prompts
+        tokens_out = [sum(len(b.text.split()) for b in bb[:3]) for bb in beams]
+    else:
+        recall = lm.generate([_recall_prompt(q) for q in qs], max_new_tokens=max_new_tokens, stop=["\n"])
+        texts = [g.text.strip() for g in recall]
+        if strategy == "knowledge":
+            prompts = [base_mcq_prompt(q, c, f"Knowledge: {t}\n") for q, c, t in zip(qs, chs, texts)]
+        elif strategy == "cot":
+            prompts = [f"Question: {q}\nReasoning: {t}\n{options_block(c)}Answer:" for q, c, t in zip(qs, chs, texts)]
+        elif strategy == "self_ask":
+            prompts = [base_mcq_prompt(q, c, f"Follow up: {q}\nIntermediate answer: {t}\n") for q, c, t in zip(qs, chs, texts)]
+        else:
+            raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+        probs = _letter_probs(lm, prompts, n)
+        tokens_out = [g.tokens_out for g in recall]
+    choice = probs.argmax(axis=1)
+    answers = [LETTERS[i] for i in choice]
+    return pd.DataFrame({
+        "item_id": items["item_id"].values, "strategy": strategy, "prompt": prompts,
+        "raw": [" ".join(f"{LETTERS[j]}={p[j]:.3f}" for j in range(n)) for p in probs],
+        "answer": answers, "unparsed": False,
+        "tokens_in": [len(p.split()) for p in prompts], "tokens_out": tokens_out,
+    })
+
+
+def answer_chat(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int = 256) -> pd.DataFrame:
+    """Stage-1 answers of an instruct model: the strategy's prompt, the final letter parsed;
+    a reply with no letter is recorded as unparsed (and scored wrong), never dropped."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
+    prompts = [fill(strategy, question=q, choices=list(c)) for q, c in zip(items["question"], items["choices"])]
+    gens = lm.generate(prompts, max_new_tokens=max_new_tokens, chat=True)
+    answers = [parse_final_letter(g.text, len(c)) for g, c in zip(gens, items["choices"])]
+    return pd.DataFrame({
+        "item_id": items["item_id"].values, "strategy": strategy, "prompt": prompts,
+        "raw": [g.text for g in gens], "answer": answers, "unparsed": [a is None for a in answers],
+        "tokens_in": [g.tokens_in for g in gens], "tokens_out": [g.tokens_out for g in gens],
+    })
+
+
+def answer_items(lm: LM, items: pd.DataFrame, strategy: str, *, chat: bool, max_new_tokens: int) -> pd.DataFrame:
+    """Stage-1 records of one examinee (model, checkpoint, strategy), judged by option letter."""
+    fn = answer_chat if chat else answer_base
+    out = fn(lm, items, strategy, max_new_tokens)
+    ref = dict(zip(items["item_id"], items["answer"]))
+    out["correct"] = [letter_match(a, ref[i]) for i, a in zip(out["item_id"], out["answer"])]
+    return out

@@ -1,0 +1,153 @@
+"""Stage 2 (LCAE §III-B): metacognitive self-assessment of a Stage-1 answer.
+
+The model sees the question and its Stage-1 answer and states LLM_ModelErrorP, the probability
+that the answer is wrong, and may revise the answer. Conditions:
+- baseline: question + answer only;
+- ids:      plus the IRT difficulty signal (IRT_ItemErrorP of the item);
+- dpr:      the model first routes itself Fast or Slow; Slow runs the reflection module
+            (SNAPPS' Narrow-Analyze-Probe for medicine; a generic N-A-P otherwise) and the
+            reflection is shown before the assessment;
+- ids_dpr:  both.
+Instruct models answer in JSON; a reply that cannot be parsed is recorded (error_p = NaN,
+`parsed` False), counted, and keeps its Stage-1 answer.
+
+Base LMs (the mini world) are asked the same things in completion form and read off their
+next-token distributions: the error probability is the expectation over the digit tokens
+" 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9; the Fast/Slow
+route compares the next-token probabilities of " Fast" and " Slow"; the Slow reflection is the
+model's free recall of the question, after which the letter is chosen again (the revision).
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+
+from selfknow.judge import letter_match
+from selfknow.models.base import LM
+from selfknow.protocols.lcae.examinees import base_mcq_prompt, parse_final_letter
+from selfknow.protocols.lcae.prompting import LETTERS, fill, template
+
+CONDITIONS = ("baseline", "ids", "dpr", "ids_dpr")
+_NUMBER = re.compile(r"error_probability\"?\s*[:=]\s*\"?([0-9]*\.?[0-9]+)\s*(%?)")
+
+
+def parse_assessment(text: str, n_choices: int) -> tuple[float, str | None]:
+    """(error probability, revised letter or None) from a JSON-ish reply; NaN when absent.
+    Percentages ("35%") and numbers above 1 read as percent; values are clipped to [0, 1]."""
+    p, letter = float("nan"), None
+    m = re.search(r"\{.*?\}", text or "", re.DOTALL)
+    if m:
+        try:
+            obj = json.loads(m.group(0))
+            raw = obj.get("error_probability")
+            if isinstance(raw, str):
+                raw = raw.strip().rstrip("%")
+            p = float(raw)
+            fa = str(obj.get("final_answer", "")).strip().upper()[:1]
+            letter = fa if fa in LETTERS[:n_choices] else None
+        except (ValueError, TypeError, json.JSONDecodeError, AttributeError):
+            p = float("nan")
+    if np.isnan(p):
+        mm = _NUMBER.search(text or "")
+        if mm:
+            p = float(mm.group(1)) / (100 if mm.group(2) else 1)
+        letter = letter or parse_final_letter((text or "").split("final_answer")[-1], n_choices)
+    if not np.isnan(p):
+        p = p / 100 if p > 1 else p
+        p = float(min(max(p, 0.0), 1.0))
+    return p, letter
+
+
+def _difficulty(cond: str, item_error_p: float) -> str:
+    return template("ids").format(item_error_p=item_error_p) if cond in ("ids", "ids_dpr") else ""
+
+
+def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
+                *, repeat: int, reflection: str, temperature: float, max_new_tokens: int) -> pd.DataFrame:
+    ans = dict(zip(stage1["item_id"], stage1["answer"]))
+    rows = []
+    base = [dict(question=q, choices=list(c), answer=ans.get(i) or "(none)",
+                 difficulty=_difficulty(cond, item_error_p[i])) for i, q, c in
+            zip(items["item_id"], items["question"], items["choices"])]
+    tok_in = np.zeros(len(base), int)
+    tok_out = np.zeros(len(base), int)
+    modes = ["fast"] * len(base)
+    reflections = [""] * len(base)
+    if cond in ("dpr", "ids_dpr"):
+        route = lm.generate([fill("dpr_route", **b) for b in base], max_new_tokens=8, chat=True,
+                            temperature=temperature, sample_index=repeat)
+        modes = ["slow" if "slow" in g.text.lower() else "fast" for g in route]
+        tok_in += [g.tokens_in for g in route]
+        tok_out += [g.tokens_out for g in route]
+        slow = [k for k, m in enumerate(modes) if m == "slow"]
+        if slow:
+            refl = lm.generate([fill(f"reflect_{reflection}", **{k: base[j][k] for k in ("question", "choices", "answer")})
+                                for j in slow], max_new_tokens=max_new_tokens, chat=True,
+                               temperature=temperature, sample_index=repeat)
+            for j, g in zip(slow, refl):
+                reflections[j] = f"Your reflection:\n{g.text.strip()}\n"
+                tok_in[j] += g.tokens_in
+                tok_out[j] += g.tokens_out
+    prompts = [fill("stage2_assess", reflection=r, **b) for b, r in zip(base, reflections)]
+    gens = lm.generate(prompts, max_new_tokens=64, chat=True, temperature=temperature, sample_index=repeat)
+    for k, (i, b, g) in enumerate(zip(items["item_id"], base, gens)):
+        p, revised = parse_assessment(g.text, len(b["choices"]))
+        rows.append(dict(item_id=i, error_p=p, parsed=not np.isnan(p), mode=modes[k],
+                         final_answer=revised or ans.get(i), raw=g.text,
+                         tokens_in=int(tok_in[k] + g.tokens_in), tokens_out=int(tok_out[k] + g.tokens_out)))
+    return pd.DataFrame(rows)
+
+
+_DIGITS = [f" {d}" for d in range(10)]
+
+
+def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
+                *, max_new_tokens: int = 16, **_) -> pd.DataFrame:
+    ans = dict(zip(stage1["item_id"], stage1["answer"]))
+    ids, qs, chs = list(items["item_id"]), list(items["question"]), [list(c) for c in items["choices"]]
+    diff = [_difficulty(cond, item_error_p[i]) for i in ids]
+    final = [ans[i] for i in ids]
+    modes = ["fast"] * len(ids)
+    reflections = [""] * len(ids)
+    if cond in ("dpr", "ids_dpr"):
+        route_prompts = [base_mcq_prompt(q, c) + f" {a}\n{d}Mode (Fast or Slow):" for q, c, a, d in zip(qs, chs, final, diff)]
+        lp = lm.next_token_logprobs(route_prompts, [" Fast", " Slow"])
+        modes = ["slow" if s > f else "fast" for f, s in lp]
+        slow = [k for k, m in enumerate(modes) if m == "slow"]
+        if slow:
+            recall = lm.generate([f"Question: {qs[k]}\nAnswer:" for k in slow], max_new_tokens=max_new_tokens, stop=["\n"])
+            re_prompts = []
+            for k, g in zip(slow, recall):
+                reflections[k] = f"Reflection: {g.text.strip()}\n"
+                re_prompts.append(base_mcq_prompt(qs[k], chs[k], reflections[k]))
+            lp2 = lm.next_token_logprobs(re_prompts, [f" {L}" for L in LETTERS[:len(chs[0])]])
+            for k, row in zip(slow, lp2):
+                final[k] = LETTERS[int(np.argmax(row))]
+    prompts = [f"{r}{base_mcq_prompt(q, c)} {a}\n{d}Probability that this answer is wrong (0-9):"
+               for q, c, a, d, r in zip(qs, chs, final, diff, reflections)]
+    lp = lm.next_token_logprobs(prompts, _DIGITS)
+    w = np.exp(lp - lp.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    error_p = (w * np.arange(10)).sum(axis=1) / 9
+    return pd.DataFrame(dict(item_id=ids, error_p=error_p, parsed=True, mode=modes, final_answer=final,
+                             raw=[" ".join(f"{d}={x:.2f}" for d, x in enumerate(r)) for r in w],
+                             tokens_in=[len(p.split()) for p in prompts], tokens_out=0))
+
+
+def assess(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict, *,
+           chat: bool, repeat: int, reflection: str = "generic", temperature: float = 0.0,
+           max_new_tokens: int = 256) -> pd.DataFrame:
+    """Stage-2 records of one Standard-prompting examinee under one condition and repeat."""
+    if cond not in CONDITIONS:
+        raise ValueError(f"unknown condition {cond!r}; known: {', '.join(CONDITIONS)}")
+    fn = assess_chat if chat else assess_base
+    out = fn(lm, items, stage1, cond, item_error_p, repeat=repeat, reflection=reflection,
+             temperature=temperature, max_new_tokens=max_new_tokens)
+    ref = dict(zip(items["item_id"], items["answer"]))
+    out["correct_final"] = [letter_match(a, ref[i]) for i, a in zip(out["item_id"], out["final_answer"])]
+    out.insert(1, "condition", cond)
+    out.insert(2, "repeat", repeat)
+    return out

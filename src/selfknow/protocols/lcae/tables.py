@@ -1,0 +1,87 @@
+"""The LCAE paper's tables (Tables I-III, item fit) and Figure 2, from the stage outputs."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from selfknow.stats.hypothesis import friedman, mean_ci, pairwise_wilcoxon_holm
+from selfknow.stats.item_fit import band_counts
+from selfknow.stats.lcae import cost_efficiency
+
+CONDITION_LABELS = {"baseline": "Baseline", "ids": "IDS", "dpr": "DPR", "ids_dpr": "IDS+DPR"}
+
+
+def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame, str]:
+    """Tables I (value="lcae") and II (value="theta"): per examinee, the mean over repeats in
+    each condition; a summary row (mean over examinees); the Friedman test across conditions
+    (blocks = examinees) and pairwise Wilcoxon signed-rank tests with Holm correction."""
+    conds = [c for c in CONDITION_LABELS if c in set(stage3["condition"])]
+    wide = (stage3.groupby(["examinee", "condition"])[value].mean().unstack("condition")[conds])
+    table = wide.rename(columns=CONDITION_LABELS).reset_index()
+    mean_row = {"examinee": "mean", **{CONDITION_LABELS[c]: float(wide[c].mean()) for c in conds}}
+    table = pd.concat([table, pd.DataFrame([mean_row])], ignore_index=True)
+    complete = wide.dropna()
+    notes = []
+    if len(complete) >= 2 and len(conds) >= 3:
+        chi2, p = friedman(complete.to_numpy())
+        notes.append(f"Friedman χ²({len(conds) - 1}) = {chi2:.2f}, p = {p:.3g} (n = {len(complete)} examinees).")
+        pw = pairwise_wilcoxon_holm(complete.to_numpy(), [CONDITION_LABELS[c] for c in conds])
+        notes.append("Pairwise Wilcoxon signed-rank, Holm-adjusted p: " + "; ".join(
+            f"{r.a} vs {r.b}: {r.p_holm:.3g}" for r in pw.itertuples()))
+    return table, "\n\n".join(notes)
+
+
+def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
+    """Table III: the top-k examinees by mean Stage-3 ability; mean LCAE over the repeats with
+    a 95 % t-interval, per condition."""
+    order = stage3.groupby("examinee")["theta"].mean().sort_values(ascending=False).index[:k]
+    rows = []
+    for ex in order:
+        row = {"examinee": ex, "ability": float(stage3.loc[stage3.examinee == ex, "theta"].mean())}
+        for c, label in CONDITION_LABELS.items():
+            vals = stage3.loc[(stage3.examinee == ex) & (stage3.condition == c), "lcae"].to_numpy()
+            if len(vals):
+                m, lo, hi = mean_ci(vals, 0.95)
+                row[label] = f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def item_fit_summary(items: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The item-fit table: infit/outfit MNSQ per item with its band, and the counts per band."""
+    table = items[["item_id", "b", "se", "infit", "outfit", "band", "extreme"]].copy()
+    counts = band_counts(items["infit"].to_numpy(), items["outfit"].to_numpy())
+    return table, "Items per band: " + ", ".join(f"{k}: {v}" for k, v in counts.items())
+
+
+def figure2_frame(stage3: pd.DataFrame, prices: dict[str, list[float]], condition: str = "ids_dpr") -> pd.DataFrame:
+    """Per examinee in `condition`: mean ability, mean LCAE and CE from the model's prices."""
+    d = stage3[stage3.condition == condition] if condition in set(stage3.condition) else stage3
+    g = d.groupby(["examinee", "model"])[["theta", "lcae"]].mean().reset_index()
+    g["ce"] = [cost_efficiency(*prices[m]) if m in prices else np.nan for m in g["model"]]
+    return g.rename(columns={"examinee": "label"}).dropna(subset=["ce"])
+
+
+def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], figure2: str,
+                 prices: dict[str, list[float]]) -> dict:
+    """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths."""
+    from selfknow.records import read_parquet
+    from selfknow.report.figures import ability_lcae_ce
+    from selfknow.report.tables import write_table
+
+    s3 = read_parquet(stage3_path)
+    items = read_parquet(items_path)
+    t1, n1 = per_condition_table(s3, "lcae")
+    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=n1,
+                title="Table I: LCAE (BCE) per condition, mean over repeats")
+    t2, n2 = per_condition_table(s3, "theta")
+    write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=n2,
+                title="Table II: ability θ re-estimated from final answers (Stage 3), per condition")
+    write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"],
+                title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]")
+    fit, nf = item_fit_summary(items)
+    write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf,
+                title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")
+    f2 = figure2_frame(s3, prices)
+    ability_lcae_ce(f2, figure2, title="Ability x LCAE x cost efficiency (IDS+DPR)")
+    return {"examinees": int(s3["examinee"].nunique()), "figure_points": len(f2)}
