@@ -100,3 +100,48 @@ def all_table_files():
         files += table_targets("lcae", ["table1", "table2", "table3", "item_fit"])
         files.append(f"{R}/figures/lcae/figure2.png")
     return files
+
+
+WORLD = config.get("world", {})
+
+
+def world_models():
+    return [m for m in MODELS if _model_entry(m).get("source") == "world"]
+
+
+def get_world_generations(wildcards):
+    ds = config.get("persistent", {}).get("datasets", ["world_qa"])[0]
+    return {f"{m}@{c}": f"{R}/generations/{m}/{c}/greedy/{ds}.parquet"
+            for m in world_models() for c in checkpoint_names(config, m)}
+
+
+JUDGE = config.get("judge", {})
+
+
+AUDIT_DATASET = config.get("persistent", {}).get("datasets", ["NONE"])[0]
+
+
+def get_audit_generations(wildcards):
+    """The last checkpoint of every persistent-protocol model on its first short-answer dataset."""
+    return [f"{R}/generations/{m}/{checkpoint_names(config, m)[-1]}/greedy/{AUDIT_DATASET}.parquet"
+            for m in config.get("persistent", {}).get("models", [])]
+
+
+def get_judge_model_files(wildcards):
+    return model_files(JUDGE["llm_judge"])
+
+
+def get_judge_spec(wildcards):
+    return model_spec(config, JUDGE["llm_judge"], R)
+
+
+LC = config.get("lcae", {})
+
+
+def lcae_examinees():
+    """(model, checkpoint) pairs; each is answered under every strategy (one examinee each)."""
+    return [(m, c) for m in LC.get("examinee_models", []) for c in checkpoint_names(config, m)]
+
+
+def lcae_files(stage):
+    return [f"{R}/lcae/{stage}/{m}/{c}.parquet" for m, c in lcae_examinees()]

@@ -11,6 +11,8 @@ rule items:
     params:
         spec=get_dataset_spec,
         seed=config["seed"],
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/items/{{dataset}}.log",
     resources:

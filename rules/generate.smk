@@ -16,6 +16,8 @@ rule generate_greedy:
         max_new_tokens=config.get("generation", {}).get("max_new_tokens", 16),
         cache=f"{R}/cache",
     threads: 1
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/generate/{{model}}/{{ckpt}}/greedy/{{dataset}}.log",
     benchmark:

@@ -1,26 +1,6 @@
 # Judging (SPEC §0.3): exact match is part of each generation record; the LLM judge grades a
 # sample of them and the audit table reports how often the two judges agree.
 
-JUDGE = config.get("judge", {})
-
-
-AUDIT_DATASET = config.get("persistent", {}).get("datasets", ["NONE"])[0]
-
-
-def get_audit_generations(wildcards):
-    """The last checkpoint of every persistent-protocol model on its first short-answer dataset."""
-    return [f"{R}/generations/{m}/{checkpoint_names(config, m)[-1]}/greedy/{AUDIT_DATASET}.parquet"
-            for m in config.get("persistent", {}).get("models", [])]
-
-
-def get_judge_model_files(wildcards):
-    return model_files(JUDGE["llm_judge"])
-
-
-def get_judge_spec(wildcards):
-    return model_spec(config, JUDGE["llm_judge"], R)
-
-
 rule llm_judge:
     input:
         generations=get_audit_generations,
@@ -33,6 +13,8 @@ rule llm_judge:
         n_items=JUDGE.get("audit_items", 100),
         seed=config["seed"],
         cache=f"{R}/cache",
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/judge/llm_judge.log",
     benchmark:
@@ -49,6 +31,8 @@ rule judge_audit_table:
         rules.llm_judge.output[0],
     output:
         **named_table_targets("judge", ["audit"]),
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/judge/audit_table.log",
     script:

@@ -1,17 +1,6 @@
 # Latent Confidence Alignment (SPEC §3): Stage 1 answers per examinee, the joint Rasch fit,
 # Stage 2 self-assessment of the Standard-prompting examinees, Stage 3, tables.
 
-LC = config.get("lcae", {})
-
-
-def lcae_examinees():
-    """(model, checkpoint) pairs; each is answered under every strategy (one examinee each)."""
-    return [(m, c) for m in LC.get("examinee_models", []) for c in checkpoint_names(config, m)]
-
-
-def lcae_files(stage):
-    return [f"{R}/lcae/{stage}/{m}/{c}.parquet" for m, c in lcae_examinees()]
-
 
 rule lcae_sample:
     input:
@@ -21,6 +10,8 @@ rule lcae_sample:
     params:
         n_items=LC.get("n_items", 100),
         seed=config["seed"],
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/lcae/sample.log",
     script:
@@ -39,6 +30,8 @@ rule lcae_stage1:
         max_new_tokens=LC.get("max_new_tokens", 256),
         cache=f"{R}/cache",
     threads: 1
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/lcae/stage1/{{model}}/{{ckpt}}.log",
     benchmark:
@@ -59,6 +52,8 @@ rule lcae_irt:
         item_params=f"{R}/lcae/irt/items.parquet",
     params:
         method=LC.get("rasch_method", "jml"),
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/lcae/irt.log",
     resources:
@@ -85,6 +80,8 @@ rule lcae_stage2:
         max_new_tokens=LC.get("max_new_tokens", 256),
         cache=f"{R}/cache",
     threads: 1
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/lcae/stage2/{{model}}/{{ckpt}}.log",
     benchmark:
@@ -106,6 +103,8 @@ rule lcae_stage3:
         f"{R}/lcae/stage3.parquet",
     params:
         eps=LC.get("lcae_eps", 1e-6),
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/lcae/stage3.log",
     script:
@@ -121,6 +120,8 @@ rule lcae_tables:
         figure2=f"{R}/figures/lcae/figure2.png",
     params:
         prices=LC.get("prices", {}),
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/lcae/tables.log",
     script:

@@ -1,9 +1,6 @@
 # The offline mini world: generated knowledge, small LMs trained on it, the converted
 # SmolLM2 instruct model, and the table showing that knowledge evolves across checkpoints.
 
-WORLD = config.get("world", {})
-
-
 rule world_generate:
     output:
         corpus=f"{R}/world/data/corpus.parquet",
@@ -12,6 +9,8 @@ rule world_generate:
         mcq=f"{R}/world/data/mcq.parquet",
     params:
         world={"seed": WORLD.get("seed", 0), **WORLD.get("generator", {})},
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/world_generate.log",
     benchmark:
@@ -31,6 +30,8 @@ rule world_train:
     params:
         family=get_family_config,
     threads: 1
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/world_train/{{family}}.log",
     benchmark:
@@ -45,6 +46,8 @@ rule world_train:
 rule smollm2_convert:
     output:
         directory(f"{R}/models/smollm2"),
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/smollm2_convert.log",
     benchmark:
@@ -56,16 +59,6 @@ rule smollm2_convert:
         "../scripts/smollm2_convert.py"
 
 
-def world_models():
-    return [m for m in MODELS if _model_entry(m).get("source") == "world"]
-
-
-def get_world_generations(wildcards):
-    ds = config.get("persistent", {}).get("datasets", ["world_qa"])[0]
-    return {f"{m}@{c}": f"{R}/generations/{m}/{c}/greedy/{ds}.parquet"
-            for m in world_models() for c in checkpoint_names(config, m)}
-
-
 rule world_evolution_table:
     input:
         unpack(get_world_generations),
@@ -74,6 +67,8 @@ rule world_evolution_table:
     params:
         checkpoints={m: checkpoint_names(config, m) for m in world_models()},
         n_train=config.get("persistent", {}).get("train_checkpoints", 2),
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/world/evolution_table.log",
     script:
