@@ -14,8 +14,9 @@ _PUNCT = str.maketrans("", "", string.punctuation)
 
 
 def normalise_answer(text: str | None) -> str:
-    """SQuAD/TriviaQA normalisation: lower-case, drop punctuation and articles, fold spaces."""
-    if text is None:
+    """SQuAD/TriviaQA normalisation: lower-case, drop punctuation and articles, fold spaces.
+    A missing answer (None or pandas' NaN) normalises to ""."""
+    if not isinstance(text, str):
         return ""
     s = str(text).lower().translate(_PUNCT)
     s = _ARTICLES.sub(" ", s)
@@ -48,7 +49,8 @@ def parse_option_letter(text: str | None, n_choices: int) -> str | None:
 
 
 def letter_match(prediction: str | None, reference: str) -> bool:
-    return prediction is not None and prediction.strip().upper() == reference.strip().upper()
+    """Option-letter match; a missing prediction (None or pandas' NaN) never matches."""
+    return isinstance(prediction, str) and prediction.strip().upper() == reference.strip().upper()
 
 
 def judge_many(predictions: Sequence[str | None], aliases: Sequence[Sequence[str]]) -> list[bool]:

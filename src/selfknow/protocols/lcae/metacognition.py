@@ -67,7 +67,7 @@ def _difficulty(cond: str, item_error_p: float) -> str:
 
 def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
                 *, repeat: int, reflection: str, temperature: float, max_new_tokens: int) -> pd.DataFrame:
-    ans = dict(zip(stage1["item_id"], stage1["answer"]))
+    ans = {i: (a if isinstance(a, str) else None) for i, a in zip(stage1["item_id"], stage1["answer"])}
     rows = []
     base = [dict(question=q, choices=list(c), answer=ans.get(i) or "(none)",
                  difficulty=_difficulty(cond, item_error_p[i])) for i, q, c in
