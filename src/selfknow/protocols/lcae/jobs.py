@@ -124,8 +124,8 @@ def stage3_job(stage2_paths: list[str], persons_path: str, irt_items_path: str, 
             rows.append(dict(
                 model=model, checkpoint=ckpt, examinee=examinee_id(model, ckpt, "standard"), condition=cond,
                 repeat=int(rep), theta_stage1=theta1, theta=float(theta[0]), se=float(se[0]),
-                accuracy=float(x.mean()), lcae=lcae(e[ok], c[ok], eps=eps, kind="bce"),
-                lcae_squared=lcae(e[ok], c[ok], eps=eps, kind="squared"), n_items=int(len(g)),
+                accuracy=float(x.mean()), lcae=float(lcae(e[ok], c[ok], eps=eps, kind="bce")),
+                lcae_squared=float(lcae(e[ok], c[ok], eps=eps, kind="squared")), n_items=int(len(g)),
                 n_unparsed=int((~ok).sum()), slow_share=float((g["mode"] == "slow").mean()),
                 tokens_in=int(g["tokens_in"].sum()), tokens_out=int(g["tokens_out"].sum())))
     df = pd.DataFrame(rows)

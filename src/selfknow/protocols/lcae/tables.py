@@ -23,11 +23,11 @@ def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame,
     complete = wide.dropna()
     notes = []
     if len(complete) >= 2 and len(conds) >= 3:
-        chi2, p = friedman(complete.to_numpy())
-        notes.append(f"Friedman χ²({len(conds) - 1}) = {chi2:.2f}, p = {p:.3g} (n = {len(complete)} examinees).")
+        fr = friedman(complete.to_numpy())
+        notes.append(f"Friedman χ²({fr.df}) = {fr.statistic:.2f}, p = {fr.pvalue:.3g} (n = {fr.n_blocks} examinees).")
         pw = pairwise_wilcoxon_holm(complete.to_numpy(), [CONDITION_LABELS[c] for c in conds])
         notes.append("Pairwise Wilcoxon signed-rank, Holm-adjusted p: " + "; ".join(
-            f"{r.a} vs {r.b}: {r.p_holm:.3g}" for r in pw.itertuples()))
+            f"{r['a']} vs {r['b']}: {r['p_holm']:.3g}" for r in pw))
     return table, "\n\n".join(notes)
 
 
