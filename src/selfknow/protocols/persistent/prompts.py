@@ -1,0 +1,89 @@
+"""Prompts of the persistent-calibration protocol (persistent §3.1, §A.4, §A.7).
+
+- QA: 5 fixed in-context examples drawn once from the train split with a seed, each
+  "{label}: {question}\\nAnswer: {answer}", separated by blank lines, then the test question
+  and "Answer:". The authors' code labels questions "Prompt:"; the offline mini world trains its
+  models on "Question:", so the label is a parameter (`label="Prompt"` for the paper config).
+- Verbalized confidence (§A.7, wording as printed in the paper and the authors' code):
+  "Rate your confidence on a scale of 0-9, where 0 is completely uncertain and 9 is completely
+  certain.\\n\\nQuestion: {q}\\nCandidate answer: {a}\\nConfidence:" — the digit read-out
+  suffix ("Confidence:" vs "Confidence: ") depends on the tokenizer, see `verbalized.DigitFormat`.
+- GCM: the model-agnostic grading prompt of Xiao et al. (2026) as the paper runs it (only the
+  question and the candidate answer), ending in the same digit read-out as the verbalized
+  method because our GCM is a LoRA digit-confidence adapter (see `baselines.py`).
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+N_ICL = 5
+
+VERBALIZED_INSTRUCTION = ("Rate your confidence on a scale of 0-9, where 0 is completely "
+                          "uncertain and 9 is completely certain.")
+
+GCM_HEADER = ("You are grading responses to prompts for correctness, responses could be "
+              "generated from multiple LLMs.")
+GCM_INSTRUCTION = ("Please rate on a scale of 0-9 whether the Response correctly answers the "
+                   "Prompt, where 0 is certainly incorrect and 9 is certainly correct.")
+
+
+def select_icl_examples(train: pd.DataFrame, n: int = N_ICL, seed: int = 17, *,
+                        question_col: str = "question", answer_col: str = "answer"
+                        ) -> list[tuple[str, str]]:
+    """`n` fixed (question, answer) in-context examples: the train split shuffled with `seed`,
+    deduplicated by question (first occurrence kept), first `n` taken (§3.1: "5 fixed
+    in-context examples from the respective dataset"; the authors shuffle the train split
+    with a fixed seed and take the first five distinct questions). Stripped strings."""
+    for c in (question_col, answer_col):
+        if c not in train.columns:
+            raise ValueError(f"train split lacks column {c!r}; has {list(train.columns)}")
+    perm = np.random.default_rng(seed).permutation(len(train))
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for i in perm:
+        q = str(train[question_col].iloc[i]).strip()
+        a = train[answer_col].iloc[i]
+        if q in seen or a is None or not str(a).strip():
+            continue
+        seen.add(q)
+        out.append((q, str(a).strip()))
+        if len(out) == n:
+            return out
+    raise ValueError(f"train split has only {len(out)} distinct answered questions; need {n}")
+
+
+def qa_prompt(question: str, icl_examples: Sequence[tuple[str, str]], *,
+              label: str = "Question") -> str:
+    """Few-shot QA prompt: the in-context examples, a blank line between blocks, then
+    "{label}: {question}\\nAnswer:" (the answer is generated after the colon and stops at the
+    first newline)."""
+    blocks = [f"{label}: {q}\nAnswer: {a}" for q, a in icl_examples]
+    blocks.append(f"{label}: {str(question).strip()}\nAnswer:")
+    return "\n\n".join(blocks)
+
+
+def verbalized_body(question: str, answer: str) -> str:
+    """The verbalized-confidence prompt up to (not including) the "Confidence:" line (§A.7)."""
+    return f"{VERBALIZED_INSTRUCTION}\n\nQuestion: {question}\nCandidate answer: {answer}"
+
+
+def gcm_body(question: str, answer: str) -> str:
+    """The GCM's model-agnostic grading prompt (Xiao et al. 2026, as run in persistent §3.1.1):
+    only the question (in the QA format) and the candidate answer, no model identity."""
+    return (f"{GCM_HEADER}\n###Prompt\nQuestion: {question}\nAnswer:\n###Response\n{answer}\n"
+            f"###Instruction\n{GCM_INSTRUCTION}")
+
+
+PROMPT_BODIES = {"verbalized": verbalized_body, "gcm": gcm_body}
+
+
+def confidence_prompt(question: str, answer: str, suffix: str, style: str = "verbalized") -> str:
+    """Full read-out prompt: the `style` body, a newline, then `suffix` (e.g. "Confidence:")."""
+    try:
+        body = PROMPT_BODIES[style]
+    except KeyError:
+        raise ValueError(f"unknown confidence prompt style {style!r}; known {sorted(PROMPT_BODIES)}") from None
+    return f"{body(str(question), str(answer))}\n{suffix}"

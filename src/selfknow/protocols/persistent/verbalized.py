@@ -1,0 +1,563 @@
+"""LoRA verbalized confidence (persistent §3.1.1, §A.7) and its training variants (§3.2, §4,
+Tables 3-4, Figure 3).
+
+Read-out. The model reads "Rate your confidence on a scale of 0-9 ... Question: q
+Candidate answer: a\\nConfidence:" and the confidence is E[d]/9 under the next-token
+distribution restricted to the ten digit tokens and renormalised over them, computed with the
+checkpoint's own (untouched) LM head. Which digit tokens: the ones that continue "Confidence:"
+the way the tokenizer itself splits the text "Confidence: 7" (`digit_format_for`). GPT-2 style
+byte-level BPE with the merges " 0".." 9" gives "Confidence:" + " 7" -> prompt ends at the colon,
+candidates " 0".." 9". Tokenizers that keep the space apart from digits (Olmo's cl100k-style
+pre-tokenizer, or a small BPE without the merges) give "Confidence: " + "7" -> prompt ends with
+the space (exactly the authors' `"...\\nConfidence: "`), candidates "0".."9". Either way the
+prompt is tokenised as the model saw such text in pre-training. The choice is saved beside the
+adapter (`confidence_readout.json`) and read back by `load_readout`.
+
+Training (§A.7). LoRA on all linear layers (peft `target_modules="all-linear"`: for GPT-2 the
+Conv1D c_attn/c_proj/c_fc, never the LM head), r=8, alpha=16, no dropout, no bias; AdamW
+(0.9, 0.999, 1e-8, weight decay 0.01); lr 2e-4 flat for the first 80 % of steps then cosine
+to 2e-5 over the last 20 % (`lr_at_step`); batches of 16 questions; 1 epoch; BCE between the
+confidence and correctness, with per-example weights. Gradient-norm clipping at 1.0 as in the
+authors' code (not stated in the paper). Base weights stay frozen and in eval mode (their own
+dropout off) so a seed fixes the run exactly.
+
+Multi-checkpoint (§3.1.1 "the checkpoints share the question shuffle and the loss is averaged
+over checkpoints so the effective learning rate is unaffected"; authors' train_confidence.py):
+one shuffle of the union of question ids; a batch is 16 questions and contains *every*
+checkpoint's examples for those questions, each run through its own base model carrying the
+one shared adapter (the LoRA parameters of all checkpoint models are the same tensors); the
+batch loss is sum(weight x BCE) / (questions in batch x checkpoints). Within a
+(checkpoint, question) the example weights sum to 1: generation probabilities renormalised over
+the kept candidates (multi-answer), and split evenly over data sources (pooled data).
+
+Variants are compositions of these inputs (the workflow builds them):
+- single-checkpoint: `{C2: (dir2, data2)}`;
+- multi-checkpoint: `{C1: (dir1, data1), C2: (dir2, data2)}` (oracle: the eval checkpoints);
+- respective-checkpoint: one `train_adapter` call per checkpoint;
+- multi-answer: `training_frame(candidates, n_answers=2)` for each checkpoint's data;
+- random labels on the second checkpoint (Figure 3 right): `randomise_labels(data3, seed)`;
+- single-checkpoint-data ablation (Table 4): `single_checkpoint_data(by_ckpt, "C3")` — both
+  checkpoints' models, C3's answers and labels for both;
+- pooled-data ablation (Table 4): `pooled_data(by_ckpt)` — one *respective* run per
+  checkpoint, each on the data of all checkpoints pooled (source = data checkpoint).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfknow.models.base import LM
+
+from .prompts import PROMPT_BODIES, confidence_prompt
+
+READOUT_FILE = "confidence_readout.json"
+TRAINING_LOG_FILE = "training_log.json"
+DIGITS = tuple(str(d) for d in range(10))
+
+
+# ----------------------------------------------------------------------------------------------
+# Read-out
+# ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Readout:
+    """How a confidence is read: prompt style ("verbalized" | "gcm"), the "Confidence:" line
+    as the prompt ends, and the ten single-token digit candidates in order 0..9."""
+
+    suffix: str = "Confidence:"
+    candidates: tuple[str, ...] = tuple(f" {d}" for d in DIGITS)
+    style: str = "verbalized"
+
+    def __post_init__(self):
+        if len(self.candidates) != 10 or [c.strip() for c in self.candidates] != list(DIGITS):
+            raise ValueError(f"digit candidates must be the ten digits 0..9, got {self.candidates}")
+        if self.style not in PROMPT_BODIES:
+            raise ValueError(f"unknown prompt style {self.style!r}")
+
+    def prompt(self, question: str, answer: str) -> str:
+        return confidence_prompt(question, answer, self.suffix, self.style)
+
+    def to_json(self) -> dict:
+        return {"suffix": self.suffix, "candidates": list(self.candidates), "style": self.style}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> "Readout":
+        return cls(str(d["suffix"]), tuple(d["candidates"]), str(d.get("style", "verbalized")))
+
+
+def digit_format_for(tokenizer, style: str = "verbalized") -> Readout:
+    """Pick the digit tokens the way `tokenizer` itself splits "Confidence: d" (module doc).
+
+    Spaced form when every " d" is one token and "Confidence: d" encodes as
+    encode("Confidence:") + [" d"]; otherwise the bare form when every "d" is one token and
+    "Confidence: d" encodes as encode("Confidence: ") + ["d"]; otherwise a clear error.
+    """
+    enc = lambda s: tokenizer.encode(s, add_special_tokens=False)  # noqa: E731
+    spaced = [enc(f" {d}") for d in DIGITS]
+    if all(len(t) == 1 for t in spaced):
+        head = enc("Confidence:")
+        if all(enc(f"Confidence: {d}") == head + spaced[i] for i, d in enumerate(DIGITS)):
+            return Readout("Confidence:", tuple(f" {d}" for d in DIGITS), style)
+    bare = [enc(d) for d in DIGITS]
+    if all(len(t) == 1 for t in bare):
+        head = enc("Confidence: ")
+        if all(enc(f"Confidence: {d}") == head + bare[i] for i, d in enumerate(DIGITS)):
+            return Readout("Confidence: ", DIGITS, style)
+        # the tokenizer merges " d" for some digits only: keep the authors' form
+        return Readout("Confidence: ", DIGITS, style)
+    raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '?')}: digits 0-9 are not "
+                     f"single tokens (spaced {spaced}, bare {bare}); verbalized confidence needs them")
+
+
+def load_readout(adapter_dir: str | os.PathLike) -> Readout:
+    """The read-out a trained adapter was trained with (saved by `train_adapter`)."""
+    path = Path(adapter_dir) / READOUT_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no read-out spec; was {adapter_dir} written by train_adapter?")
+    return Readout.from_json(json.loads(path.read_text()))
+
+
+def confidence_from_digit_logprobs(logprobs: np.ndarray) -> np.ndarray:
+    """E[d]/9 with d ~ softmax over the ten digit log-probabilities (renormalised over the
+    ten; §A.7 "probability-weighted average over the tokens 0..9, scaled to [0,1]")."""
+    lp = np.asarray(logprobs, dtype=float)
+    if lp.ndim != 2 or lp.shape[1] != 10:
+        raise ValueError(f"need (n, 10) digit log-probabilities, got shape {lp.shape}")
+    z = lp - lp.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    return p @ (np.arange(10) / 9.0)
+
+
+def predict_confidence(lm: LM, questions: Sequence[str], answers: Sequence[str],
+                       batch_size: int = 16, readout: Readout | None = None) -> np.ndarray:
+    """Verbalized confidence of each (question, candidate answer) under `lm` (a checkpoint
+    loaded with its adapter: `load_lm(..., adapter=dir)`); `readout` defaults to
+    `load_readout(lm.adapter)` when the LM carries an adapter."""
+    if len(questions) != len(answers):
+        raise ValueError(f"{len(questions)} questions but {len(answers)} answers")
+    if readout is None:
+        if not getattr(lm, "adapter", None):
+            raise ValueError("pass readout= (the LM has no adapter to read it from)")
+        readout = load_readout(lm.adapter)
+    prompts = [readout.prompt(q, "" if a is None else a) for q, a in zip(questions, answers)]
+    out = []
+    for i in range(0, len(prompts), max(1, int(batch_size))):
+        lp = lm.next_token_logprobs(prompts[i:i + batch_size], list(readout.candidates))
+        out.append(confidence_from_digit_logprobs(lp))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Hyper-parameters and schedule
+# ----------------------------------------------------------------------------------------------
+@dataclass
+class AdapterHParams:
+    """§A.7 defaults. `micro_batch_size` only splits forward passes (same gradients);
+    `num_threads` sets torch's CPU threads; `device`/`dtype` for larger machines."""
+
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.0
+    lr: float = 2e-4
+    min_lr: float = 2e-5
+    stable_frac: float = 0.8
+    batch_size: int = 16
+    epochs: int = 1
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.01
+    grad_clip: float | None = 1.0
+    micro_batch_size: int = 32
+    num_threads: int = 1
+    device: str = "cpu"
+    dtype: str = "float32"
+    style: str = "verbalized"
+    max_length: int = 512
+
+    @classmethod
+    def from_dict(cls, d: Mapping | None) -> "AdapterHParams":
+        d = dict(d or {})
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"unknown adapter hyper-parameters {unknown}")
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+
+def lr_at_step(step: int, total_steps: int, hp: AdapterHParams) -> float:
+    """Learning rate of optimiser step `step` (0-based) out of `total_steps` (§A.7).
+
+    Steps [0, S) run at `hp.lr`, S = total - D, D = round((1 - stable_frac) x total) decay steps;
+    decay step k = step - S + 1 (1..D) gets min + (lr - min)(1 + cos(pi k / D))/2, so the last
+    step runs at exactly `min_lr` (the authors' scheduler stops one step short of it).
+    """
+    if not 0 <= step < total_steps:
+        raise ValueError(f"step {step} outside [0, {total_steps})")
+    decay = int(round((1.0 - hp.stable_frac) * total_steps))
+    stable_end = total_steps - decay
+    if step < stable_end or decay == 0:
+        return hp.lr
+    k = step - stable_end + 1
+    return hp.min_lr + (hp.lr - hp.min_lr) * 0.5 * (1.0 + math.cos(math.pi * k / decay))
+
+
+# ----------------------------------------------------------------------------------------------
+# Training data
+# ----------------------------------------------------------------------------------------------
+REQUIRED = ("question", "answer", "correct")
+
+
+def prepare_frame(name: str, df: pd.DataFrame) -> pd.DataFrame:
+    """Validate one checkpoint's training examples and set per-example loss weights.
+
+    Columns: question, answer, correct (required); question_id (default: the question text),
+    weight (generation probability; default 1), source (data origin; default one source).
+    Output weight: within (question_id, source) proportional to the input weight and summing
+    to 1, then divided by the number of sources of that question -> total 1 per question."""
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ValueError(f"training data for {name!r} lacks columns {missing}; has {list(df.columns)}")
+    out = df.copy().reset_index(drop=True)
+    if out.empty:
+        raise ValueError(f"training data for {name!r} is empty")
+    if "question_id" not in out.columns:
+        out["question_id"] = out["question"].astype(str)
+    out["question_id"] = out["question_id"].astype(str)
+    if "source" not in out.columns:
+        out["source"] = "self"
+    w = out["weight"].astype(float) if "weight" in out.columns else pd.Series(1.0, index=out.index)
+    bad = (~np.isfinite(w) | (w < 0)).to_numpy()
+    if bad.any():
+        raise ValueError(f"training data for {name!r}: invalid weight at rows {list(np.flatnonzero(bad)[:5])}")
+    corr = out["correct"]
+    if corr.isna().any():
+        raise ValueError(f"training data for {name!r}: missing correctness at rows "
+                         f"{list(np.flatnonzero(corr.isna().to_numpy())[:5])}")
+    out["correct"] = corr.astype(bool)
+    out["answer"] = out["answer"].fillna("").astype(str)
+    out["question"] = out["question"].astype(str)
+    keys = [out["question_id"], out["source"]]
+    tot = w.groupby(keys).transform("sum")
+    cnt = w.groupby(keys).transform("size")
+    w = np.where(tot > 0, w / tot.where(tot > 0, 1.0), 1.0 / cnt)
+    n_src = out.groupby("question_id")["source"].transform("nunique")
+    out["loss_weight"] = w / n_src
+    return out
+
+
+def training_frame(candidates: pd.DataFrame, n_answers: int = 1) -> pd.DataFrame:
+    """Training examples from judged candidates (one row per item x candidate: item_id,
+    question, answer, probability, correct; e.g. `self_consistency.candidates_frame` joined
+    with judgments). Keeps the top `n_answers` by probability per item (multi-answer training,
+    §3.1.1: 2 by default in the paper's multi-answer runs); weight = generation probability."""
+    need = ("item_id", "question", "answer", "probability", "correct")
+    missing = [c for c in need if c not in candidates.columns]
+    if missing:
+        raise ValueError(f"candidates lack columns {missing}")
+    if n_answers < 1:
+        raise ValueError("n_answers must be >= 1")
+    c = candidates[candidates["answer"].fillna("").astype(str).str.strip() != ""]
+    c = c.sort_values(["item_id", "probability"], ascending=[True, False], kind="stable")
+    top = c.groupby("item_id", sort=False).head(n_answers)
+    return pd.DataFrame({"question_id": top["item_id"].astype(str).to_numpy(),
+                         "question": top["question"].to_numpy(),
+                         "answer": top["answer"].to_numpy(),
+                         "correct": top["correct"].astype(bool).to_numpy(),
+                         "weight": top["probability"].astype(float).to_numpy()})
+
+
+def randomise_labels(df: pd.DataFrame, seed: int) -> pd.DataFrame:
+    """Copy of `df` with `correct` replaced by independent Bernoulli(0.5) draws (§4 "Random
+    Labels": the second checkpoint of a multi-checkpoint run gets random labels)."""
+    out = df.copy()
+    out["correct"] = np.random.default_rng(seed).random(len(out)) < 0.5
+    return out
+
+
+TrainingSet = Mapping[str, tuple[str, pd.DataFrame]]
+
+
+def single_checkpoint_data(by_ckpt: TrainingSet, data_ckpt: str) -> dict[str, tuple[str, pd.DataFrame]]:
+    """Table 4 "single-checkpoint data": every checkpoint's model trains on `data_ckpt`'s
+    answers and labels (one adapter, multi-checkpoint views, no extra data)."""
+    if data_ckpt not in by_ckpt:
+        raise KeyError(f"data checkpoint {data_ckpt!r} not among {list(by_ckpt)}")
+    data = by_ckpt[data_ckpt][1]
+    return {name: (model_dir, data.copy()) for name, (model_dir, _) in by_ckpt.items()}
+
+
+def pooled_data(by_ckpt: TrainingSet) -> dict[str, dict[str, tuple[str, pd.DataFrame]]]:
+    """Table 4 "pooled data": for each checkpoint, the single-entry training set (its own model)
+    whose data pools every checkpoint's answers (source = data checkpoint), so each respective
+    adapter sees the data of the multi-checkpoint run but only its own model's features."""
+    parts = []
+    for name, (_, df) in by_ckpt.items():
+        d = df.copy()
+        d["source"] = name
+        parts.append(d)
+    pool = pd.concat(parts, ignore_index=True)
+    return {name: {name: (model_dir, pool.copy())} for name, (model_dir, _) in by_ckpt.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Torch internals
+# ----------------------------------------------------------------------------------------------
+def _digit_ids(tokenizer, readout: Readout) -> list[int]:
+    ids = [tokenizer.encode(c, add_special_tokens=False) for c in readout.candidates]
+    if any(len(t) != 1 for t in ids):
+        raise ValueError(f"digit candidates {readout.candidates} are not single tokens: {ids}")
+    return [t[0] for t in ids]
+
+
+def _digit_logits(model, tokenizer, prompts: Sequence[str], digit_ids: Sequence[int],
+                  device: str, max_length: int):
+    """(n, 10) logits of the digit tokens after each prompt. Right padding and a gather at
+    each row's last real token, so padding never shifts positions (GPT-2 has absolute ones)."""
+    import torch
+
+    enc = [tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
+    cfg = getattr(model, "config", None)
+    limit = min(max_length, getattr(cfg, "n_positions", None)
+                or getattr(cfg, "max_position_embeddings", None) or max_length)
+    for p, e in zip(prompts, enc):
+        if len(e) > limit:
+            raise ValueError(f"confidence prompt of {len(e)} tokens exceeds the limit {limit}: {p[-200:]!r}")
+    lengths = torch.tensor([len(e) for e in enc])
+    width = int(lengths.max())
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.full((len(enc), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(enc), width), dtype=torch.long)
+    for i, e in enumerate(enc):
+        ids[i, :len(e)] = torch.tensor(e)
+        mask[i, :len(e)] = 1
+    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).logits
+    last = logits[torch.arange(len(enc), device=logits.device), (lengths - 1).to(logits.device)]
+    return last[:, list(digit_ids)].float()
+
+
+def _log_conf_terms(digit_logits):
+    """(log p, log(1 - p), p) for p = E[d]/9, computed in log space so BCE keeps gradients at
+    the extremes (no clamping)."""
+    import torch
+
+    logp = torch.log_softmax(digit_logits, dim=-1)
+    v = torch.arange(10, dtype=logp.dtype, device=logp.device) / 9.0
+    log_p = torch.logsumexp(logp + torch.log(v), dim=-1)
+    log_q = torch.logsumexp(logp + torch.log1p(-v), dim=-1)
+    return log_p, log_q, torch.exp(log_p)
+
+
+def _load_base(model_dir: str, hp: AdapterHParams):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    dtype = getattr(torch, hp.dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    model.to(hp.device)
+    return model, tok
+
+
+def _lora_config(model, hp: AdapterHParams):
+    from peft import LoraConfig
+
+    try:
+        from transformers.pytorch_utils import Conv1D
+        conv1d = any(isinstance(m, Conv1D) for m in model.modules())
+    except ImportError:  # pragma: no cover - old transformers
+        conv1d = False
+    return LoraConfig(r=hp.r, lora_alpha=hp.alpha, lora_dropout=hp.dropout, bias="none",
+                      target_modules="all-linear", task_type="CAUSAL_LM",
+                      fan_in_fan_out=conv1d)  # GPT-2 Conv1D stores weights (in, out)
+
+
+def _tie_lora(src, dst) -> None:
+    """Make `dst`'s trainable (LoRA) parameters the very Parameter objects of `src`, so every
+    checkpoint model carries one adapter and their gradients add up."""
+    src_params = dict(src.named_parameters())
+    for name, p in list(dst.named_parameters()):
+        if not p.requires_grad:
+            continue
+        if name not in src_params or src_params[name].shape != p.shape:
+            raise ValueError(f"checkpoints differ in architecture: LoRA parameter {name} "
+                             "has no counterpart; multi-checkpoint training needs one architecture")
+        owner, _, attr = name.rpartition(".")
+        setattr(dst.get_submodule(owner), attr, src_params[name])
+
+
+def _save_atomic(model, out_dir: Path, extra: Mapping[str, dict]) -> None:
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    try:
+        model.save_pretrained(str(tmp))
+        for fname, obj in extra.items():
+            (tmp / fname).write_text(json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
+            os.replace(out_dir, old / "x")
+            shutil.rmtree(old)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _jsonable(o):
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    return str(o)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------
+def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLike, seed: int,
+                  hparams: AdapterHParams | Mapping | None = None, *,
+                  log: Callable[[str], None] | None = None) -> None:
+    """Train one LoRA confidence adapter shared by the given checkpoints and save it.
+
+    `examples_by_checkpoint`: checkpoint name -> (base model dir, training examples; see
+    `prepare_frame`). One entry = single-checkpoint (or one respective) training; several =
+    multi-checkpoint training (module doc). Writes `out_dir` atomically: peft's adapter files,
+    `confidence_readout.json` (the read-out used) and `training_log.json` (per-step loss and
+    learning rate, per-checkpoint losses, seconds, sizes, hyper-parameters, seed).
+    Deterministic given `seed` (LoRA init, question shuffle) and the thread count.
+    """
+    import torch
+    from peft import get_peft_model
+
+    hp = hparams if isinstance(hparams, AdapterHParams) else AdapterHParams.from_dict(hparams)
+    if not examples_by_checkpoint:
+        raise ValueError("no checkpoints to train on")
+    say = log or (lambda s: None)
+    t0 = time.time()
+    torch.set_num_threads(int(hp.num_threads))
+
+    names = list(examples_by_checkpoint)
+    frames = {n: prepare_frame(n, examples_by_checkpoint[n][1]) for n in names}
+    qids = sorted(set().union(*(set(f["question_id"]) for f in frames.values())))
+    steps_per_epoch = math.ceil(len(qids) / hp.batch_size)
+    total_steps = steps_per_epoch * hp.epochs
+
+    models, toks, readouts, digit_ids = [], [], [], []
+    for n in names:
+        model_dir = str(examples_by_checkpoint[n][0])
+        base, tok = _load_base(model_dir, hp)
+        for p in base.parameters():
+            p.requires_grad_(False)
+        torch.manual_seed(seed)  # the same LoRA initialisation for every checkpoint and method
+        pm = get_peft_model(base, _lora_config(base, hp))
+        pm.eval()  # base dropout off; LoRA dropout is 0 anyway (§A.7)
+        ro = digit_format_for(tok, hp.style)
+        models.append(pm)
+        toks.append(tok)
+        readouts.append(ro)
+        digit_ids.append(_digit_ids(tok, ro))
+    if len(set(readouts)) != 1:
+        raise ValueError(f"checkpoints need one digit read-out for a shared adapter, got "
+                         f"{dict(zip(names, readouts))}")
+    readout = readouts[0]
+    for m in models[1:]:
+        _tie_lora(models[0], m)
+    params = [p for p in models[0].parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps,
+                            weight_decay=hp.weight_decay)
+
+    prompts = {n: [readout.prompt(q, a) for q, a in zip(f["question"], f["answer"])]
+               for n, f in frames.items()}
+    rows_by_q = {n: f.groupby("question_id").indices for n, f in frames.items()}
+    steps: list[dict] = []
+    step = 0
+    for epoch in range(hp.epochs):
+        order = np.random.default_rng([seed, epoch]).permutation(len(qids))
+        for b in range(steps_per_epoch):
+            batch_q = [qids[i] for i in order[b * hp.batch_size:(b + 1) * hp.batch_size]]
+            lr = lr_at_step(step, total_steps, hp)
+            for g in opt.param_groups:
+                g["lr"] = lr
+            opt.zero_grad(set_to_none=True)
+            denom = len(batch_q) * len(names)
+            per_ckpt = {}
+            for k, n in enumerate(names):
+                rows = [r for q in batch_q for r in rows_by_q[n].get(q, ())]
+                if not rows:
+                    continue
+                f = frames[n]
+                y_all = torch.tensor(f["correct"].to_numpy()[rows], dtype=torch.float32)
+                w_all = torch.tensor(f["loss_weight"].to_numpy()[rows], dtype=torch.float32)
+                total = 0.0
+                for s in range(0, len(rows), hp.micro_batch_size):
+                    sl = slice(s, s + hp.micro_batch_size)
+                    logits = _digit_logits(models[k], toks[k], [prompts[n][r] for r in rows[sl]],
+                                           digit_ids[k], hp.device, hp.max_length)
+                    log_p, log_q, _ = _log_conf_terms(logits)
+                    y, w = y_all[sl].to(log_p.device), w_all[sl].to(log_p.device)
+                    bce = -(y * log_p + (1 - y) * log_q)
+                    loss = (w * bce).sum() / denom
+                    loss.backward()
+                    total += float(loss.detach())
+                per_ckpt[n] = total
+            if hp.grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, max_norm=hp.grad_clip)
+            opt.step()
+            steps.append({"step": step, "epoch": epoch, "lr": lr, "loss": sum(per_ckpt.values()),
+                          "loss_by_checkpoint": per_ckpt, "n_questions": len(batch_q)})
+            if step % 10 == 0 or step == total_steps - 1:
+                say(f"step {step + 1}/{total_steps} lr={lr:.2e} loss={steps[-1]['loss']:.4f}")
+            step += 1
+
+    import peft
+    import transformers
+
+    training_log = {
+        "seed": seed, "hparams": asdict(hp), "checkpoints": names,
+        "model_dirs": {n: str(examples_by_checkpoint[n][0]) for n in names},
+        "n_questions": len(qids), "n_examples": {n: int(len(f)) for n, f in frames.items()},
+        "total_steps": total_steps, "steps": steps, "seconds": time.time() - t0,
+        "readout": readout.to_json(),
+        "versions": {"peft": peft.__version__, "transformers": transformers.__version__,
+                     "torch": torch.__version__},
+    }
+    _save_atomic(models[0], Path(out_dir), {READOUT_FILE: readout.to_json(),
+                                            TRAINING_LOG_FILE: training_log})
+    say(f"saved adapter to {out_dir} ({training_log['seconds']:.1f}s)")
+
+
+def score_local(model_dir: str, adapter_dir: str | None, questions: Sequence[str],
+                answers: Sequence[str], *, readout: Readout | None = None, batch_size: int = 32,
+                num_threads: int = 1, device: str = "cpu") -> np.ndarray:
+    """Verbalized confidences computed directly with transformers (+ peft when `adapter_dir`):
+    the same forward pass as training. For checks and for runs without the LM backends;
+    the workflow's path is `predict_confidence` with `load_lm(..., adapter=dir)`."""
+    import torch
+
+    torch.set_num_threads(int(num_threads))
+    hp = AdapterHParams(device=device)
+    model, tok = _load_base(model_dir, hp)
+    if adapter_dir is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_dir)
+        readout = readout or load_readout(adapter_dir)
+    readout = readout or digit_format_for(tok)
+    model.eval()
+    ids = _digit_ids(tok, readout)
+    prompts = [readout.prompt(q, "" if a is None else a) for q, a in zip(questions, answers)]
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(prompts), batch_size):
+            logits = _digit_logits(model, tok, prompts[i:i + batch_size], ids, device, hp.max_length)
+            out.append(_log_conf_terms(logits)[2].cpu().numpy())
+    return np.concatenate(out) if out else np.zeros(0)

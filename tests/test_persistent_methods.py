@@ -1,0 +1,519 @@
+"""Confidence methods of persistent calibration (§3.1.1, §A.6, §A.7): self-consistency,
+answer equivalence, verbalized LoRA confidence, baselines — on hand-computed cases and on
+tiny real GPT-2 models built here (random weights, a BPE tokenizer trained in the fixture)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from selfknow.models.base import Beam
+from selfknow.protocols.persistent import baselines as B
+from selfknow.protocols.persistent import prompts as P
+from selfknow.protocols.persistent import self_consistency as SC
+from selfknow.protocols.persistent import verbalized as V
+from selfknow.protocols.persistent.equivalence import (
+    Equivalence, NLIEquivalence, NormalisedMatch, entailment_index, get_equivalence)
+from fakes import ScriptedLM
+
+torch = pytest.importorskip("torch")
+
+
+def beams(*pairs):
+    return [Beam(t, math.log(p)) for t, p in pairs]
+
+
+class PairEquivalence(Equivalence):
+    """Equivalent iff the unordered pair of lower-cased strings is listed."""
+
+    def __init__(self, pairs):
+        self.pairs = {frozenset((a.lower(), b.lower())) for a, b in pairs}
+        self.calls = 0
+
+    def equivalent(self, question, a, b):
+        self.calls += 1
+        return frozenset((a.lower(), b.lower())) in self.pairs
+
+
+# --------------------------------------------------------------------------------------------
+# Self-consistency
+# --------------------------------------------------------------------------------------------
+def test_sc_groups_normalised_answers_and_sums_probability():
+    pred, conf, groups = SC.self_consistency(
+        beams(("Paris", 0.5), ("paris.", 0.2), ("London", 0.3)), NormalisedMatch())
+    assert pred == "Paris"
+    assert conf == pytest.approx(0.7)
+    assert [(g.members, round(g.probability, 12)) for g in groups] == [
+        (("Paris", "paris."), 0.7), (("London",), 0.3)]
+
+
+def test_sc_weights_are_normalised_over_returned_beams():
+    # unnormalised sequence probabilities 0.05/0.02/0.03: the softmax over the returned beams
+    # gives 0.5/0.2/0.3, the same answer as above
+    bs = [Beam("Paris", math.log(0.05)), Beam("paris.", math.log(0.02)), Beam("London", math.log(0.03))]
+    pred, conf, _ = SC.self_consistency(bs, None)
+    assert (pred, conf) == ("Paris", pytest.approx(0.7))
+    np.testing.assert_allclose(SC.beam_weights([0.0, -np.inf, np.log(3)]), [0.25, 0, 0.75])
+
+
+def test_sc_prediction_is_top_groups_best_member_and_empty_beams_keep_mass():
+    # group {"paris.", "Paris"} wins with 0.4; its best member is "paris." (0.3);
+    # the empty beam (0.35) is in no group but still takes its share of the normalisation
+    pred, conf, groups = SC.self_consistency(
+        beams(("paris.", 0.3), ("", 0.35), ("Paris\nQuestion: x", 0.1), ("Rome", 0.25)), None)
+    assert pred == "paris."
+    assert conf == pytest.approx(0.4)
+    assert sum(g.probability for g in groups) == pytest.approx(0.65)
+    assert SC.self_consistency(beams(("", 0.6), ("\n", 0.4)), None) == ("", 0.0, [])
+
+
+def test_sc_equivalence_merges_remaining_groups_transitively():
+    eq = PairEquivalence([("Big Apple", "NYC"), ("NYC", "New York City")])
+    pred, conf, groups = SC.self_consistency(
+        beams(("Boston", 0.4), ("Big Apple", 0.1), ("NYC", 0.2), ("New York City", 0.15),
+              ("nyc", 0.15)), eq, question="Which city?")
+    # Big Apple ~ NYC ~ New York City (chain) + "nyc" by normalisation: 0.6 > Boston 0.4
+    assert pred in {"NYC", "nyc"} and conf == pytest.approx(0.6)
+    assert set(groups[0].members) == {"Big Apple", "NYC", "nyc", "New York City"}
+    # the model is asked about stage-1 groups only: 4 groups -> 6 pairs
+    assert eq.calls == 6
+
+
+def test_sc_frame_and_candidates():
+    df = pd.DataFrame({
+        "item_id": ["q1"] * 3 + ["q2"] * 2,
+        "question": ["Capital of France?"] * 3 + ["2+2?"] * 2,
+        "text": ["Paris", "paris.", "London", "4", "four"],
+        "logprob": np.log([0.5, 0.2, 0.3, 0.9, 0.1]),
+    })
+    out = SC.self_consistency_frame(df, NormalisedMatch())
+    assert out["item_id"].tolist() == ["q1", "q2"]
+    np.testing.assert_allclose(out["confidence"], [0.7, 0.9])
+    assert out.loc[0, "group_answers"] == ["Paris", "London"]
+    cand = SC.candidates_frame(out, 2)
+    assert cand["answer"].tolist() == ["Paris", "London", "4", "four"]
+    np.testing.assert_allclose(cand["probability"], [0.7, 0.3, 0.9, 0.1])
+    with pytest.raises(ValueError, match="logprob"):
+        SC.self_consistency_frame(df.drop(columns="logprob"), None)
+
+
+def test_surrogate_sums_matching_groups_or_zero():
+    groups = [SC.AnswerGroup(("Paris", "paris."), 0.6), SC.AnswerGroup(("Lyon",), 0.3),
+              SC.AnswerGroup(("City of Light",), 0.05)]
+    assert SC.surrogate_confidence("q", "PARIS", groups, None) == pytest.approx(0.6)
+    assert SC.surrogate_confidence("q", "Berlin", groups, NormalisedMatch()) == 0.0
+    assert SC.surrogate_confidence("q", "", groups, None) == 0.0
+    # a new answer equivalent to two surrogate groups takes both masses
+    eq = PairEquivalence([("Paree", "Paris"), ("Paree", "City of Light")])
+    assert SC.surrogate_confidence("q", "Paree", groups, eq) == pytest.approx(0.65)
+
+    sur = SC.self_consistency_frame(pd.DataFrame({
+        "item_id": ["a", "a", "b"], "question": ["qa", "qa", "qb"],
+        "text": ["Paris", "Lyon", "7"], "logprob": np.log([0.8, 0.2, 1.0])}), None)
+    out = SC.surrogate_frame(pd.DataFrame({"item_id": ["a", "b"], "prediction": ["Lyon", "8"]}),
+                             sur, None)
+    np.testing.assert_allclose(out["confidence"], [0.2, 0.0])
+    with pytest.raises(KeyError, match="zz"):
+        SC.surrogate_frame(pd.DataFrame({"item_id": ["zz"], "prediction": ["x"]}), sur, None)
+
+
+# --------------------------------------------------------------------------------------------
+# Equivalence
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("a,b,expected", [
+    ("Paris", "paris.", True),              # normalisation
+    ("The Beatles", "Beatles", True),       # articles dropped
+    ("Smith, John", "John Smith", True),    # token-set equality
+    ("River Nile", "the Nile", True),       # designator containment
+    ("Mount Everest", "Everest", True),
+    ("in 1945", "1945", True),
+    ("New York", "York", False),            # name-forming word: different answers
+    ("George Bush", "George", False),
+    ("River", "River Thames", False),        # the shared part must carry content
+    ("", "", False),
+    ("Paris", "London", False),
+])
+def test_normalised_match_rules(a, b, expected):
+    eq = NormalisedMatch()
+    assert eq.equivalent("q", a, b) is expected
+    assert eq.equivalent("q", b, a) is expected
+
+
+def test_normalised_match_without_containment():
+    assert not NormalisedMatch(containment=False).equivalent("q", "River Nile", "Nile")
+    assert isinstance(get_equivalence("normalised"), NormalisedMatch)
+    with pytest.raises(ValueError, match="unknown equivalence"):
+        get_equivalence("bleu")
+
+
+def test_entailment_index_reads_id2label():
+    assert entailment_index({0: "entailment", 1: "neutral", 2: "contradiction"}) == 0
+    assert entailment_index({"0": "CONTRADICTION", "1": "ENTAILMENT", "2": "NEUTRAL"}) == 1
+    assert entailment_index({0: "not_entailment", 1: "entailment"}) == 1
+    with pytest.raises(ValueError, match="entailment"):
+        entailment_index({0: "LABEL_0", 1: "LABEL_1"})
+
+
+@pytest.fixture(scope="module")
+def tiny_nli_dir(tmp_path_factory):
+    """A tiny random BERT NLI classifier whose labels are NOT in MNLI order (entailment = 1)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    d = tmp_path_factory.mktemp("nli")
+    words = "[PAD] [UNK] [CLS] [SEP] question answer : paris london nile river what capital".split()
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]",
+                                   cls_token="[CLS]", sep_token="[SEP]")
+    fast.save_pretrained(d)
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(words), hidden_size=16, num_hidden_layers=1,
+                     num_attention_heads=2, intermediate_size=32, num_labels=3,
+                     id2label={0: "contradiction", 1: "entailment", 2: "neutral"},
+                     label2id={"contradiction": 0, "entailment": 1, "neutral": 2})
+    BertForSequenceClassification(cfg).save_pretrained(d)
+    return d
+
+
+def _bias_nli(eq: NLIEquivalence, winner: int):
+    """Make the head's argmax `winner` for every input (zero weights, one-hot bias)."""
+    eq._load()
+    head = eq._model.classifier
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.copy_(torch.nn.functional.one_hot(torch.tensor(winner), 3).float() * 5)
+    eq._memo.clear()
+
+
+def test_nli_equivalence_uses_config_label_order(tiny_nli_dir):
+    eq = get_equivalence("nli", model_name_or_path=str(tiny_nli_dir))
+    assert isinstance(eq, NLIEquivalence) and eq.entail_index == 1
+    _bias_nli(eq, 1)  # everything "entailment" (index 1, not 0)
+    assert eq.equivalent("what capital", "paris", "london")
+    _bias_nli(eq, 0)  # everything "contradiction"
+    assert not eq.equivalent("what capital", "paris", "london")
+    assert eq.equivalent("what capital", "Paris", "paris.")  # normalised fast path, no model
+    # the real forward pass runs on premise/hypothesis pairs in one batch
+    assert eq.equivalent_many("q", [("paris", "london"), ("nile", "river nile")]) == [False, False]
+
+
+def test_nli_equivalence_needs_both_directions(tiny_nli_dir):
+    eq = NLIEquivalence(str(tiny_nli_dir))
+    seen = []
+
+    def one_way(premises, hypotheses):
+        seen.extend(zip(premises, hypotheses))
+        # entailment only when the premise holds "paris": paris => london but not back
+        return np.array([1 if "Answer: paris" in p else 2 for p in premises])
+
+    eq._argmax_classes = one_way
+    eq._entail_index = 1
+    eq._model = object()  # never loaded
+    assert not eq.equivalent("what capital", "paris", "london")
+    assert seen == [("Question: what capital\nAnswer: paris", "Answer: london"),
+                    ("Question: what capital\nAnswer: london", "Answer: paris")]
+    eq._argmax_classes = lambda p, h: np.ones(len(p), dtype=int)
+    assert not eq.equivalent("what capital", "paris", "london")  # memoised verdict
+    assert eq.equivalent("what capital", "nile", "river nile")
+
+
+# --------------------------------------------------------------------------------------------
+# Prompts
+# --------------------------------------------------------------------------------------------
+def test_prompts():
+    train = pd.DataFrame({"question": [f"q{i}" for i in range(8)] + ["q0"],
+                          "answer": [f"a{i}" for i in range(8)] + ["dup"]})
+    icl = P.select_icl_examples(train, 5, seed=3)
+    assert icl == P.select_icl_examples(train, 5, seed=3) and len({q for q, _ in icl}) == 5
+    assert icl != P.select_icl_examples(train, 5, seed=4)
+    p = P.qa_prompt("Where?", [("Q1", "A1"), ("Q2", "A2")])
+    assert p == "Question: Q1\nAnswer: A1\n\nQuestion: Q2\nAnswer: A2\n\nQuestion: Where?\nAnswer:"
+    assert P.qa_prompt("x", [], label="Prompt") == "Prompt: x\nAnswer:"
+    v = P.confidence_prompt("Who?", "Bob", "Confidence:")
+    assert v == ("Rate your confidence on a scale of 0-9, where 0 is completely uncertain and 9 "
+                 "is completely certain.\n\nQuestion: Who?\nCandidate answer: Bob\nConfidence:")
+    g = P.confidence_prompt("Who?", "Bob", "Confidence: ", "gcm")
+    assert "###Prompt\nQuestion: Who?\nAnswer:\n###Response\nBob\n" in g and g.endswith("\nConfidence: ")
+    with pytest.raises(ValueError, match="only 2"):
+        P.select_icl_examples(train.iloc[:2], 5)
+
+
+# --------------------------------------------------------------------------------------------
+# Verbalized read-out and schedule
+# --------------------------------------------------------------------------------------------
+def test_confidence_formula_against_hand_computation():
+    logits = np.full((2, 10), -np.inf)
+    logits[0, [0, 9]] = np.log([0.25, 0.75])          # E[d] = 6.75 -> 0.75
+    logits[1] = np.log(np.arange(1, 11))               # p_d ∝ d+1 -> E[d] = 330/55 = 6
+    lp = logits + 3.0                                  # not normalised: renormalised over ten
+    np.testing.assert_allclose(V.confidence_from_digit_logprobs(lp), [0.75, 6 / 9])
+
+
+def test_predict_confidence_uses_next_token_logprobs_of_digits():
+    ro = V.Readout()
+    calls = []
+
+    def nxt(prompt, cands):
+        calls.append((prompt, tuple(cands)))
+        return np.log([0.1] * 10) if "Bob" in prompt else np.log([0.0001] * 9 + [0.9991])
+
+    lm = ScriptedLM(lambda p: "", next_token=nxt)
+    conf = V.predict_confidence(lm, ["Who?", "Who?", "Who?"], ["Bob", "Al", "Bob"], batch_size=2,
+                                readout=ro)
+    np.testing.assert_allclose(conf, [0.5, (0.0001 * 36 + 0.9991 * 9) / 9, 0.5])
+    assert calls[0] == (ro.prompt("Who?", "Bob"), tuple(f" {d}" for d in range(10)))
+    with pytest.raises(ValueError, match="readout"):
+        V.predict_confidence(lm, ["q"], ["a"])
+
+
+def test_lr_schedule_flat_then_cosine_to_min():
+    hp = V.AdapterHParams()
+    lrs = [V.lr_at_step(s, 100, hp) for s in range(100)]
+    assert lrs[:80] == [2e-4] * 80
+    assert lrs[99] == pytest.approx(2e-5, rel=1e-12)
+    assert lrs[89] == pytest.approx(2e-5 + 1.8e-4 * 0.5 * (1 + math.cos(math.pi * 10 / 20)))
+    assert lrs[89] == pytest.approx(1.1e-4)
+    assert all(a > b for a, b in zip(lrs[79:], lrs[80:]))
+    assert [V.lr_at_step(s, 5, hp) for s in range(5)][:4] == [2e-4] * 4
+    assert V.lr_at_step(4, 5, hp) == pytest.approx(2e-5)
+    with pytest.raises(ValueError):
+        V.lr_at_step(100, 100, hp)
+
+
+def test_training_frame_helpers():
+    cand = pd.DataFrame({"item_id": ["a", "a", "a", "b"], "question": ["qa"] * 3 + ["qb"],
+                         "answer": ["x", "y", "z", "w"], "probability": [0.2, 0.5, 0.3, 0.9],
+                         "correct": [True, False, True, False]})
+    tf = V.training_frame(cand, 2)
+    assert tf["answer"].tolist() == ["y", "z", "w"]
+    prep = V.prepare_frame("c", tf)
+    np.testing.assert_allclose(prep["loss_weight"], [0.625, 0.375, 1.0])
+    pooled = V.pooled_data({"c3": ("d3", tf), "c4": ("d4", tf.assign(correct=True))})
+    assert set(pooled) == {"c3", "c4"} and list(pooled["c4"]) == ["c4"]
+    p4 = V.prepare_frame("c4", pooled["c4"]["c4"][1])
+    np.testing.assert_allclose(p4.groupby("question_id")["loss_weight"].sum(), [1.0, 1.0])
+    one = V.single_checkpoint_data({"c3": ("d3", tf), "c4": ("d4", tf.iloc[:1])}, "c3")
+    assert one["c4"][0] == "d4" and len(one["c4"][1]) == 3
+    r1, r2 = V.randomise_labels(tf, 1), V.randomise_labels(tf, 1)
+    assert r1["correct"].tolist() == r2["correct"].tolist()
+    big = V.randomise_labels(pd.DataFrame({"correct": [True] * 2000}), 5)["correct"]
+    assert 0.45 < big.mean() < 0.55
+    with pytest.raises(ValueError, match="'c'.*correct"):
+        V.prepare_frame("c", tf.drop(columns="correct"))
+
+
+# --------------------------------------------------------------------------------------------
+# Baselines
+# --------------------------------------------------------------------------------------------
+def test_end_correct_and_copy():
+    np.testing.assert_allclose(B.end_correct_confidences(3), [0, 0.5, 1])
+    np.testing.assert_allclose(B.end_correct_confidences(4), [0, 1 / 3, 2 / 3, 1])
+    with pytest.raises(ValueError):
+        B.end_correct_confidences(1)
+    items = pd.DataFrame({"checkpoint": ["c5", "c3", "c4"], "item_id": [1, 1, 1]})
+    np.testing.assert_allclose(B.end_correct_frame(items, ["c3", "c4", "c5"])["confidence"], [1, 0, 0.5])
+    src = pd.DataFrame({"item_id": ["a", "b"], "confidence": [0.2, 0.9]})
+    np.testing.assert_allclose(B.copy_confidences(src, ["b", "a", "b"]), [0.9, 0.2, 0.9])
+    with pytest.raises(KeyError, match="'c'"):
+        B.copy_confidences(src, ["c"])
+    pool = B.gcm_training_frame({"c1": src.assign(question="q", answer="x", correct=True),
+                                 "c2": src.assign(question="q", answer="y", correct=False)})
+    assert pool["source"].tolist() == ["c1", "c1", "c2", "c2"]
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny real models
+# --------------------------------------------------------------------------------------------
+WORDS = ("apple river stone cloud tiger maple copper violet harbor lantern meadow falcon "
+         "pepper marble willow ember").split()
+
+
+def _corpus():
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(300):
+        q = " ".join(rng.choice(WORDS, 4))
+        a = str(rng.choice(WORDS))
+        out.append(P.confidence_prompt(f"which {q}?", a, f"Confidence: {i % 10}"))
+        out.append(f"Question: which {q} zebra?\nAnswer: {a}")
+    # digits after a space are frequent, so the BPE learns the " 0".." 9" merges as GPT-2 has
+    out += ["scores: 0 1 2 3 4 5 6 7 8 9"] * 100
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """Two tiny random GPT-2 checkpoints (different weights, one architecture) sharing a
+    byte-level BPE tokenizer trained here; ~130K parameters each."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    root = tmp_path_factory.mktemp("gpt2")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(_corpus(), trainers.BpeTrainer(
+        vocab_size=480, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        special_tokens=["<|endoftext|>"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
+                                   bos_token="<|endoftext|>", pad_token="<|endoftext|>")
+    dirs = []
+    for s in (0, 1):
+        torch.manual_seed(s)
+        m = GPT2LMHeadModel(GPT2Config(vocab_size=len(fast), n_positions=256, n_embd=64,
+                                       n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0))
+        d = root / f"ckpt{s}"
+        m.save_pretrained(d)
+        fast.save_pretrained(d)
+        dirs.append(str(d))
+    return dirs
+
+
+def _marker_data(n, seed):
+    """Correct exactly when the question contains the marker word 'zebra'."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        mk = bool(rng.random() < 0.5)
+        q = "which " + " ".join(rng.choice(WORDS, 4)) + (" zebra" if mk else "") + "?"
+        rows.append({"question_id": f"{seed}-{i}", "question": q,
+                     "answer": str(rng.choice(WORDS)), "correct": mk})
+    return pd.DataFrame(rows)
+
+
+def _bce(p, y):
+    p = np.clip(p, 1e-9, 1 - 1e-9)
+    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+
+
+def test_digit_format_from_tokenizer(tiny_models):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_models[0])
+    ro = V.digit_format_for(tok)
+    # this BPE learnt the " 0".." 9" merges: "Confidence: 7" = "Confidence:" + " 7"
+    assert ro.suffix == "Confidence:" and ro.candidates[7] == " 7"
+    assert all(len(tok.encode(c, add_special_tokens=False)) == 1 for c in ro.candidates)
+
+    class SplitDigits:  # a tokenizer that keeps the space apart from digits (cl100k style)
+        def encode(self, s, add_special_tokens=False):
+            return [ord(ch) for ch in s]
+
+    ro2 = V.digit_format_for(SplitDigits())
+    assert ro2.suffix == "Confidence: " and ro2.candidates == tuple("0123456789")
+
+
+def test_lora_training_learns_correctness_and_adapter_loads(tiny_models, tmp_path):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    train, test = _marker_data(192, 1), _marker_data(160, 2)
+    hp = V.AdapterHParams(lr=5e-3, min_lr=5e-4, epochs=2)
+    before = V.score_local(tiny_models[0], None, test["question"], test["answer"])
+    out = tmp_path / "adapter"
+    V.train_adapter({"c0": (tiny_models[0], train)}, out, seed=0, hparams=hp)
+    after = V.score_local(tiny_models[0], str(out), test["question"], test["answer"])
+    y = test["correct"].to_numpy(float)
+    from selfknow.stats.classification import auc
+
+    assert auc(after, y) > 0.95
+    assert _bce(after, y) < _bce(before, y) - 0.1
+    log = json.loads((out / V.TRAINING_LOG_FILE).read_text())
+    losses = [s["loss"] for s in log["steps"]]
+    assert log["total_steps"] == len(losses) == 24  # ceil(192/16) x 2 epochs
+    assert np.mean(losses[-4:]) < losses[0] - 0.1
+    assert [s["lr"] for s in log["steps"]][:19] == [5e-3] * 19
+    assert log["steps"][-1]["lr"] == pytest.approx(5e-4)
+
+    cfg = json.loads((out / "adapter_config.json").read_text())
+    assert cfg["r"] == 8 and cfg["lora_alpha"] == 16 and cfg["lora_dropout"] == 0.0
+    assert cfg["bias"] == "none"
+    assert {m.rsplit(".", 1)[-1] for m in cfg["target_modules"]} == {"c_attn", "c_proj", "c_fc"}
+    base = AutoModelForCausalLM.from_pretrained(tiny_models[0])
+    lm_head_before = base.lm_head.weight.detach().clone()
+    pm = PeftModel.from_pretrained(base, str(out))
+    names = [n for n, _ in pm.named_parameters() if "lora_" in n]
+    assert names and not any("lm_head" in n or "wte" in n for n in names)
+    assert torch.equal(pm.get_output_embeddings().weight, lm_head_before)
+    from transformers import AutoTokenizer
+
+    assert V.load_readout(out) == V.digit_format_for(AutoTokenizer.from_pretrained(tiny_models[0]))
+
+    # the workflow's path: the hf backend with the adapter, through next_token_logprobs
+    registry = pytest.importorskip("selfknow.models.registry")
+    try:
+        lm = registry.load_lm({"name": "tiny", "backend": "hf", "path": tiny_models[0]},
+                              cache_dir=None, adapter=str(out))
+    except Exception as e:  # pragma: no cover - backend still in progress elsewhere
+        pytest.skip(f"hf backend unavailable: {e}")
+    via_lm = V.predict_confidence(lm, test["question"][:20].tolist(), test["answer"][:20].tolist())
+    np.testing.assert_allclose(via_lm, after[:20], atol=1e-5)
+
+
+def test_training_is_deterministic_given_seed(tiny_models, tmp_path):
+    from safetensors.torch import load_file
+
+    data = _marker_data(40, 3)
+    hp = V.AdapterHParams(lr=5e-3)
+    for name, seed in (("a", 7), ("b", 7), ("c", 8)):
+        V.train_adapter({"c0": (tiny_models[0], data)}, tmp_path / name, seed=seed, hparams=hp)
+    wa, wb, wc = (load_file(tmp_path / n / "adapter_model.safetensors") for n in "abc")
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert any(not torch.equal(wa[k], wc[k]) for k in wa)
+
+
+def test_multi_checkpoint_shares_one_adapter(tiny_models, tmp_path):
+    from safetensors.torch import load_file
+
+    d1, d2 = _marker_data(48, 4), _marker_data(48, 4)
+    d2["correct"] = ~d2["correct"]  # same questions, the other checkpoint's labels
+    d2["answer"] = "maple"
+    hp = V.AdapterHParams(lr=5e-3)
+    # two different base models, one adapter
+    V.train_adapter({"c0": (tiny_models[0], d1), "c1": (tiny_models[1], d2)},
+                    tmp_path / "multi", seed=0, hparams=hp)
+    log = json.loads((tmp_path / "multi" / V.TRAINING_LOG_FILE).read_text())
+    assert log["checkpoints"] == ["c0", "c1"] and log["total_steps"] == 3  # 48 shared questions
+    assert all(set(s["loss_by_checkpoint"]) == {"c0", "c1"} for s in log["steps"])
+    assert all(s["loss"] == pytest.approx(sum(s["loss_by_checkpoint"].values())) for s in log["steps"])
+    c0 = V.score_local(tiny_models[0], str(tmp_path / "multi"), d1["question"][:8], d1["answer"][:8])
+    c1 = V.score_local(tiny_models[1], str(tmp_path / "multi"), d1["question"][:8], d1["answer"][:8])
+    assert not np.allclose(c0, c1)  # one adapter, two different bases
+
+    # The gradients of both checkpoint models reach the one adapter: with the same base twice,
+    # multi-checkpoint training on (d1, d2) has exactly the objective of single-checkpoint
+    # training on d1 and d2 pooled as two sources, so the weights must agree.
+    V.train_adapter({"c0": (tiny_models[0], d1), "c0b": (tiny_models[0], d2)},
+                    tmp_path / "twin", seed=0, hparams=hp)
+    pooled = V.pooled_data({"c0": (tiny_models[0], d1), "c0b": (tiny_models[0], d2)})["c0"]
+    V.train_adapter(pooled, tmp_path / "pooled", seed=0, hparams=hp)
+    single = {"c0": (tiny_models[0], d1)}
+    V.train_adapter(single, tmp_path / "single", seed=0, hparams=hp)
+    wt, wp, ws = (load_file(tmp_path / n / "adapter_model.safetensors")
+                  for n in ("twin", "pooled", "single"))
+    # Adam magnifies float-summation noise on near-zero moments, hence a relative criterion:
+    # twin vs pooled differ by noise only, twin vs single by a different objective
+    noise = max(float((wt[k] - wp[k]).abs().max()) for k in wt)
+    signal = max(float((wt[k] - ws[k]).abs().max()) for k in wt)
+    scale = max(float(wt[k].abs().max()) for k in wt)
+    # (were the second model's gradients lost, "twin" would be "single" up to Adam's scale
+    # invariance and the signal would shrink to the noise)
+    assert noise < 0.1 * signal and signal > 0.05 * scale, (noise, signal, scale)
+
+
+def test_gcm_trains_an_adapter_with_the_gcm_prompt(tiny_models, tmp_path):
+    frames = {"c0": _marker_data(24, 5), "c1": _marker_data(24, 5).assign(answer="ember")}
+    B.train_gcm(frames, tiny_models[1], tmp_path / "gcm", seed=0, hparams={"lr": 5e-3})
+    ro = V.load_readout(tmp_path / "gcm")
+    assert ro.style == "gcm"
+    log = json.loads((tmp_path / "gcm" / V.TRAINING_LOG_FILE).read_text())
+    assert log["n_examples"] == {"gcm": 48} and log["n_questions"] == 24
+    conf = V.score_local(tiny_models[1], str(tmp_path / "gcm"), ["which x?"], ["y"])
+    assert 0 <= conf[0] <= 1
+    with pytest.raises(ValueError, match="exceeds the limit 20"):
+        B.train_gcm(frames, tiny_models[1], tmp_path / "gcm2", seed=0, hparams={"max_length": 20})
+    assert not (tmp_path / "gcm2").exists()
