@@ -1,1 +1,21 @@
+"""Model backends behind one interface (SPEC §0.4): `load_lm(spec, checkpoint, cache_dir=...)`.
 
+Importing this package is cheap: torch/transformers/httpx load only when a backend is built.
+"""
+from selfknow.models.base import LM, Beam, CallStats, Generation, LogprobsUnavailable
+from selfknow.models.registry import (
+    ModelSpecError,
+    UnsupportedCall,
+    backend_class,
+    load_lm,
+    register_backend,
+    resolve_checkpoint,
+    validate_spec,
+)
+
+
+__all__ = [
+    "LM", "Beam", "CallStats", "Generation", "LogprobsUnavailable", "ModelSpecError",
+    "UnsupportedCall", "backend_class", "load_lm", "register_backend", "resolve_checkpoint",
+    "validate_spec",
+]
