@@ -1,0 +1,297 @@
+"""How the answering model produces (answer, confidence) for one LADDER turn (paper §3, §B.1).
+
+The answering model sees ONLY the current question (no history, no feedback). Two mechanisms:
+
+* base LMs (the offline default's small GPT-2-style models): the next-token log-probabilities
+  of " A".." D" after an MCQ prompt; answer = argmax, confidence = its probability renormalised
+  over the option letters (`answer_by_logprobs`).
+* instruct / API models: a prompted JSON reply {"answer": "B", "confidence": 0.8}, parsed
+  robustly (`answer_by_json`). A reply with no recoverable option letter gets answer None
+  (scored wrong downstream, as the authors' parser does) and is counted in `answer_status`,
+  never dropped.
+
+Also home of the prompt-file loader and the tolerant JSON/number parsing that the prompted
+levels (`prompted.py`) share.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import string
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfknow.models.base import LM
+
+PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
+LETTERS = "ABCDEFGHIJ"
+#: Confidence recorded when a reply states no usable confidence (the authors' runner uses 0.5).
+DEFAULT_CONFIDENCE = 0.5
+ANSWER_COLUMNS = ["item_id", "answer", "confidence", "answer_status", "answer_raw"]
+
+PromptFn = Callable[[str, Sequence[str]], str]
+
+
+# ----------------------------------------------------------------------------- prompt files
+@lru_cache(maxsize=None)
+def load_prompt(name: str) -> string.Template:
+    """`prompts/<name>.txt` as a `string.Template` ($field placeholders, so JSON braces in the
+    text need no escaping). Trailing newlines are stripped: a prompt must end exactly where the
+    model continues (e.g. after "Answer:")."""
+    path = PROMPT_DIR / f"{name}.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"prompt template {path} does not exist")
+    return string.Template(path.read_text(encoding="utf-8").rstrip("\n"))
+
+
+@lru_cache(maxsize=None)
+def load_sections(name: str) -> dict[str, tuple[str, ...]]:
+    """A sectioned prompt file: lines `### key` open a section, `#` lines are comments, every
+    other non-empty line is one entry of the current section."""
+    path = PROMPT_DIR / f"{name}.txt"
+    sections: dict[str, list[str]] = {}
+    current = None
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.startswith("###"):
+            current = line[3:].strip()
+            sections.setdefault(current, [])
+        elif not line.strip() or line.startswith("#"):
+            continue
+        elif current is None:
+            raise ValueError(f"{path}:{lineno}: text before the first '### section' line")
+        else:
+            sections[current].append(line.strip())
+    return {k: tuple(v) for k, v in sections.items()}
+
+
+def format_choices(choices: Sequence[str]) -> str:
+    """'A. first\\nB. second ...' (the authors' choice format)."""
+    return "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
+
+
+def default_mcq_prompt(question: str, choices: Sequence[str]) -> str:
+    """Our fallback base-LM MCQ prompt (prompts/answer_mcq_base.txt), ending in "Answer:"."""
+    return load_prompt("answer_mcq_base").substitute(question=question,
+                                                      choices=format_choices(choices))
+
+
+def resolve_mcq_prompt(prompt_fn: PromptFn | None) -> PromptFn:
+    """The mini world's `mcq_prompt` when it exists (so answers match the world's own scoring
+    prompt), else our template."""
+    if prompt_fn is not None:
+        return prompt_fn
+    try:
+        from selfknow.world.generator import mcq_prompt  # type: ignore[attr-defined]
+    except ImportError:
+        return default_mcq_prompt
+    return mcq_prompt
+
+
+# ----------------------------------------------------------------------------- parsing
+_NUM = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+
+
+def parse_probability(value: object) -> float | None:
+    """A probability from a number, "0.7", "70%", "70" or 70: values above 1 (or with a % sign)
+    are read as percentages. Not clipped (callers clip); None when nothing numeric is there."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float, np.number)):
+        x, pct = float(value), False
+    elif isinstance(value, str):
+        m = re.search(rf"({_NUM})\s*(%?)", value)
+        if not m:
+            return None
+        x, pct = float(m.group(1)), bool(m.group(2))
+    else:
+        return None
+    if not math.isfinite(x):
+        return None
+    return x / 100.0 if (pct or x > 1.0) else x
+
+
+def _brace_blocks(text: str) -> Iterator[str]:
+    """Balanced {...} blocks in order of their opening brace (quoted braces are skipped)."""
+    start = text.find("{")
+    while start != -1:
+        depth, in_str, esc = 0, None, False
+        for i in range(start, len(text)):
+            ch = text[i]
+            if in_str:
+                if esc:
+                    esc = False
+                elif ch == "\\":
+                    esc = True
+                elif ch == in_str:
+                    in_str = None
+            elif ch in "\"'":
+                in_str = ch
+            elif ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    yield text[start:i + 1]
+                    break
+        start = text.find("{", start + 1)
+
+
+def _repair_json(block: str) -> str:
+    """Common small-model JSON slips: single quotes, trailing commas, bare keys, 70% values."""
+    s = block.strip()
+    if "'" in s and '"' not in s:
+        s = s.replace("'", '"')
+    s = re.sub(r",\s*([}\]])", r"\1", s)
+    s = re.sub(r'([{,]\s*)([A-Za-z_][\w \-]*?)\s*:', lambda m: f'{m.group(1)}"{m.group(2)}":', s)
+    s = re.sub(rf"(:\s*)({_NUM})\s*%", lambda m: f'{m.group(1)}"{m.group(2)}%"', s)
+    return s
+
+
+def iter_json_objects(text: str | None) -> Iterator[dict]:
+    """Every JSON object recoverable from a model reply, in order: tolerant of prose around
+    it, ```json fences, single quotes, trailing commas, unquoted keys and percent signs."""
+    if not text:
+        return
+    for block in _brace_blocks(text):
+        for candidate in (block, _repair_json(block)):
+            try:
+                obj = json.loads(candidate)
+            except (json.JSONDecodeError, ValueError):
+                continue
+            if isinstance(obj, dict):
+                yield obj
+                break
+
+
+def extract_json_object(text: str | None) -> dict | None:
+    """The first JSON object in a model reply (see `iter_json_objects`), or None."""
+    return next(iter_json_objects(text), None)
+
+
+@dataclass(frozen=True)
+class ParsedAnswer:
+    answer: str | None
+    confidence: float
+    status: str  # "ok" | "no_confidence" | "unparsed"
+
+
+def parse_answer_reply(text: str | None, n_options: int = 4) -> ParsedAnswer:
+    """(answer letter, confidence) from an instruct model's reply.
+
+    Order: the JSON object ({"answer": ..., "confidence": ...}); else "Answer: X" /
+    "Confidence: N" lines (the authors' format); else a lone option letter. Confidence
+    missing -> DEFAULT_CONFIDENCE with status "no_confidence"; no letter -> answer None,
+    status "unparsed" (kept and scored wrong)."""
+    letters = LETTERS[:n_options]
+    text = text or ""
+    answer = conf = None
+    for obj in iter_json_objects(text):
+        lowered = {str(k).strip().lower(): v for k, v in obj.items()}
+        a = lowered.get("answer", lowered.get("choice", lowered.get("option")))
+        if not isinstance(a, str) and "confidence" not in lowered:
+            continue
+        if isinstance(a, str):
+            m = re.match(rf"\s*\(?([{letters}])\b", a.strip().upper())
+            answer = m.group(1) if m else None
+        conf = parse_probability(lowered.get("confidence", lowered.get("probability")))
+        break
+    if answer is None:
+        # option letters are upper case only: "answer a question" must not read as "A"
+        m = re.search(rf"(?i:answer)(?:\s*(?i:is|would be|should be))?\W{{0,3}}\s*\(?"
+                      rf"([{letters}])\b", text)
+        answer = m.group(1) if m else None
+    if answer is None:
+        m = re.fullmatch(rf"\s*\(?([{letters}])[).:]?\s*", text)
+        answer = m.group(1) if m else None
+    if conf is None:
+        m = re.search(rf"confidence\W{{0,3}}\s*({_NUM}\s*%?)", text, re.IGNORECASE)
+        conf = parse_probability(m.group(1)) if m else None
+    if conf is not None:
+        conf = float(np.clip(conf, 0.0, 1.0))
+    if answer is None:
+        return ParsedAnswer(None, DEFAULT_CONFIDENCE if conf is None else conf, "unparsed")
+    if conf is None:
+        return ParsedAnswer(answer, DEFAULT_CONFIDENCE, "no_confidence")
+    return ParsedAnswer(answer, conf, "ok")
+
+
+# ----------------------------------------------------------------------------- answering
+def _choices(row) -> list[str]:
+    ch = row["choices"]
+    if ch is None or (isinstance(ch, float) and math.isnan(ch)):
+        raise ValueError(f"item {row['item_id']!r} has no choices: LADDER turns are MCQ")
+    return [str(c) for c in list(ch)]
+
+
+def answer_by_logprobs(lm: LM, items: pd.DataFrame, prompt_fn: PromptFn | None = None,
+                       batch_size: int = 32) -> pd.DataFrame:
+    """Answer each MCQ item from next-token log-probabilities of " A", " B", ...
+
+    answer = argmax over the option letters; confidence = its probability renormalised over
+    the letters (softmax of the letter log-probabilities). Returns ANSWER_COLUMNS, one row per
+    item in input order; `answer_raw` holds the renormalised letter probabilities as JSON."""
+    prompt_fn = resolve_mcq_prompt(prompt_fn)
+    out: list[dict | None] = [None] * len(items)
+    by_k: dict[int, list[int]] = {}
+    recs = items.to_dict("records")
+    for i, r in enumerate(recs):
+        by_k.setdefault(len(_choices(r)), []).append(i)
+    for k, idx in by_k.items():
+        cands = [f" {L}" for L in LETTERS[:k]]
+        for s in range(0, len(idx), batch_size):
+            chunk = idx[s:s + batch_size]
+            prompts = [prompt_fn(str(recs[i]["question"]), _choices(recs[i])) for i in chunk]
+            lp = np.asarray(lm.next_token_logprobs(prompts, cands), dtype=float)
+            if lp.shape != (len(chunk), k):
+                raise ValueError(f"next_token_logprobs returned shape {lp.shape}, "
+                                 f"expected {(len(chunk), k)}")
+            lp = lp - lp.max(axis=1, keepdims=True)
+            p = np.exp(lp)
+            p /= p.sum(axis=1, keepdims=True)
+            for j, i in enumerate(chunk):
+                best = int(np.argmax(p[j]))
+                out[i] = {"item_id": recs[i]["item_id"], "answer": LETTERS[best],
+                          "confidence": float(p[j, best]), "answer_status": "ok",
+                          "answer_raw": json.dumps({LETTERS[c]: round(float(p[j, c]), 6)
+                                                    for c in range(k)})}
+    return pd.DataFrame(out, columns=ANSWER_COLUMNS)
+
+
+def answer_by_json(lm: LM, items: pd.DataFrame, *, max_new_tokens: int = 64,
+                   chat: bool = True, batch_size: int = 16) -> pd.DataFrame:
+    """Answer each MCQ item by a prompted JSON reply (prompts/answer_mcq_json.txt), greedy.
+    Unparsable replies keep answer None and status "unparsed" (counted, scored wrong)."""
+    tmpl = load_prompt("answer_mcq_json")
+    recs = items.to_dict("records")
+    prompts = [tmpl.substitute(question=r["question"], choices=format_choices(_choices(r)))
+               for r in recs]
+    texts: list[str] = []
+    for s in range(0, len(prompts), batch_size):
+        gens = lm.generate(prompts[s:s + batch_size], max_new_tokens=max_new_tokens,
+                           chat=chat, temperature=0.0)
+        texts.extend(g.text for g in gens)
+    out = []
+    for r, t in zip(recs, texts):
+        pa = parse_answer_reply(t, len(_choices(r)))
+        out.append({"item_id": r["item_id"], "answer": pa.answer, "confidence": pa.confidence,
+                    "answer_status": pa.status, "answer_raw": t})
+    return pd.DataFrame(out, columns=ANSWER_COLUMNS)
+
+
+AnswerFn = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def make_answer_fn(lm: LM, mode: str = "logprob", prompt_fn: PromptFn | None = None,
+                   **kwargs) -> AnswerFn:
+    """items -> ANSWER_COLUMNS frame. mode "logprob" (base LMs) or "json" (instruct/API)."""
+    if mode == "logprob":
+        return lambda items: answer_by_logprobs(lm, items, prompt_fn, **kwargs)
+    if mode == "json":
+        return lambda items: answer_by_json(lm, items, **kwargs)
+    raise ValueError(f"unknown answer mode {mode!r}: expected 'logprob' or 'json'")
