@@ -1,6 +1,5 @@
+# `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from pathlib import Path
-
-from snakemake.script import snakemake
 
 from selfknow.items import deduplicate, load_source, split_items
 from selfknow.records import write_parquet

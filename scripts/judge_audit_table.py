@@ -1,5 +1,4 @@
-from snakemake.script import snakemake
-
+# `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.jobs import judge_audit_table
 from selfknow.records import read_parquet
 from selfknow.report.tables import write_table

@@ -1,5 +1,4 @@
-from snakemake.script import snakemake
-
+# `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.protocols.lcae.jobs import stage2_job
 from selfknow.runlog import job_log
 

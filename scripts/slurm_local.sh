@@ -12,6 +12,7 @@
 #
 # Environment:
 #   SLURM_LOCAL_DIR        state dir (config, logs, spool, pid files)   [/tmp/selfknow-slurm]
+#                          (one local cluster at a time: it owns /etc/slurm/slurm.conf)
 #   SLURM_LOCAL_CTLD_PORT  slurmctld port                               [6817]
 #   SLURM_LOCAL_SLURMD_PORT slurmd port                                 [6818]
 #   SLURM_LOCAL_NO_INSTALL=1  never call apt-get; fail if SLURM is missing
@@ -24,8 +25,11 @@
 #   MinJobAge keeps finished jobs visible to squeue for 10 minutes (longer than the executor
 #   plugin's longest polling interval, 180 s);
 # - munged runs on its own socket and key under the state dir, so a system munge (if any) is
-#   left alone; /etc/slurm/slurm.conf is linked to ours only if no such file exists, so that
-#   plain `sbatch`/`squeue` work in any shell, and the link is removed again on stop.
+#   left alone;
+# - /etc/slurm/slurm.conf is linked to the config in the state dir while the cluster runs (and
+#   the link removed on stop): srun inside a Snakemake job ignores SLURM_CONF (see
+#   link_system_conf), and plain `sbatch`/`squeue` then work in any shell. The script refuses
+#   to start if that file belongs to something else.
 set -euo pipefail
 
 STATE=${SLURM_LOCAL_DIR:-/tmp/selfknow-slurm}
@@ -53,15 +57,31 @@ install_slurm() {
     command -v apt-get >/dev/null || die "SLURM is not installed and apt-get is not available"
     log "installing slurm-wlm and munge with apt-get"
     local t0=$SECONDS
-    DEBIAN_FRONTEND=noninteractive apt-get update -q >"$STATE/apt.log" 2>&1 \
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 update -q >"$STATE/apt.log" 2>&1 \
         || { tail -20 "$STATE/apt.log" >&2; die "apt-get update failed (log: $STATE/apt.log)"; }
-    # Debian's policy-rc.d (in containers) stops the packages' services from starting, which is
-    # what we want: this script runs its own daemons with its own config.
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-        slurm-wlm munge >>"$STATE/apt.log" 2>&1 \
-        || { tail -20 "$STATE/apt.log" >&2; die "apt-get install failed (log: $STATE/apt.log)"; }
+    # The packages' own services must not start: this script runs its own daemons with its
+    # own config. Containers have a policy-rc.d that forbids it; elsewhere add one meanwhile.
+    # (DPkg::Lock::Timeout: wait for another apt-get on the machine instead of failing.)
+    local policy=/usr/sbin/policy-rc.d own_policy=0
+    if [ ! -e $policy ]; then
+        printf '#!/bin/sh\nexit 101\n' >$policy && chmod 755 $policy && own_policy=1
+    fi
+    local rc=0
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends \
+        slurm-wlm munge >>"$STATE/apt.log" 2>&1 || rc=$?
+    [ $own_policy = 1 ] && rm -f $policy
+    [ $rc = 0 ] || { tail -20 "$STATE/apt.log" >&2; die "apt-get install failed (log: $STATE/apt.log)"; }
     log "installed in $((SECONDS - t0)) s"
     have_slurm || die "slurm-wlm installed but its binaries are not on PATH"
+}
+
+# True while the process exists and is not a zombie (where pid 1 does not reap, an ended
+# daemon lingers as one, and kill -0 would still succeed).
+alive() {
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [ "${stat%% *}" != Z ]
 }
 
 # pid from a pid file, if that process is alive.
@@ -69,7 +89,7 @@ live_pid() {
     local f=$1 pid
     [ -s "$f" ] || return 1
     pid=$(cat "$f")
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+    [ -n "$pid" ] && alive "$pid" && echo "$pid"
 }
 
 node_name() { hostname -s; }
@@ -111,6 +131,7 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 JobCompType=jobcomp/none
 MpiDefault=none
+MailProg=/bin/true
 # CPUs and memory are both consumable, so --mem and --cpus-per-task are enforced by scheduling.
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -132,13 +153,22 @@ EOF
 }
 
 link_system_conf() {
-    # Only when nothing else owns /etc/slurm/slurm.conf (never overwrite a real cluster's).
-    [ "$(id -u)" = 0 ] || return 0
+    # srun inside a job must reach this cluster without SLURM_CONF: the Snakemake jobstep
+    # plugin (0.6) removes SLURM_* variables, SLURM_CONF included, before it calls srun. So
+    # /etc/slurm/slurm.conf, srun's built-in default, has to be ours while we run.
     if [ -L "$SYSTEM_CONF" ] && [ "$(readlink "$SYSTEM_CONF")" = "$CONF" ]; then return 0; fi
-    if [ ! -e "$SYSTEM_CONF" ] && [ ! -L "$SYSTEM_CONF" ]; then
-        mkdir -p "$(dirname "$SYSTEM_CONF")"
-        ln -s "$CONF" "$SYSTEM_CONF"
+    if [ -L "$SYSTEM_CONF" ] && grep -qs "^# Written by scripts/slurm_local.sh" "$SYSTEM_CONF"; then
+        local other
+        other=$(dirname "$(readlink "$SYSTEM_CONF")")
+        if live_pid "$other/slurmctld.pid" >/dev/null; then
+            die "another local cluster is running from $other; use it, or stop it first: SLURM_LOCAL_DIR=$other $0 stop"
+        fi
+        rm -f "$SYSTEM_CONF"
+    elif [ -e "$SYSTEM_CONF" ] || [ -L "$SYSTEM_CONF" ]; then
+        die "$SYSTEM_CONF exists and was not written by this script (a real cluster?); not replacing it"
     fi
+    mkdir -p "$(dirname "$SYSTEM_CONF")"
+    ln -s "$CONF" "$SYSTEM_CONF"
 }
 
 unlink_system_conf() {
@@ -204,12 +234,13 @@ cmd_start() {
         log "already running (SLURM_CONF=$CONF)"
         return 0
     fi
+    [ "$(id -u)" = 0 ] || die "starting the daemons needs root (slurmd launches jobs as their user)"
     # Something is half up (or a stale pid file): start clean.
     cmd_stop quiet
     write_config
+    link_system_conf
     start_daemons
     wait_idle
-    link_system_conf
     log "up in $((SECONDS - t0)) s: node $(node_name), $(SLURM_CONF=$CONF sinfo -h -N -o '%c CPUs, %m MB' | head -1)"
     log "use it with: export SLURM_CONF=$CONF"
 }
@@ -219,10 +250,10 @@ stop_pidfile() {
     pid=$(live_pid "$f") || { rm -f "$f"; return 0; }
     kill "$pid" 2>/dev/null || true
     for i in $(seq 1 100); do
-        kill -0 "$pid" 2>/dev/null || break
+        alive "$pid" || break
         sleep 0.1
     done
-    if kill -0 "$pid" 2>/dev/null; then
+    if alive "$pid"; then
         log "$name ($pid) did not stop in 10 s; killing it"
         kill -9 "$pid" 2>/dev/null || true
     fi

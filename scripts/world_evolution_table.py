@@ -1,5 +1,4 @@
-from snakemake.script import snakemake
-
+# `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.runlog import job_log
 from selfknow.world.evolution import write_evolution_table
 

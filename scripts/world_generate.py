@@ -1,6 +1,5 @@
+# `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from pathlib import Path
-
-from snakemake.script import snakemake
 
 from selfknow.runlog import job_log
 from selfknow.world.generator import generate_world
