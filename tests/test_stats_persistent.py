@@ -1,0 +1,388 @@
+"""Golden tests for the persistent-calibration statistics (paper §2, §A.1-§A.3, §A.8, §B.1)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import relplot
+from sklearn.isotonic import IsotonicRegression
+from sklearn.metrics import brier_score_loss, roc_auc_score
+
+from selfknow.stats.bootstrap import (bootstrap_persistent, component_classes, default_block,
+                                      draw_block, replicate_counts, replicate_rngs,
+                                      select_from_sequence)
+from selfknow.stats.bt_normalise import fit_bt_normaliser
+from selfknow.stats.classification import auc, brier
+from selfknow.stats.contrast import (METRICS, contrast_pairs, delta_metrics, eq1_normalise,
+                                     persistent_metrics, pivot_long)
+from selfknow.stats.isotonic import fit_isotonic
+from selfknow.stats.significance import significance_marks, table_marks
+from selfknow.stats.smooth_ece import smooth_ece, smooth_ece_batch, smooth_ece_sigma, smooth_ece_width
+
+
+# ---------------------------------------------------------------- AUC / Brier vs scikit-learn
+
+@pytest.mark.parametrize("case", range(6))
+def test_auc_brier_match_sklearn(case):
+    rng = np.random.default_rng(case)
+    n = [2, 7, 50, 400, 1000, 3000][case]
+    p = rng.uniform(size=n)
+    if case % 2:  # heavy ties
+        p = np.round(p, 1)
+    y = (rng.uniform(size=n) < p).astype(float)
+    y[0], y[1] = 0, 1
+    assert abs(auc(p, y) - roc_auc_score(y, p)) < 1e-12
+    assert abs(brier(p, y) - brier_score_loss(y, p)) < 1e-12
+
+
+# ---------------------------------------------------------------- SmoothECE vs relplot
+
+def _smece_cases():
+    rng = np.random.default_rng(7)
+    cases = []
+    for n in (1, 2, 3, 4, 5):
+        f = rng.uniform(size=n)
+        cases.append((f, (rng.uniform(size=n) < f).astype(float)))
+    cases.append((np.full(10, 0.7), np.ones(10)))  # constant confidence, all correct
+    cases.append((np.full(10, 0.7), np.zeros(10)))  # all wrong
+    cases.append((np.array([0.0, 1.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0, 0.0])))  # exact 0/1
+    cases.append((np.array([0.0, 0.0, 1.0]), np.array([0.0, 0.0, 1.0])))  # perfect
+    cases.append((np.round(rng.uniform(size=300), 1), rng.integers(0, 2, 300).astype(float)))  # ties
+    cases.append((np.ones(50), rng.integers(0, 2, 50).astype(float)))
+    cases.append((np.zeros(50), rng.integers(0, 2, 50).astype(float)))
+    for n in (20, 200, 1000, 5000, 20000):  # calibrated, over- and under-confident
+        f = rng.uniform(size=n) ** rng.uniform(0.3, 3)
+        y = (rng.uniform(size=n) < np.clip(f + rng.normal(0, 0.15), 0, 1)).astype(float)
+        cases.append((f, y))
+    f = rng.uniform(size=4000)
+    cases.append((f, (rng.uniform(size=4000) < f).astype(float)))  # well calibrated: small sigma
+    cases.append((f, (rng.uniform(size=4000) < f ** 3).astype(float)))
+    cases.append((np.array([1.0]), np.array([1.0])))  # n = 1 at the boundary
+    cases.append((np.array([0.0]), np.array([1.0])))
+    g = rng.uniform(size=30000)  # large and calibrated: sigma* below 0.01, larger grids
+    cases.append((g, (rng.uniform(size=30000) < g).astype(float)))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(22))
+def test_smooth_ece_matches_relplot(case):
+    f, y = _smece_cases()[case]
+    ref, ref_sigma = relplot.smECE(f, y, return_width=True)
+    ours, sigma = smooth_ece_width(f, y)
+    assert sigma == ref_sigma
+    assert abs(ours - ref) < 1e-6
+    assert abs(smooth_ece(f, y) - ref) < 1e-6
+
+
+def test_smooth_ece_fixed_sigma_and_small_sigma_fft_path():
+    rng = np.random.default_rng(3)
+    f = rng.uniform(size=500)
+    y = (rng.uniform(size=500) < f).astype(float)
+    for sigma in (0.5, 0.1, 0.03, 0.002):  # 0.002 uses the FFT route
+        assert abs(smooth_ece_sigma(f, y, sigma) - relplot.smECE_sigma(f, y, sigma)) < 1e-9
+
+
+def test_smooth_ece_batch_counts_equal_repeated_samples():
+    rng = np.random.default_rng(4)
+    n = 300
+    f = rng.uniform(size=n)
+    y = (rng.uniform(size=n) < f ** 1.5).astype(float)
+    counts = np.stack([np.bincount(rng.integers(0, n, n), minlength=n) for _ in range(6)])
+    vals = smooth_ece_batch(f, y, counts)
+    for b in range(6):
+        ref = relplot.smECE(np.repeat(f, counts[b]), np.repeat(y, counts[b]))
+        assert abs(vals[b] - ref) < 1e-9
+
+
+def test_smooth_ece_rejects_bad_input():
+    with pytest.raises(ValueError, match="row 1"):
+        smooth_ece([0.2, 1.5], [0, 1])
+    with pytest.raises(ValueError, match="0/1"):
+        smooth_ece([0.2, 0.5], [0, 2])
+
+
+# ---------------------------------------------------------------- Eq. 1 and the Δ metrics
+
+def test_eq1_hand_values():
+    q1, q2 = eq1_normalise([0.8, 0.6, 0.5, 0.0, 1.0, 0.0], [0.4, 0.3, 0.5, 0.0, 1.0, 1.0])
+    # 0.8, 0.4: 0.8*0.6 = 0.48, 0.4*0.2 = 0.08, Z = 0.56 -> 6/7, 1/7
+    # 0.6, 0.3: 0.42, 0.12, Z = 0.54 -> 7/9, 2/9;  0.5, 0.5 -> 1/2, 1/2
+    # both 0 / both 1: Z = 0 -> 1/2, 1/2;  0 vs 1: Z = 1 -> 0, 1
+    np.testing.assert_allclose(q1, [6 / 7, 7 / 9, 0.5, 0.5, 0.5, 0.0], atol=1e-15)
+    np.testing.assert_allclose(q1 + q2, 1.0, atol=1e-15)
+
+
+def _toy():
+    # rows: earlier, later checkpoint; contrast items 0 (regression), 1, 2 (improvements)
+    correct = np.array([[1, 0, 0, 1, 0], [0, 1, 1, 1, 0]], dtype=float)
+    conf = np.array([[0.8, 0.5, 0.6, 0.9, 0.2], [0.4, 0.5, 0.3, 0.7, 0.1]])
+    return conf, correct
+
+
+def test_contrast_pairs_and_delta_hand_values():
+    conf, correct = _toy()
+    pairs = contrast_pairs(correct)
+    assert len(pairs) == 1 and pairs[0].items.tolist() == [0, 1, 2]
+    assert pairs[0].improvement.tolist() == [False, True, True]
+    assert contrast_pairs(correct, min_size=4) == []
+    m = persistent_metrics(conf, correct)
+    # normalised: item0 (6/7, 1/7) gap 5/7 sign +1; item1 (1/2, 1/2) gap 0 sign 0;
+    # item2 (7/9, 2/9), later correct: gap 2/9 - 7/9 = -5/9, sign -1
+    assert m["delta"] == pytest.approx((5 / 7 + 0 - 5 / 9) / 3, abs=1e-12)  # 10/189
+    assert m["delta0"] == pytest.approx(0.0, abs=1e-12)
+    # balanced: regression mean 5/7, improvement mean (0 - 5/9)/2 = -5/18 -> 55/252
+    assert m["delta_b"] == pytest.approx(0.5 * (5 / 7 - 5 / 18), abs=1e-12)
+    assert m["delta0_b"] == pytest.approx(0.5 * (1 + (0 - 1) / 2), abs=1e-12)  # 1/4
+    # pooled AUC: positives 6/7, 1/2, 2/9 vs negatives 1/7, 1/2, 7/9 -> (3 + 1.5 + 1) / 9
+    assert m["contrast_auc"] == pytest.approx(5.5 / 9, abs=1e-12)
+    # Brier: both endpoints give (1/7)^2 + 1/4 + (7/9)^2 over 3 questions
+    assert m["contrast_brier"] == pytest.approx(((1 / 7) ** 2 + 0.25 + (7 / 9) ** 2) / 3, abs=1e-12)
+    # ECE on the earlier checkpoint's normalised confidences (labels 1, 0, 0)
+    ref = relplot.smECE(np.array([6 / 7, 0.5, 7 / 9]), np.array([1.0, 0, 0]))
+    assert m["contrast_ece"] == pytest.approx(ref, abs=1e-9)
+    later = relplot.smECE(np.array([1 / 7, 0.5, 2 / 9]), np.array([0.0, 1, 1]))
+    assert later == pytest.approx(ref, abs=1e-9)  # footnote 3: invariant to the checkpoint
+    d = delta_metrics([6 / 7, 0.5, 2 / 9], [1 / 7, 0.5, 7 / 9], [False, True, True])
+    assert d["delta"] == pytest.approx(m["delta"]) and d["delta0_b"] == pytest.approx(0.25)
+
+
+def test_full_metrics_pool_auc_brier_but_average_ece():
+    rng = np.random.default_rng(5)
+    n = 400
+    correct = np.stack([rng.uniform(size=n) < 0.5, rng.uniform(size=n) < 0.7]).astype(float)
+    conf = np.full((2, n), 0.6)  # §A.3 example: constant 0.6 on 50 % and 70 % accuracy
+    m = persistent_metrics(conf, correct)
+    per_ckpt = [relplot.smECE(conf[k], correct[k]) for k in range(2)]
+    assert m["full_ece"] == pytest.approx(np.mean(per_ckpt), abs=1e-9)
+    assert m["full_ece"] > relplot.smECE(conf.ravel(), correct.ravel()) + 0.05
+    assert m["full_auc"] == pytest.approx(roc_auc_score(correct.ravel(), conf.ravel()), abs=1e-12)
+    # constant confidence: every contrast question normalises to 1/2 / 1/2
+    assert m["contrast_brier"] == pytest.approx(0.25) and m["delta"] == pytest.approx(0.0)
+
+
+def test_end_correct_baseline_shape():
+    # Table 11 "End-correct baseline": Δ0b = 0 exactly, Δ0 = (n_imp - n_reg) / n.
+    rng = np.random.default_rng(6)
+    correct = (rng.uniform(size=(4, 2000)) < np.array([0.5, 0.55, 0.6, 0.65])[:, None]).astype(float)
+    conf = np.repeat(np.linspace(0, 1, 4)[:, None], 2000, axis=1)
+    m = persistent_metrics(conf, correct, min_contrast=1)
+    pairs = contrast_pairs(correct)
+    assert m["delta0_b"] == pytest.approx(0.0, abs=1e-12)
+    expect = np.mean([(p.n_improvement - p.n_regression) / p.size for p in pairs])
+    assert m["delta0"] == pytest.approx(expect, abs=1e-12)
+
+
+def test_seeds_are_averaged_and_pivot_long():
+    conf, correct = _toy()
+    two = np.stack([conf, conf[::-1] * 0 + 0.5])
+    m = persistent_metrics(two, correct)
+    a, b = persistent_metrics(conf, correct), persistent_metrics(two[1], correct)
+    for k in METRICS:
+        assert m[k] == pytest.approx((a[k] + b[k]) / 2, abs=1e-12)
+    ck = np.array(["late", "early", "late", "early"])
+    it = np.array([2, 2, 1, 1])
+    arr, labels, items = pivot_long(ck, it, [0.1, 0.2, 0.3, 0.4], checkpoint_order=["early", "late"])
+    assert labels.tolist() == ["early", "late"] and items.tolist() == [1, 2]
+    np.testing.assert_allclose(arr, [[0.4, 0.2], [0.3, 0.1]])
+    with pytest.raises(ValueError, match="missing row"):
+        pivot_long(ck[:3], it[:3], [0.1, 0.2, 0.3], checkpoint_order=["early", "late"])
+
+
+# ---------------------------------------------------------------- §B.1 fitted normalisation
+
+def test_bt_normaliser_properties_and_fit():
+    rng = np.random.default_rng(8)
+
+    def true_h(p):  # antisymmetric, far from logit: a steep step around 0.5
+        return 4 * np.tanh(8 * (p - 0.5))
+
+    def simulate(n):
+        p1, p2 = rng.uniform(size=n), rng.uniform(size=n)
+        y = (rng.uniform(size=n) < 1 / (1 + np.exp(-(true_h(p1) - true_h(p2))))).astype(float)
+        return p1, p2, y
+
+    p1, p2, y = simulate(4000)
+    bt = fit_bt_normaliser(p1, p2, y)
+    grid = np.linspace(0, 1, 101)
+    np.testing.assert_allclose(bt.h(1 - grid), -bt.h(grid), atol=1e-12)
+    assert bt.h(0.5) == 0
+    a, b = rng.uniform(size=50), rng.uniform(size=50)
+    np.testing.assert_allclose(bt.prob_first(a, b) + bt.prob_first(b, a), 1, atol=1e-12)
+    q1, q2 = bt(a, b)
+    np.testing.assert_allclose(q1 + q2, 1, atol=1e-12)
+    assert np.all(np.diff(bt.h(grid)) >= -1e-12)  # monotone
+    t1, t2, ty = simulate(4000)  # held out
+    z = np.log(t1 / (1 - t1)) - np.log(t2 / (1 - t2))
+    eq1_nll = float(np.mean(np.logaddexp(0, z) - ty * z))
+    assert bt.nll(t1, t2, ty) < eq1_nll - 0.02
+    truth = true_h(t1) - true_h(t2)
+    truth_nll = float(np.mean(np.logaddexp(0, truth) - ty * truth))
+    assert bt.nll(t1, t2, ty) < truth_nll + 0.02
+
+
+def test_bt_recovers_eq1_when_eq1_is_true():
+    rng = np.random.default_rng(9)
+    p1, p2 = rng.uniform(0.02, 0.98, 6000), rng.uniform(0.02, 0.98, 6000)
+    q1, _ = eq1_normalise(p1, p2)
+    y = (rng.uniform(size=6000) < q1).astype(float)
+    bt = fit_bt_normaliser(p1, p2, y)
+    grid = np.linspace(0.55, 0.95, 9)
+    np.testing.assert_allclose(bt.h(grid), np.log(grid / (1 - grid)), atol=0.35)
+
+
+def test_persistent_metrics_with_fitted_normaliser_keeps_delta0():
+    conf, correct = _toy()
+    m_eq1 = persistent_metrics(conf, correct)
+    m_bt = persistent_metrics(conf, correct, normaliser="bt")
+    assert m_bt["delta0"] == m_eq1["delta0"] and m_bt["delta0_b"] == m_eq1["delta0_b"]
+
+
+# ---------------------------------------------------------------- isotonic (post-hoc)
+
+@pytest.mark.parametrize("case", range(4))
+def test_isotonic_matches_sklearn(case):
+    rng = np.random.default_rng(10 + case)
+    n = [5, 60, 500, 3000][case]
+    x = rng.uniform(size=n)
+    if case % 2:
+        x = np.round(x, 2)
+    y = (rng.uniform(size=n) < x ** 2).astype(float)
+    ours = fit_isotonic(x, y)
+    ref = IsotonicRegression(out_of_bounds="clip").fit(x, y)
+    query = np.concatenate([rng.uniform(-0.1, 1.1, 500), x])
+    np.testing.assert_allclose(ours(query), ref.predict(query), atol=1e-12)
+
+
+def test_isotonic_block_means_variant_hand_case():
+    # sorted y = 0, 1, 0, 1: PAV pools the middle pair -> blocks {0.1}:0, {0.3, 0.5}:0.5, {0.7}:1
+    cal = fit_isotonic([0.1, 0.3, 0.5, 0.7], [0, 1, 0, 1], interpolation="block_means")
+    np.testing.assert_allclose(cal.x, [0.0, 0.1, 0.4, 0.7, 1.0])
+    np.testing.assert_allclose(cal.y, [0.0, 0.0, 0.5, 1.0, 1.0])
+
+
+# ---------------------------------------------------------------- the §A.8 bootstrap
+
+def test_select_from_sequence_hand_case():
+    classes = np.array([[1, 1, 0, 0],  # a checkpoint: items 0, 1 correct
+                        [1, 0, 1, -1]], dtype=np.int8)  # a pair: item 3 not in the contrast set
+    quotas = np.array([[2, 2], [1, 2]])
+    seq = np.array([[3, 2, 2, 0, 1, 0, 2]])
+    acc, filled = select_from_sequence(seq, classes, quotas)
+    # checkpoint: 3 (c0 #1), 2 (c0 #2), 2 (c0 #3 full), 0 (c1 #1), 1 (c1 #2) -> positions 0,1,3,4
+    assert np.flatnonzero(acc[0, 0]).tolist() == [0, 1, 3, 4]
+    # pair: 3 skipped, 2 (imp #1), 2 (imp #2), 0 (imp full), 1 (reg #1) -> positions 1, 2, 4
+    assert np.flatnonzero(acc[1, 0]).tolist() == [1, 2, 4]
+    assert filled.tolist() == [True]
+    _, filled = select_from_sequence(seq[:, :4], classes, quotas)
+    assert filled.tolist() == [False]
+
+
+def _literal_replicate(rng, classes, quotas, block):
+    """§A.8 read literally: walk the shared sequence, one question at a time."""
+    n_comp, n = classes.shape
+    counts = np.zeros((n_comp, n), dtype=int)
+    left = quotas.copy()
+    while left.sum() > 0:
+        for q in draw_block(rng, n, block):
+            for j in range(n_comp):
+                c = classes[j, q]
+                if c >= 0 and left[j, c] > 0:
+                    left[j, c] -= 1
+                    counts[j, q] += 1
+            if left.sum() == 0:
+                break
+    return counts
+
+
+def _small_world(seed=11, n=60, k=3):
+    rng = np.random.default_rng(seed)
+    skill = rng.normal(size=n)
+    correct = (rng.uniform(size=(k, n)) < 1 / (1 + np.exp(-(skill + 0.4 * np.arange(k)[:, None])))).astype(float)
+    conf = 1 / (1 + np.exp(-(skill + 0.4 * np.arange(k)[:, None] + rng.normal(0, 1, (k, n)))))
+    return conf, correct
+
+
+def test_vectorised_replicates_equal_literal_walk_and_keep_strata():
+    conf, correct = _small_world()
+    pairs = contrast_pairs(correct, min_size=5)
+    classes = component_classes(correct, pairs)
+    quotas = np.stack([(classes == 0).sum(1), (classes == 1).sum(1)], axis=1)
+    block = 20  # short blocks force the multi-block path for many replicates
+    counts = np.concatenate(list(replicate_counts(classes, 40, seed=3, chunk=16, block=block)))
+    other_chunks = np.concatenate(list(replicate_counts(classes, 40, seed=3, chunk=7, block=block)))
+    np.testing.assert_array_equal(counts, other_chunks)  # batching does not change replicates
+    rngs = replicate_rngs(3, 40)
+    for r in range(40):
+        np.testing.assert_array_equal(counts[r], _literal_replicate(rngs[r], classes, quotas, block))
+    for j in range(classes.shape[0]):
+        for c in (0, 1):
+            assert np.all(counts[:, j, classes[j] == c].sum(axis=1) == quotas[j, c])
+        assert np.all(counts[:, j, classes[j] == -1] == 0)
+    assert default_block(classes) >= classes.shape[1]
+
+
+def test_bootstrap_metrics_equal_metrics_of_the_expanded_replicate():
+    conf, correct = _small_world(n=80)
+    pairs = contrast_pairs(correct, min_size=5)
+    out = bootstrap_persistent({"m": conf}, correct, pairs, n_boot=5, seed=2, chunk=2)["m"]
+    counts = np.concatenate(list(replicate_counts(component_classes(correct, pairs), 5, seed=2)))
+    k = correct.shape[0]
+    for r in range(5):
+        c = counts[r].astype(int)
+        fc = np.concatenate([np.repeat(conf[i], c[i]) for i in range(k)])
+        fy = np.concatenate([np.repeat(correct[i], c[i]) for i in range(k)])
+        assert out["full_auc"][r] == pytest.approx(roc_auc_score(fy, fc), abs=1e-12)
+        assert out["full_brier"][r] == pytest.approx(brier_score_loss(fy, fc), abs=1e-12)
+        ece = np.mean([relplot.smECE(np.repeat(conf[i], c[i]), np.repeat(correct[i], c[i])) for i in range(k)])
+        assert out["full_ece"][r] == pytest.approx(ece, abs=1e-9)
+        per_pair = []
+        for j, p in enumerate(pairs):
+            rep = np.repeat(p.items, c[k + j, p.items])
+            sub_conf = conf[[p.early, p.late]][:, rep]
+            sub_corr = correct[[p.early, p.late]][:, rep]
+            mm = persistent_metrics(sub_conf, sub_corr)
+            per_pair.append(mm)
+        for name in ("delta0", "delta", "contrast_auc", "contrast_brier", "contrast_ece"):
+            assert out[name][r] == pytest.approx(np.mean([m[name] for m in per_pair]), abs=1e-9), name
+    # the original data (all multiplicities 1) reproduce the point estimates
+    point = persistent_metrics(conf, correct, pairs)
+    assert np.isfinite(point["delta_b"])
+
+
+def test_bootstrap_pairs_methods_and_averages_seeds():
+    conf, correct = _small_world(n=120)
+    pairs = contrast_pairs(correct, min_size=5)
+    rng = np.random.default_rng(0)
+    seeds = np.clip(conf[None] + rng.normal(0, 0.05, (3,) + conf.shape), 0, 1)
+    out = bootstrap_persistent({"multi": seeds, "s0": seeds[0], "s1": seeds[1], "s2": seeds[2]},
+                               correct, pairs, n_boot=8, seed=4, metrics=("full_auc", "contrast_brier"))
+    for name in ("full_auc", "contrast_brier"):
+        mean = (out["s0"][name] + out["s1"][name] + out["s2"][name]) / 3
+        np.testing.assert_allclose(out["multi"][name], mean, atol=1e-12)
+    again = bootstrap_persistent({"s0": seeds[0]}, correct, pairs, n_boot=8, seed=4, metrics=("full_auc",))
+    np.testing.assert_array_equal(again["s0"]["full_auc"], out["s0"]["full_auc"])
+    bt = bootstrap_persistent({"s0": seeds[0]}, correct, pairs, n_boot=4, seed=4,
+                              normaliser="bt", metrics=("delta0", "delta"))
+    eq1 = bootstrap_persistent({"s0": seeds[0]}, correct, pairs, n_boot=4, seed=4, metrics=("delta0",))
+    np.testing.assert_allclose(bt["s0"]["delta0"], eq1["s0"]["delta0"])  # Δ0 is normaliser-free
+    assert np.all(np.isfinite(bt["s0"]["delta"]))
+
+
+# ---------------------------------------------------------------- significance marks
+
+def test_significance_marks_constructed_case():
+    rng = np.random.default_rng(12)
+    base = rng.normal(0.8, 0.01, 10_000)
+    reps = {"A": base, "B": base - 0.05 + rng.normal(0, 0.005, 10_000),  # clearly worse
+            "C": base - 0.001 + rng.normal(0, 0.01, 10_000),  # within noise
+            "D": base + 0.0}
+    point = {"A": 0.80, "B": 0.75, "C": 0.799, "D": 0.800004, "E": float("nan")}
+    marks = significance_marks(point, reps, higher_is_better=True)
+    assert marks == {"A": "best", "B": "", "C": "tie", "D": "best", "E": ""}
+    # lower is better: the sign flips
+    low = significance_marks({"A": 0.2, "B": 0.25, "C": 0.201},
+                             {"A": -base, "B": -base + 0.05 + rng.normal(0, 0.005, 10_000),
+                              "C": -base + 0.001 + rng.normal(0, 0.01, 10_000)}, higher_is_better=False)
+    assert low == {"A": "best", "B": "", "C": "tie"}
+    tbl = table_marks({"A": {"full_ece": 0.2}, "B": {"full_ece": 0.25}},
+                      {"A": {"full_ece": -base}, "B": {"full_ece": -base + 0.05}})
+    assert tbl == {"A": {"full_ece": "best"}, "B": {"full_ece": ""}}
