@@ -1,38 +1,89 @@
-"""Per-job logging for the workflow's scripts: stderr to the rule's log, timing, a summary line."""
+"""Per-job logging for the workflow's scripts: stderr to the rule's log, timing, a summary line.
+
+Inside `job_log`, everything a job writes to stderr lands in the rule's log: Python-level
+writes (the `selfknow` logger, warnings, tqdm progress bars, which look up `sys.stderr` when a
+bar is created) through `sys.stderr`, and C-level writes of libraries (torch, tokenizers) and
+child processes through file descriptor 2, which is pointed at the log too. A progress bar
+redraws itself with carriage returns; in a log file each redraw becomes its own line, so
+`tail -f` and an editor both show the progress history.
+"""
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import sys
 import time
-from typing import Iterator
+from typing import IO, Iterator
 
 log = logging.getLogger("selfknow")
+
+
+class _LogStream:
+    """A text stream onto the log file that turns tqdm's carriage-return redraws into lines."""
+
+    def __init__(self, stream: IO[str]):
+        self._stream = stream
+
+    def write(self, s: str) -> int:
+        if "\r" in s:
+            s = "\n".join(part.rstrip(" ") for part in s.split("\r"))
+        return self._stream.write(s)
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def _fd2_to(path: str) -> Iterator[None]:
+    """Point file descriptor 2 at `path` (append) for the block; restore it afterwards."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # no fd 2 (some embedded interpreters): nothing to redirect
+        yield
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 @contextlib.contextmanager
 def job_log(log_path: str | None, job: str) -> Iterator[dict]:
     """Send stderr and the `selfknow` logger to `log_path`; on exit log one summary line
-    ``<job> done in <s> s: k=v ...`` from the dict the block fills in."""
+    ``<job> done in <s> s: k=v ...`` from the dict the block fills in (items, cache hits, ...)."""
     summary: dict = {}
-    stream = open(log_path, "a", encoding="utf-8", buffering=1) if log_path else sys.stderr
+    if log_path:
+        os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    stream = _LogStream(open(log_path, "a", encoding="utf-8", buffering=1)) if log_path else sys.stderr
     old_stderr = sys.stderr
-    sys.stderr = stream
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    t0 = time.perf_counter()
-    try:
-        yield summary
-        parts = " ".join(f"{k}={v}" for k, v in summary.items())
-        log.info("%s done in %.1f s: %s", job, time.perf_counter() - t0, parts)
-    except BaseException:
-        log.exception("%s failed after %.1f s", job, time.perf_counter() - t0)
-        raise
-    finally:
-        root.removeHandler(handler)
-        sys.stderr = old_stderr
-        if stream is not old_stderr:
-            stream.close()
+    with contextlib.ExitStack() as stack:
+        if log_path:
+            sys.stderr.flush()
+            stack.enter_context(_fd2_to(log_path))
+        sys.stderr = stream
+        handler = logging.StreamHandler(stream)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        t0 = time.perf_counter()
+        try:
+            yield summary
+            parts = " ".join(f"{k}={v}" for k, v in summary.items())
+            log.info("%s done in %.1f s: %s", job, time.perf_counter() - t0, parts)
+        except BaseException:
+            log.exception("%s failed after %.1f s", job, time.perf_counter() - t0)
+            raise
+        finally:
+            root.removeHandler(handler)
+            sys.stderr = old_stderr
+            if stream is not old_stderr:
+                stream.close()

@@ -1,6 +1,17 @@
-"""Figures with one consistent, colour-blind-safe style (Okabe-Ito palette), saved atomically."""
+"""Figures with one consistent, colour-blind-safe style (Okabe-Ito palette), saved atomically.
+
+Every figure function draws from a DataFrame or arrays (no model, no file other than its PNG
+and optional provenance sidecar), labels its axes, titles itself, and returns a
+`FigureSummary` of what it drew (taken before the figure is closed) so that tests can check
+for empty axes, missing labels and the number of series without decoding the PNG.
+
+Heat-maps use `cividis`, a colour map designed to read the same under colour-vision
+deficiency; series beyond the eight Okabe-Ito colours repeat a colour with another marker and
+line style rather than fall back to an unsafe palette.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -15,25 +26,456 @@ from selfknow.records import atomic_path  # noqa: E402
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 plt.rcParams.update({"axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO), "figure.dpi": 120,
                      "axes.spines.top": False, "axes.spines.right": False, "font.size": 9})
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+LINESTYLES = ["-", "--", ":", "-."]
+HEATMAP_CMAP = "cividis"
+#: the grey of reference lines (perfect calibration, chance)
+REFERENCE = "#7f7f7f"
 
 
-def save(fig, path: str | Path) -> None:
+@dataclass
+class AxesSummary:
+    """What one axes shows: labels, and how many artists of each kind carry data."""
+    title: str
+    xlabel: str
+    ylabel: str
+    series: list[str]  # labels of the legend entries (one per plotted series)
+    n_lines: int
+    n_collections: int
+    n_images: int
+    n_patches: int
+    n_texts: int
+    has_data: bool
+
+
+@dataclass
+class FigureSummary:
+    path: str
+    suptitle: str
+    axes: list[AxesSummary] = field(default_factory=list)
+
+
+def _axes_summary(ax) -> AxesSummary:
+    _, labels = ax.get_legend_handles_labels()
+    lines = [ln for ln in ax.lines if len(np.atleast_1d(ln.get_xdata())) > 0]
+    collections = [c for c in ax.collections if _collection_size(c) > 0]
+    images = [im for im in ax.images if np.size(im.get_array()) > 0]
+    patches = [p for p in ax.patches if p.get_visible()]
+    return AxesSummary(title=ax.get_title(), xlabel=ax.get_xlabel(), ylabel=ax.get_ylabel(), series=list(labels),
+                       n_lines=len(lines), n_collections=len(collections), n_images=len(images),
+                       n_patches=len(patches), n_texts=len(ax.texts),
+                       has_data=bool(lines or collections or images or patches))
+
+
+def _collection_size(c) -> int:
+    offsets = c.get_offsets()
+    if offsets is not None and len(offsets):
+        return len(offsets)
+    return len(c.get_paths())
+
+
+def figure_summary(fig, path: str | Path = "") -> FigureSummary:
+    sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) is not None else ""
+    # colour bars are axes too, but they show a scale, not data
+    axes = [ax for ax in fig.axes if not hasattr(ax, "_colorbar")]
+    return FigureSummary(path=str(path), suptitle=sup, axes=[_axes_summary(ax) for ax in axes])
+
+
+def save(fig, path: str | Path, *, provenance: dict | None = None) -> FigureSummary:
+    """Write `fig` as PNG atomically (and the provenance sidecar `<stem>.json` if given),
+    close it, and return its summary."""
+    summary = figure_summary(fig, path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", bbox_inches="tight")
     plt.close(fig)
+    if provenance is not None:
+        from selfknow.report.provenance import write_sidecar
+
+        write_sidecar(provenance, path)
+    return summary
 
 
-def ability_lcae_ce(df: pd.DataFrame, path: str | Path, *, title: str) -> None:
+def _style(k: int) -> dict:
+    """Colour, marker and line style of the k-th series (distinct for up to 8 x 4 series)."""
+    return {"color": OKABE_ITO[k % len(OKABE_ITO)], "marker": MARKERS[(k // len(OKABE_ITO)) % len(MARKERS)],
+            "linestyle": LINESTYLES[(k // len(OKABE_ITO)) % len(LINESTYLES)]}
+
+
+def _require(df: pd.DataFrame, columns: list[str], what: str) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(f"{what}: missing columns {missing}; got {list(df.columns)}")
+    if df.empty:
+        raise ValueError(f"{what}: no rows to plot")
+
+
+def ability_lcae_ce(df: pd.DataFrame, path: str | Path, *, title: str,
+                    provenance: dict | None = None) -> FigureSummary:
     """LCAE Figure 2: ability (x) against LCAE (y), marker area by cost efficiency (CE).
     `df` has columns label, theta, lcae, ce."""
+    _require(df, ["label", "theta", "lcae", "ce"], "ability_lcae_ce")
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ce = df["ce"].to_numpy(float)
     size = 40 + 260 * (ce - ce.min()) / (np.ptp(ce) or 1.0)
     for k, (_, r) in enumerate(df.iterrows()):
-        ax.scatter(r["theta"], r["lcae"], s=size[k], color=OKABE_ITO[k % len(OKABE_ITO)], alpha=0.8,
-                   edgecolor="black", linewidth=0.5, label=f"{r['label']} (CE {r['ce'] / 1e6:.2f}M)")
+        ax.scatter(r["theta"], r["lcae"], s=size[k], color=OKABE_ITO[k % len(OKABE_ITO)],
+                   marker=_style(k)["marker"], alpha=0.8, edgecolor="black", linewidth=0.5,
+                   label=f"{r['label']} (CE {r['ce'] / 1e6:.2f}M)")
     ax.set_xlabel("ability θ (logits, Stage 3)")
     ax.set_ylabel("LCAE (BCE, lower is better)")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="best", frameon=False)
-    save(fig, path)
+    return save(fig, path, provenance=provenance)
+
+
+# --- reliability: binned points and the SmoothECE curve --------------------------------------
+
+DENSITY_FLOOR = 1e-4  # relplot BaseKernelMixin.smooth(eps=1e-4), as in selfknow.stats.smooth_ece
+MESH_POINTS = 200  # relplot config.plot_mesh_pts
+
+
+def _grid_points(sigma: float) -> int:
+    return max(2000, round(20 / sigma)) // 2 + 1
+
+
+def _spread(conf: np.ndarray, n_grid: int):
+    """(n, E) sparse matrix spreading each sample linearly onto the two nearest grid points
+    of linspace(0, 1, E) (relplot smooth_round_to_grid)."""
+    import scipy.sparse as sp
+
+    idx = (conf * (n_grid - 1)).astype(int).clip(0, n_grid - 2)
+    frac = conf * (n_grid - 1) - idx
+    n = conf.size
+    return sp.csr_matrix((np.concatenate([1 - frac, frac]),
+                          (np.concatenate([np.arange(n), np.arange(n)]), np.concatenate([idx, idx + 1]))),
+                         shape=(n, n_grid))
+
+
+def _reflected_smooth(values: np.ndarray, sigma: float, mesh: np.ndarray) -> np.ndarray:
+    """Rows of grid masses convolved with the Gaussian of width sigma, the data reflected at 0
+    and 1, then linearly interpolated onto `mesh` (relplot ReflectedGaussianKernel.apply)."""
+    from scipy.signal import fftconvolve
+
+    n_grid = values.shape[1]
+    t = np.linspace(0, 1, n_grid)
+    ker = np.exp(-(t - 0.5) ** 2 / (2 * sigma**2)) / (np.sqrt(2 * np.pi) * sigma)
+    e = np.arange(3 * n_grid - 2)
+    src = np.where(e < n_grid - 1, n_grid - 1 - e, np.where(e <= 2 * n_grid - 2, e - (n_grid - 1), 3 * n_grid - 3 - e))
+    full = fftconvolve(values[:, src], ker[None, :], mode="valid", axes=1)
+    smoothed = full[:, n_grid // 2: n_grid // 2 + n_grid]
+    idx = (mesh * (n_grid - 1)).astype(int).clip(0, n_grid - 2)
+    frac = mesh * (n_grid - 1) - idx
+    return smoothed[:, idx] * (1 - frac) + smoothed[:, idx + 1] * frac
+
+
+def smooth_reliability(conf, correct, *, sigma: float | None = None, n_boot: int = 200, seed: int = 0,
+                       level: float = 0.95, mesh_points: int = MESH_POINTS) -> dict:
+    """The SmoothECE reliability curve (Blasiok & Nakkiran 2024) with a bootstrap band.
+
+    The curve is the Nadaraya-Watson estimate of E[correct | confidence = t] with the kernel
+    SmoothECE uses (a Gaussian reflected at 0 and 1, on relplot's grid, density floor 1e-4)
+    at SmoothECE's own bandwidth sigma* (`selfknow.stats.smooth_ece.smooth_ece_width`), so the
+    plotted curve is the one whose distance from the diagonal the SmoothECE value measures;
+    it equals relplot's `KernelSmoother(ReflectedGaussianKernel(sigma*))` prediction. The band
+    is the pointwise `level` percentile interval over `n_boot` resamples of the (confidence,
+    correct) pairs at the same bandwidth (relplot's diagram does the same, 200 resamples;
+    relplot then draws the resamples' mean as its main line, we draw the full-data curve).
+
+    Returns mesh, mu, lower, upper, smece, sigma, density (the smoothed sample density).
+    """
+    from selfknow.stats.smooth_ece import smooth_ece_width
+
+    f = np.asarray(conf, dtype=float)
+    y = np.asarray(correct, dtype=float)
+    value, sigma_star = smooth_ece_width(f, y)  # validates shapes, ranges and 0/1 labels
+    sigma = sigma_star if sigma is None else float(sigma)
+    mesh = np.linspace(0, 1, mesh_points)
+    n_grid = _grid_points(sigma)
+    spread = _spread(f, n_grid)
+    rng = np.random.default_rng(seed)
+    counts = rng.multinomial(f.size, np.full(f.size, 1 / f.size), size=n_boot).astype(float) if n_boot else \
+        np.empty((0, f.size))
+    weights = np.vstack([np.ones((1, f.size)), counts])  # row 0: the data itself
+    num = _reflected_smooth(np.asarray((spread.T @ (weights * y).T).T), sigma, mesh)
+    den = _reflected_smooth(np.asarray((spread.T @ weights.T).T), sigma, mesh)
+    curves = num / (den + DENSITY_FLOOR)
+    alpha = (1 - level) / 2
+    lower, upper = (np.quantile(curves[1:], [alpha, 1 - alpha], axis=0) if n_boot else (curves[0], curves[0]))
+    return {"mesh": mesh, "mu": curves[0], "lower": lower, "upper": upper, "smece": value, "sigma": sigma,
+            "density": den[0] / f.size}
+
+
+def binned_reliability(conf, correct, n_bins: int = 10) -> pd.DataFrame:
+    """Per equal-width bin of [0, 1] (a confidence of 1 in the last bin, as
+    `selfknow.stats.classification.binned_ece`): bounds, count, mean confidence, accuracy.
+    Empty bins are dropped."""
+    f = np.asarray(conf, dtype=float)
+    y = np.asarray(correct, dtype=float)
+    idx = np.minimum((f * n_bins).astype(int), n_bins - 1)
+    count = np.bincount(idx, minlength=n_bins)
+    conf_sum = np.bincount(idx, weights=f, minlength=n_bins)
+    acc_sum = np.bincount(idx, weights=y, minlength=n_bins)
+    keep = count > 0
+    lo = np.arange(n_bins) / n_bins
+    return pd.DataFrame({"bin_lo": lo[keep], "bin_hi": lo[keep] + 1 / n_bins, "count": count[keep],
+                         "confidence": conf_sum[keep] / count[keep], "accuracy": acc_sum[keep] / count[keep]})
+
+
+def _diagonal(ax) -> None:
+    ax.plot([0, 1], [0, 1], color=REFERENCE, linestyle="--", linewidth=1, label="perfect calibration")
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1)
+
+
+def _check_conf(f: np.ndarray, y: np.ndarray, what: str) -> None:
+    if f.ndim != 1 or f.shape != y.shape or f.size == 0:
+        raise ValueError(f"{what}: confidence and correctness must be 1-D of one non-zero length, "
+                         f"got {f.shape} and {y.shape}")
+    bad = np.flatnonzero(~np.isfinite(f) | (f < 0) | (f > 1))
+    if bad.size:
+        raise ValueError(f"{what}: confidence must lie in [0, 1]; row {bad[0]} is {f[bad[0]]!r}")
+    bad = np.flatnonzero((y != 0) & (y != 1))
+    if bad.size:
+        raise ValueError(f"{what}: correctness must be 0/1; row {bad[0]} is {y[bad[0]]!r}")
+
+
+def _reliability_axes(ax, f: np.ndarray, y: np.ndarray, *, n_bins: int, smooth: bool, n_boot: int, seed: int) -> None:
+    """Diagonal, SmoothECE curve with its band (if `smooth`) and binned points on `ax`."""
+    from selfknow.stats.classification import binned_ece
+
+    _diagonal(ax)
+    if smooth:
+        sm = smooth_reliability(f, y, n_boot=n_boot, seed=seed)
+        ax.fill_between(sm["mesh"], sm["lower"], sm["upper"], color=OKABE_ITO[0], alpha=0.25, linewidth=0,
+                        label=f"95 % bootstrap band ({n_boot} resamples)")
+        ax.plot(sm["mesh"], sm["mu"], color=OKABE_ITO[0], linewidth=2,
+                label=f"smoothed, SmoothECE {sm['smece']:.3f} (σ={sm['sigma']:.3f})")
+    bins = binned_reliability(f, y, n_bins)
+    area = 15 + 120 * bins["count"] / bins["count"].max()
+    ax.scatter(bins["confidence"], bins["accuracy"], s=area, color=OKABE_ITO[1], edgecolor="black",
+               linewidth=0.5, zorder=3, label=f"{n_bins} bins, ECE {binned_ece(f, y, n_bins):.3f}")
+    ax.legend(fontsize=7, loc="upper left", frameon=False)
+
+
+def reliability_diagram(conf, correct, path: str | Path, *, title: str, n_bins: int = 10, smooth: bool = True,
+                        n_boot: int = 200, seed: int = 0, provenance: dict | None = None) -> FigureSummary:
+    """Reliability diagram of one confidence method: binned accuracy against mean confidence
+    (marker area by bin count, binned ECE in the legend) and, with `smooth`, the SmoothECE
+    curve with its bootstrap band (persistent §2, §A.2; see `smooth_reliability`). Below, the
+    distribution of confidences.
+
+    Series: perfect calibration, binned points, and with `smooth` the curve and its band."""
+    f = np.asarray(conf, dtype=float)
+    y = np.asarray(correct, dtype=float)
+    _check_conf(f, y, "reliability_diagram")
+    fig, (ax, hist) = plt.subplots(2, 1, figsize=(4.4, 5.4), height_ratios=[4, 1], sharex=True,
+                                   gridspec_kw={"hspace": 0.08})
+    _reliability_axes(ax, f, y, n_bins=n_bins, smooth=smooth, n_boot=n_boot, seed=seed)
+    ax.set_ylabel("accuracy (fraction correct)")
+    ax.set_title(title)
+    hist.hist(f, bins=np.linspace(0, 1, 21), color=REFERENCE, alpha=0.8)
+    hist.set_xlabel("confidence")
+    hist.set_ylabel("answers")
+    return save(fig, path, provenance=provenance)
+
+
+def reliability_grid(df: pd.DataFrame, path: str | Path, *, title: str, n_bins: int = 10, smooth: bool = True,
+                     n_boot: int = 200, seed: int = 0, ncols: int = 4,
+                     provenance: dict | None = None) -> FigureSummary:
+    """Reliability diagrams of several methods (or checkpoints) side by side on shared axes,
+    one panel per value of `panel` in order of appearance, each as in `reliability_diagram`
+    (without the histogram). `df`: panel, confidence, correct."""
+    _require(df, ["panel", "confidence", "correct"], "reliability_grid")
+    panels = list(pd.unique(df["panel"]))
+    ncols = min(ncols, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 3.4 * nrows), sharex=True, sharey=True,
+                             squeeze=False, layout="constrained")
+    for k, name in enumerate(panels):
+        ax = axes.flat[k]
+        d = df[df["panel"] == name]
+        f, y = d["confidence"].to_numpy(float), d["correct"].to_numpy(float)
+        _check_conf(f, y, f"reliability_grid panel {name!r}")
+        _reliability_axes(ax, f, y, n_bins=n_bins, smooth=smooth, n_boot=n_boot, seed=seed)
+        ax.set_title(f"{name} (n={len(d)})")
+        ax.set_xlabel("confidence")
+        ax.set_ylabel("accuracy")
+    for ax in axes.flat[len(panels):]:
+        ax.remove()
+    fig.suptitle(title)
+    return save(fig, path, provenance=provenance)
+
+
+# --- LADDER (Figures 4-7) --------------------------------------------------------------------
+
+def _level_order(levels) -> list:
+    def key(v):
+        s = str(v)
+        digits = "".join(ch for ch in s if ch.isdigit())
+        return (int(digits) if digits else 1 << 30, s)
+    return sorted(pd.unique(levels), key=key)
+
+
+def ladder_plot(df: pd.DataFrame, path: str | Path, *, title: str = "Self-assessment ladder: mean session CBF per level",
+                provenance: dict | None = None) -> FigureSummary:
+    """LADDER Figure 4: mean session CBF per level (L0 NoMemory .. L4 GT-SelfStats), one line
+    per model with ±1 session-bootstrap SE error bars. `df`: model, level, cbf, se."""
+    _require(df, ["model", "level", "cbf", "se"], "ladder_plot")
+    levels = _level_order(df["level"])
+    pos = {lv: i for i, lv in enumerate(levels)}
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for k, (model, d) in enumerate(df.groupby("model", sort=False)):
+        d = d.assign(x=d["level"].map(pos)).sort_values("x")
+        st = _style(k)
+        ax.errorbar(d["x"], d["cbf"], yerr=d["se"], color=st["color"], marker=st["marker"],
+                    linestyle=st["linestyle"], capsize=3, linewidth=1.5, markersize=5, label=str(model))
+    ax.set_xticks(range(len(levels)), [str(v) for v in levels])
+    ax.set_xlabel("level")
+    ax.set_ylabel("mean session CBF (± SE)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, frameon=False, loc="best", ncol=2 if df["model"].nunique() > 6 else 1)
+    return save(fig, path, provenance=provenance)
+
+
+def _annotated_heatmap(ax, values: np.ndarray, rows: list, cols: list, *, vmin: float, vmax: float,
+                       digits: int = 2, cbar_label: str | None = ""):
+    im = ax.imshow(values, cmap=HEATMAP_CMAP, vmin=vmin, vmax=vmax, aspect="auto")
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.spines[:].set_visible(False)
+    cmap = plt.get_cmap(HEATMAP_CMAP)
+    for i in range(values.shape[0]):
+        for j in range(values.shape[1]):
+            v = values[i, j]
+            if np.isnan(v):
+                continue
+            r, g, b, _ = cmap((v - vmin) / ((vmax - vmin) or 1.0))
+            light = 0.299 * r + 0.587 * g + 0.114 * b > 0.5
+            ax.text(j, i, f"{v:.{digits}f}", ha="center", va="center", fontsize=7,
+                    color="black" if light else "white")
+    if cbar_label is not None:
+        ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label(cbar_label)
+    return im
+
+
+def cbf_matrix(df: pd.DataFrame, path: str | Path, *, title: str = "Session CBF by model and baseline",
+               provenance: dict | None = None) -> FigureSummary:
+    """LADDER Figure 6: the model x baseline CBF matrix as an annotated heat-map. `df`: model,
+    baseline, cbf (one row per cell; rows and columns in order of first appearance)."""
+    _require(df, ["model", "baseline", "cbf"], "cbf_matrix")
+    if df.duplicated(["model", "baseline"]).any():
+        dup = df[df.duplicated(["model", "baseline"], keep=False)].iloc[0]
+        raise ValueError(f"cbf_matrix: more than one row for model {dup['model']!r}, baseline {dup['baseline']!r}")
+    rows, cols = list(pd.unique(df["model"])), list(pd.unique(df["baseline"]))
+    m = df.pivot(index="model", columns="baseline", values="cbf").reindex(index=rows, columns=cols)
+    fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(cols), 1.2 + 0.38 * len(rows)))
+    vals = m.to_numpy(float)
+    _annotated_heatmap(ax, vals, rows, cols, vmin=float(np.nanmin(vals)), vmax=float(np.nanmax(vals)),
+                       cbar_label="CBF")
+    ax.set_xlabel("baseline")
+    ax.set_ylabel("model")
+    ax.set_title(title)
+    return save(fig, path, provenance=provenance)
+
+
+def accuracy_vs_cbf(df: pd.DataFrame, path: str | Path, *, title: str = "Answer accuracy vs profile CBF",
+                    provenance: dict | None = None) -> FigureSummary:
+    """LADDER Figure 5: per model, answer accuracy (x) against profile CBF (y), one marker
+    series per estimator, points labelled with the model. `df`: model, estimator, accuracy, cbf."""
+    _require(df, ["model", "estimator", "accuracy", "cbf"], "accuracy_vs_cbf")
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for k, (est, d) in enumerate(df.groupby("estimator", sort=False)):
+        st = _style(k)
+        ax.scatter(d["accuracy"], d["cbf"], color=st["color"], marker=MARKERS[k % len(MARKERS)], s=36,
+                   edgecolor="black", linewidth=0.4, label=str(est), zorder=3)
+    # model names once, beside the first estimator's point
+    for _, r in df.drop_duplicates("model").iterrows():
+        ax.annotate(str(r["model"]), (r["accuracy"], r["cbf"]), xytext=(4, 3), textcoords="offset points",
+                    fontsize=6, color="#333333")
+    ax.set_xlabel("answer accuracy")
+    ax.set_ylabel("profile CBF")
+    ax.set_title(title)
+    ax.legend(fontsize=7, frameon=False, loc="best", title="estimator", title_fontsize=7)
+    return save(fig, path, provenance=provenance)
+
+
+def reliability_bins(df: pd.DataFrame, path: str | Path, *, title: str = "Answer confidence reliability (10 bins)",
+                     provenance: dict | None = None) -> FigureSummary:
+    """LADDER Figure 7: per model, mean confidence against accuracy in each confidence bin
+    (confidence 1 in the last bin), marker area by the bin's answer count. `df`: model,
+    bin_lo, bin_hi, confidence, accuracy, count. Series: perfect calibration + one per model."""
+    _require(df, ["model", "bin_lo", "bin_hi", "confidence", "accuracy", "count"], "reliability_bins")
+    fig, ax = plt.subplots(figsize=(5, 4.6))
+    _diagonal(ax)
+    ax.set_aspect("equal")
+    cmax = float(df["count"].max()) or 1.0
+    for k, (model, d) in enumerate(df.groupby("model", sort=False)):
+        d = d[d["count"] > 0].sort_values("bin_lo")
+        st = _style(k)
+        ax.plot(d["confidence"], d["accuracy"], color=st["color"], linestyle=st["linestyle"], linewidth=1.2,
+                label=str(model))
+        ax.scatter(d["confidence"], d["accuracy"], s=10 + 80 * d["count"] / cmax, color=st["color"],
+                   marker=st["marker"], edgecolor="black", linewidth=0.3, zorder=3)
+    ax.set_xlabel("mean confidence in bin")
+    ax.set_ylabel("accuracy in bin")
+    ax.set_title(title)
+    ax.legend(fontsize=7, frameon=False, loc="upper left", ncol=2 if df["model"].nunique() > 6 else 1)
+    return save(fig, path, provenance=provenance)
+
+
+# --- persistent Figure 3: transfer between checkpoints ---------------------------------------
+
+def _auc_limits(*frames: pd.DataFrame) -> tuple[float, float]:
+    vals = np.concatenate([f.to_numpy(float).ravel() for f in frames])
+    vals = vals[~np.isnan(vals)]
+    if vals.size == 0:
+        raise ValueError("transfer heat-map: every cell is NaN")
+    return min(0.5, float(vals.min())), max(1.0, float(vals.max()))
+
+
+def _transfer_panel(ax, matrix: pd.DataFrame, *, vmin: float, vmax: float, title: str,
+                    ylabel: str, xlabel: str, colorbar: bool = True):
+    im = _annotated_heatmap(ax, matrix.to_numpy(float), list(matrix.index), list(matrix.columns),
+                            vmin=vmin, vmax=vmax, cbar_label="AUC" if colorbar else None)
+    ax.set_xlabel(matrix.columns.name or xlabel)
+    ax.set_ylabel(matrix.index.name or ylabel)
+    ax.set_title(title)
+    return im
+
+
+def transfer_heatmap(matrix: pd.DataFrame, path: str | Path, *, title: str,
+                     provenance: dict | None = None) -> FigureSummary:
+    """Persistent Figure 3 (left): AUC of a confidence adapter trained on one checkpoint
+    (rows) and evaluated on another (columns); forward transfer lies above the diagonal.
+    `matrix`: index = training checkpoint, columns = evaluation checkpoint, values AUC.
+    The colour scale starts at chance (0.5) unless a cell is lower."""
+    if matrix.empty:
+        raise ValueError("transfer_heatmap: empty matrix")
+    vmin, vmax = _auc_limits(matrix)
+    fig, ax = plt.subplots(figsize=(1.6 + 0.8 * matrix.shape[1], 1.2 + 0.6 * matrix.shape[0]))
+    _transfer_panel(ax, matrix, vmin=vmin, vmax=vmax, title=title, ylabel="training checkpoint",
+                    xlabel="evaluation checkpoint")
+    return save(fig, path, provenance=provenance)
+
+
+def transfer_heatmap_random_label(transfer: pd.DataFrame, random_label: pd.DataFrame, path: str | Path, *,
+                                  title: str, provenance: dict | None = None) -> FigureSummary:
+    """Persistent Figure 3, both panels on one colour scale. Left: `transfer` as in
+    `transfer_heatmap`. Right: multi-checkpoint training whose second checkpoint gets random
+    labels; `random_label` has one row per training pair (index: the pair, e.g.
+    "s600 + s900 (random)") and one column per evaluation checkpoint, values AUC: the AUC on
+    the random-label checkpoint collapses while the first checkpoint's is kept."""
+    if transfer.empty or random_label.empty:
+        raise ValueError("transfer_heatmap_random_label: empty matrix")
+    vmin, vmax = _auc_limits(transfer, random_label)
+    width = 3.2 + 0.8 * (transfer.shape[1] + random_label.shape[1])
+    height = 1.4 + 0.6 * max(transfer.shape[0], random_label.shape[0])
+    fig, (left, right) = plt.subplots(1, 2, figsize=(width, height), layout="constrained")
+    _transfer_panel(left, transfer, vmin=vmin, vmax=vmax, title="transfer between checkpoints",
+                    ylabel="training checkpoint", xlabel="evaluation checkpoint", colorbar=False)
+    im = _transfer_panel(right, random_label, vmin=vmin, vmax=vmax, title="second checkpoint with random labels",
+                         ylabel="training pair (second: random labels)", xlabel="evaluation checkpoint",
+                         colorbar=False)
+    fig.colorbar(im, ax=[left, right], fraction=0.03, pad=0.02).set_label("AUC (one scale for both panels)")
+    fig.suptitle(title)
+    return save(fig, path, provenance=provenance)

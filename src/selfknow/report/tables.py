@@ -1,10 +1,13 @@
-"""Writing a paper table: CSV for machines, Markdown for people, LaTeX for papers.
+"""Writing a paper table: CSV for machines, Markdown for people, LaTeX for papers, and a
+self-contained HTML page for the Snakemake report (which shows HTML inline but offers CSV and
+Markdown only as downloads).
 
 Significance marks follow the papers: the best entry in bold, entries not significantly worse
 than it underlined. Marks come as a frame of "best" / "tie" / "" aligned with the values.
 """
 from __future__ import annotations
 
+import html
 import math
 from pathlib import Path
 
@@ -57,9 +60,75 @@ def to_latex(df: pd.DataFrame, *, title: str = "", digits: int = 3, marks: pd.Da
     return "\n".join(out) + "\n"
 
 
+_HTML_STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 14px; color: #1a1a1a;
+       background: #ffffff; margin: 1.2em; }
+h3 { font-size: 16px; margin: 0 0 0.6em 0; }
+table { border-collapse: collapse; margin-bottom: 0.8em; }
+th, td { padding: 3px 10px; border-bottom: 1px solid #d0d0d0; text-align: right; white-space: nowrap; }
+th { border-bottom: 2px solid #404040; background: #f2f2f2; }
+td.text, th.text { text-align: left; }
+tr:nth-child(even) td { background: #fafafa; }
+p.notes { max-width: 60em; }
+div.provenance { color: #555555; font-size: 12px; border-top: 1px solid #d0d0d0; padding-top: 0.4em; }
+div.provenance p { margin: 0.1em 0; font-family: ui-monospace, monospace; }
+"""
+
+
+def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int = 3,
+            marks: pd.DataFrame | None = None, provenance: dict | None = None) -> str:
+    """A standalone HTML page: the table (best in bold, not-significantly-worse underlined),
+    the notes, and the provenance summary in a footer."""
+    cols = list(df.columns)
+    text_cols = {c for c in cols if not pd.api.types.is_numeric_dtype(df[c])}
+
+    def cls(c) -> str:
+        return ' class="text"' if c in text_cols else ""
+
+    out = ["<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
+           f"<title>{html.escape(title or 'table')}</title><style>{_HTML_STYLE}</style></head><body>"]
+    if title:
+        out.append(f"<h3>{html.escape(title)}</h3>")
+    out.append("<table><thead><tr>" + "".join(f"<th{cls(c)}>{html.escape(str(c))}</th>" for c in cols)
+               + "</tr></thead><tbody>")
+    for i, (_, row) in enumerate(df.iterrows()):
+        cells = []
+        for c in cols:
+            s = html.escape(_fmt(row[c], digits))
+            m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
+            s = f"<strong>{s}</strong>" if m == "best" else f"<u>{s}</u>" if m == "tie" else s
+            cells.append(f"<td{cls(c)}>{s}</td>")
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    out.append("</tbody></table>")
+    for para in (p.strip() for p in notes.split("\n\n")):
+        if para:
+            out.append(f'<p class="notes">{html.escape(para)}</p>')
+    if marks is not None:
+        out.append('<p class="notes">Bold: best; underlined: not significantly worse than the best.</p>')
+    if provenance:
+        from selfknow.report.provenance import summary_lines
+
+        out.append('<div class="provenance"><p>Provenance</p>'
+                   + "".join(f"<p>{html.escape(line)}</p>" for line in summary_lines(provenance)) + "</div>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
 def write_table(df: pd.DataFrame, csv_path: str | Path, md_path: str | Path, *, title: str = "",
-                notes: str = "", digits: int = 3, marks: pd.DataFrame | None = None) -> None:
-    """Write `df` as CSV, Markdown (with marks) and LaTeX (`.tex` beside the Markdown)."""
+                notes: str = "", digits: int = 3, marks: pd.DataFrame | None = None,
+                provenance: dict | None = None) -> None:
+    """Write `df` as CSV, Markdown (with marks), LaTeX (`.tex` beside the Markdown) and HTML
+    (`.html` beside the Markdown, for the report); with `provenance`, also its sidecar
+    `<csv stem>.json` (see `selfknow.report.provenance`) and a provenance footer in the HTML."""
+    if marks is not None and marks.shape[0] != df.shape[0]:
+        raise ValueError(f"{csv_path}: marks must align with the table's {df.shape[0]} rows, "
+                         f"got {marks.shape[0]}")
     write_csv(df, csv_path)
     write_text(to_markdown(df, title=title, notes=notes, digits=digits, marks=marks), md_path)
     write_text(to_latex(df, title=title, digits=digits, marks=marks), Path(md_path).with_suffix(".tex"))
+    write_text(to_html(df, title=title, notes=notes, digits=digits, marks=marks, provenance=provenance),
+               Path(md_path).with_suffix(".html"))
+    if provenance is not None:
+        from selfknow.report.provenance import write_sidecar
+
+        write_sidecar(provenance, csv_path)

@@ -1,0 +1,215 @@
+"""Figures: the SmoothECE curve against relplot, the binned points against binned_ece, and every
+figure function on synthetic data: a non-empty PNG, labelled, non-empty axes, the expected
+number of series, and a sidecar when provenance is given."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from selfknow.report import figures as F
+from selfknow.stats.classification import binned_ece
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _data(n: int, seed: int = 0, power: float = 1.0):
+    rng = np.random.default_rng(seed)
+    f = rng.uniform(0, 1, n)
+    y = (rng.uniform(size=n) < f**power).astype(float)
+    return f, y
+
+
+def _check_png(path) -> None:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 5000, f"{path} is not a real PNG"
+
+
+def _check_labelled(summary: F.FigureSummary, n_axes: int) -> None:
+    assert len(summary.axes) == n_axes
+    for ax in summary.axes:
+        assert ax.has_data, f"empty axes in {summary.path}"
+        assert ax.xlabel or ax.ylabel
+    assert any(ax.title for ax in summary.axes) or summary.suptitle
+
+
+# --- the smoothed curve and the binned points ------------------------------------------------
+
+@pytest.mark.parametrize("n,power", [(300, 1.0), (2000, 1.7)])
+def test_smooth_curve_is_relplots_kernel_smoother_at_smoothece_bandwidth(n, power):
+    relplot = pytest.importorskip("relplot")
+    from relplot.estimators import KernelSmoother
+    from relplot.kernels import ReflectedGaussianKernel
+
+    f, y = _data(n, seed=n, power=power)
+    sm = F.smooth_reliability(f, y, n_boot=0)
+    value, sigma = relplot.smECE(f, y, return_width=True)
+    assert sm["smece"] == pytest.approx(value, abs=1e-9)
+    assert sm["sigma"] == pytest.approx(sigma, abs=1e-12)
+    ref = KernelSmoother(ReflectedGaussianKernel(sigma)).fit(f.reshape(-1, 1), y).predict(sm["mesh"].reshape(-1, 1))
+    np.testing.assert_allclose(sm["mu"], ref, atol=1e-10)
+
+
+def test_smooth_curve_follows_the_truth_and_the_band_narrows_with_more_data():
+    # SmoothECE's bandwidth is its own value, so a badly calibrated model gets a wide kernel;
+    # at a fixed narrow bandwidth the curve recovers the true reliability E[y | f] = f^2
+    f, y = _data(20000, seed=3, power=2.0)
+    fixed = F.smooth_reliability(f, y, sigma=0.03, n_boot=0)
+    inner = (fixed["mesh"] > 0.1) & (fixed["mesh"] < 0.9)
+    assert np.max(np.abs(fixed["mu"][inner] - fixed["mesh"][inner] ** 2)) < 0.03
+    f, y = _data(20000, seed=3, power=1.0)  # calibrated: the curve is the diagonal
+    sm = F.smooth_reliability(f, y, n_boot=100, seed=1)
+    assert sm["sigma"] < 0.05
+    assert np.max(np.abs(sm["mu"][inner] - sm["mesh"][inner])) < 0.05  # f^2 is up to 0.25 away
+    assert np.mean((sm["lower"] <= sm["mu"] + 1e-12) & (sm["mu"] <= sm["upper"] + 1e-12)) > 0.95
+    small = F.smooth_reliability(f[:500], y[:500], n_boot=100, seed=1)
+    assert np.mean(sm["upper"] - sm["lower"]) < 0.5 * np.mean(small["upper"] - small["lower"])
+    again = F.smooth_reliability(f[:500], y[:500], n_boot=100, seed=1)
+    np.testing.assert_array_equal(again["lower"], small["lower"])  # the seed fixes the band
+
+
+def test_smooth_curve_of_an_overconfident_model_sits_below_the_diagonal():
+    rng = np.random.default_rng(5)
+    f = rng.uniform(0.8, 1.0, 3000)
+    y = (rng.uniform(size=3000) < 0.5).astype(float)
+    sm = F.smooth_reliability(f, y, n_boot=0)
+    at = (sm["mesh"] > 0.85) & (sm["mesh"] < 0.95)
+    assert np.all(np.abs(sm["mu"][at] - 0.5) < 0.1)
+
+
+def test_binned_points_reproduce_binned_ece_with_confidence_one_in_the_last_bin():
+    f, y = _data(1000, seed=7, power=1.5)
+    f[:5] = 1.0
+    b = F.binned_reliability(f, y, n_bins=10)
+    assert b["count"].sum() == len(f)
+    ece = float(np.sum(b["count"] / len(f) * np.abs(b["accuracy"] - b["confidence"])))
+    assert ece == pytest.approx(binned_ece(f, y, 10), abs=1e-12)
+    assert b["bin_hi"].max() == pytest.approx(1.0)
+    last = b[b["bin_lo"] == 0.9].iloc[0]
+    assert last["count"] == np.sum(f >= 0.9)
+
+
+# --- every figure ------------------------------------------------------------------------------
+
+def test_reliability_diagram(tmp_path):
+    f, y = _data(800, seed=2, power=1.4)
+    path = tmp_path / "rel.png"
+    s = F.reliability_diagram(f, y, path, title="wm-small, world_qa", n_boot=50, provenance={"config_hash": "abc"})
+    _check_png(path)
+    _check_labelled(s, 2)
+    main = s.axes[0]
+    assert main.series[0] == "perfect calibration"
+    assert len(main.series) == 4  # diagonal, band, curve, bins
+    assert any("SmoothECE" in lab for lab in main.series) and any("ECE" in lab for lab in main.series)
+    assert main.n_lines == 2 and main.n_collections == 2
+    assert s.axes[1].xlabel == "confidence" and s.axes[1].n_patches == 20
+    assert json.loads((tmp_path / "rel.json").read_text()) == {"config_hash": "abc"}
+    s2 = F.reliability_diagram(f, y, tmp_path / "rel2.png", title="binned only", smooth=False)
+    assert len(s2.axes[0].series) == 2
+    with pytest.raises(ValueError, match="one non-zero length"):
+        F.reliability_diagram(f, y[:-1], tmp_path / "bad.png", title="bad")
+
+
+def test_ladder_plot_has_one_series_per_model_over_the_five_levels(tmp_path):
+    models = [f"m{i}" for i in range(11)]  # more models than colours: styles must still differ
+    df = pd.DataFrame([(m, f"L{lv}", 0.5 + 0.08 * lv + 0.005 * k, 0.01) for k, m in enumerate(models)
+                       for lv in [3, 0, 4, 1, 2]], columns=["model", "level", "cbf", "se"])
+    s = F.ladder_plot(df, tmp_path / "figure4.png")
+    _check_png(tmp_path / "figure4.png")
+    _check_labelled(s, 1)
+    assert s.axes[0].series == models
+    assert s.axes[0].xlabel == "level" and "CBF" in s.axes[0].ylabel
+    styles = {(F._style(k)["color"], F._style(k)["marker"], F._style(k)["linestyle"]) for k in range(len(models))}
+    assert len(styles) == len(models)
+    with pytest.raises(ValueError, match="se"):
+        F.ladder_plot(df.drop(columns="se"), tmp_path / "x.png")
+
+
+def test_cbf_matrix_annotates_every_cell(tmp_path):
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame([(m, b, rng.uniform(0.5, 1)) for m in ["a", "b", "c"]
+                       for b in ["NoMemory", "ZS", "LSA", "Count", "OraclePDC"]], columns=["model", "baseline", "cbf"])
+    s = F.cbf_matrix(df, tmp_path / "figure6.png")
+    _check_png(tmp_path / "figure6.png")
+    _check_labelled(s, 1)  # the colour bar is not counted as a data axes
+    assert s.axes[0].n_images == 1 and s.axes[0].n_texts == 15
+    with pytest.raises(ValueError, match="more than one row"):
+        F.cbf_matrix(pd.concat([df, df.iloc[:1]]), tmp_path / "dup.png")
+
+
+def test_accuracy_vs_cbf_has_one_series_per_estimator(tmp_path):
+    rng = np.random.default_rng(1)
+    df = pd.DataFrame([(m, e, acc, rng.uniform(0.6, 0.95)) for m, acc in [("a", 0.4), ("b", 0.7), ("c", 0.8)]
+                       for e in ["ZS", "LSA", "EM-Joint", "Count"]], columns=["model", "estimator", "accuracy", "cbf"])
+    s = F.accuracy_vs_cbf(df, tmp_path / "figure5.png")
+    _check_png(tmp_path / "figure5.png")
+    _check_labelled(s, 1)
+    assert s.axes[0].series == ["ZS", "LSA", "EM-Joint", "Count"]
+    assert s.axes[0].n_texts == 3  # one name per model
+
+
+def test_reliability_bins_has_the_diagonal_and_one_series_per_model(tmp_path):
+    frames = []
+    for k, m in enumerate(["a", "b", "c"]):
+        f, y = _data(400, seed=k)
+        frames.append(F.binned_reliability(f, y).assign(model=m))
+    s = F.reliability_bins(pd.concat(frames), tmp_path / "figure7.png")
+    _check_png(tmp_path / "figure7.png")
+    _check_labelled(s, 1)
+    assert s.axes[0].series == ["perfect calibration", "a", "b", "c"]
+    assert s.axes[0].n_collections == 3
+
+
+def _transfer(ck, rng):
+    return pd.DataFrame(rng.uniform(0.55, 0.9, (len(ck), len(ck))), index=pd.Index(ck, name="training checkpoint"),
+                        columns=pd.Index(ck, name="evaluation checkpoint"))
+
+
+def test_transfer_heatmap_and_its_random_label_panel(tmp_path):
+    rng = np.random.default_rng(2)
+    ck = ["step00900", "step01200", "step01500", "step01800"]
+    m = _transfer(ck, rng)
+    s = F.transfer_heatmap(m, tmp_path / "figure3_left.png", title="Transfer, wm-small, world_qa")
+    _check_png(tmp_path / "figure3_left.png")
+    _check_labelled(s, 1)
+    assert s.axes[0].n_images == 1 and s.axes[0].n_texts == 16
+    assert s.axes[0].ylabel == "training checkpoint"
+    rl = pd.DataFrame(rng.uniform(0.4, 0.9, (3, 4)), columns=ck,
+                      index=[f"{a} + {b} (random)" for a, b in zip(ck, ck[1:])])
+    s2 = F.transfer_heatmap_random_label(m, rl, tmp_path / "figure3.png", title="Figure 3, wm-small",
+                                         provenance={"config_hash": "h"})
+    _check_png(tmp_path / "figure3.png")
+    _check_labelled(s2, 2)
+    assert s2.suptitle == "Figure 3, wm-small"
+    assert [a.n_texts for a in s2.axes] == [16, 12]
+    assert (tmp_path / "figure3.json").exists()
+    with pytest.raises(ValueError, match="NaN"):
+        F.transfer_heatmap(m * np.nan, tmp_path / "nan.png", title="x")
+
+
+def test_ability_lcae_ce_keeps_its_contract(tmp_path):
+    df = pd.DataFrame({"label": ["a/standard", "b/standard"], "theta": [0.1, 1.2], "lcae": [0.7, 0.4],
+                       "ce": [5e6, 8.73e6]})
+    s = F.ability_lcae_ce(df, tmp_path / "figure2.png", title="Figure 2")
+    _check_png(tmp_path / "figure2.png")
+    _check_labelled(s, 1)
+    assert len(s.axes[0].series) == 2 and "8.73M" in s.axes[0].series[1]
+
+
+def test_reliability_grid_has_one_full_panel_per_method(tmp_path):
+    frames = []
+    for k, m in enumerate(["self-consistency", "non-oracle", "oracle", "post-hoc", "GCM"]):
+        f, y = _data(300, seed=10 + k, power=1 + 0.3 * k)
+        frames.append(pd.DataFrame({"panel": m, "confidence": f, "correct": y}))
+    s = F.reliability_grid(pd.concat(frames), tmp_path / "reliability.png", title="wm-small, world_qa", n_boot=20,
+                           ncols=3)
+    _check_png(tmp_path / "reliability.png")
+    _check_labelled(s, 5)  # the sixth slot of the 2 x 3 grid is removed
+    assert [a.title.split(" (")[0] for a in s.axes] == ["self-consistency", "non-oracle", "oracle", "post-hoc", "GCM"]
+    assert all(len(a.series) == 4 for a in s.axes)
+    with pytest.raises(ValueError, match="'oracle'"):
+        bad = pd.concat(frames)
+        bad.loc[bad["panel"] == "oracle", "confidence"] = 2.0
+        F.reliability_grid(bad, tmp_path / "bad.png", title="bad")

@@ -1,0 +1,308 @@
+"""The researcher's view: every report caption renders, a throwaway two-rule workflow wired
+exactly as the real one (catalog -> report(...) wrappers, provenance sidecars) gives a Snakemake
+HTML report that headless Chromium shows with every table and figure present and non-empty,
+and progress bars land in the job log."""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+sys.path.insert(0, str(Path(__file__).parent))
+import report_check  # noqa: E402
+
+REPORT_DIR = REPO / "workflow_report"
+CATALOG = yaml.safe_load((REPORT_DIR / "catalog.yaml").read_text(encoding="utf-8"))["items"]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium; installed with apt-get when missing and we are root. Outside CI a
+    machine that cannot install it skips; in CI (CI=true) its absence is a failure."""
+    found = report_check.find_chromium()
+    if found:
+        return found
+    why = None
+    if shutil.which("apt-get") is None:
+        why = "chromium is missing and there is no apt-get to install it"
+    elif os.geteuid() != 0:
+        why = "chromium is missing and installing it needs root (apt-get install chromium)"
+    else:
+        t0 = time.perf_counter()
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "chromium"]):
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            if proc.returncode != 0:
+                why = f"{' '.join(cmd)} failed: {proc.stderr.strip()[-500:]}"
+                break
+        print(f"\nchromium installed in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        found = report_check.find_chromium()
+        if found:
+            return found
+        why = why or "apt-get installed chromium but no chromium binary was found"
+    if IN_CI:
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+# --- captions ----------------------------------------------------------------------------------
+
+def _render_caption(rel: str, config: dict, outputs: dict, wildcards: dict) -> str:
+    """What Snakemake's report does with a caption: Jinja with `snakemake`, then docutils."""
+    from docutils.core import publish_parts
+    from jinja2 import Environment
+    from snakemake.iocontainers import InputFiles, Log, OutputFiles, Params, ResourceList, Snakemake, Wildcards
+
+    job = Snakemake(InputFiles(), OutputFiles(fromdict=outputs), Params(), Wildcards(fromdict=wildcards), 1,
+                    ResourceList(), Log(), config, "rule", None)
+    text = (REPORT_DIR / rel).read_text(encoding="utf-8")
+    rst = Environment(trim_blocks=True, lstrip_blocks=True).from_string(text).render(snakemake=job, categories={},
+                                                                                     files=[])
+    return publish_parts(rst, writer="html", settings_overrides={"halt_level": 2, "report_level": 2})["body"]
+
+
+def test_the_catalog_and_the_caption_files_agree():
+    captions = {p.relative_to(REPORT_DIR).as_posix() for p in REPORT_DIR.rglob("*.rst")} - {"workflow.rst"}
+    assert captions == {item["caption"] for item in CATALOG.values()}
+    for key, item in CATALOG.items():
+        paper, name = key.split("/")
+        assert item["category"] and item["subcategory"] and item["label"]
+        if item["kind"] == "table":
+            assert item["output"] == f"tables/{paper}/{name}.html" and item["output_key"] == f"{name}_html"
+        else:
+            assert item["output"].startswith(f"figures/{paper}/") and item["output"].endswith(".png")
+    # everything the papers' target lists name is there
+    expected = {f"persistent/table{i}" for i in (1, 2, 3, 4, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19)}
+    expected |= {"persistent/figure3", "lcae/table1", "lcae/table2", "lcae/table3", "lcae/item_fit", "lcae/figure2",
+                 "ladder/main", "ladder/decoder", "ladder/noise_grid", "ladder/partitions", "ladder/r4",
+                 "ladder/import_aggregates", "world/evolution", "judge/audit", "card/self_knowledge"}
+    expected |= {f"ladder/{t}" for t in ("controls", "tiers", "prefix", "heldout", "simulators", "pooled_pairs",
+                                         "answers")}
+    expected |= {f"ladder/figure{i}" for i in (4, 5, 6, 7)}
+    assert expected <= set(CATALOG)
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "config/paper.yaml"])
+def test_every_caption_renders_with_its_provenance(configfile, tmp_path, monkeypatch):
+    config = yaml.safe_load((REPO / configfile).read_text(encoding="utf-8"))
+    monkeypatch.chdir(tmp_path)
+    for key, item in CATALOG.items():
+        paper, name = key.split("/")
+        if item["kind"] == "table":
+            outputs = {f"{name}_{ext}": f"results/tables/{paper}/{name}.{ext}" for ext in ("csv", "md", "html")}
+            side = Path(f"results/tables/{paper}/{name}.json")
+        else:
+            png = item["output"].replace("{model}", "wm-small").replace("{dataset}", "world_qa")
+            outputs = {name: f"results/{png}"}
+            side = Path(f"results/{png}").with_suffix(".json")
+        side.parent.mkdir(parents=True, exist_ok=True)
+        side.write_text(json.dumps({"schema": "selfknow.provenance/1", "config_hash": f"hash-{name}",
+                                    "packages": {"numpy": "2"}, "config": {"secret_fragment": 1}}, indent=2))
+        html = _render_caption(item["caption"], config, outputs, {"model": "wm-small", "dataset": "world_qa"})
+        assert f"hash-{name}" in html, key  # the sidecar is included ...
+        assert "secret_fragment" not in html, key  # ... up to the config fragment
+        assert "system-message" not in html, key
+        assert len(html) > 400, key
+    desc = REPORT_DIR / "workflow.rst"
+    from docutils.core import publish_parts
+    from jinja2 import Environment
+
+    class Job:
+        pass
+    Job.config = config
+    rst = Environment(trim_blocks=True, lstrip_blocks=True).from_string(desc.read_text()).render(snakemake=Job)
+    body = publish_parts(rst, writer="html", settings_overrides={"halt_level": 2})["html_body"]
+    assert config["models"][0]["name"] in body
+
+
+def test_a_caption_whose_sidecar_is_missing_fails_loudly(tmp_path, monkeypatch):
+    from docutils.utils import SystemMessage
+
+    monkeypatch.chdir(tmp_path)
+    config = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
+    with pytest.raises(SystemMessage, match="table1.json"):
+        _render_caption("lcae/table1.rst", config, {"table1_csv": "results/tables/lcae/table1.csv"}, {})
+
+
+# --- the report in a browser -------------------------------------------------------------------
+
+SNAKEFILE = r'''
+# A throwaway workflow wired like the real one: report(...) wrappers from the catalog,
+# provenance sidecars from the package, captions and the description from workflow_report/.
+from pathlib import Path
+
+import yaml
+
+REPORT_DIR = Path("__REPORT_DIR__")
+CATALOG = yaml.safe_load((REPORT_DIR / "catalog.yaml").read_text())["items"]
+R = "results"
+
+configfile: "__CONFIG__"
+report: str(REPORT_DIR / "workflow.rst")
+
+
+def report_item(key, path):
+    item = CATALOG[key]
+    return report(path, caption=str(REPORT_DIR / item["caption"]), category=item["category"],
+                  subcategory=item["subcategory"], labels={"result": item["label"]})
+
+
+rule all:
+    input:
+        f"{R}/tables/lcae/table1.html",
+        f"{R}/figures/lcae/figure2.png",
+
+
+rule items:
+    output:
+        f"{R}/lcae/items.csv",
+    run:
+        Path(output[0]).write_text("item_id,answer\nq1,A\nq2,B\n")
+
+
+rule demo_table:
+    input:
+        rules.items.output[0],
+    output:
+        table1_csv=f"{R}/tables/lcae/table1.csv",
+        table1_md=f"{R}/tables/lcae/table1.md",
+        table1_json=f"{R}/tables/lcae/table1.json",
+        table1_html=report_item("lcae/table1", f"{R}/tables/lcae/table1.html"),
+    run:
+        import pandas as pd
+        from selfknow.report.provenance import config_fragment, provenance
+        from selfknow.report.tables import write_table
+
+        df = pd.DataFrame({"examinee": ["wm-small/standard", "wm-base/standard", "mean"],
+                           "Baseline": [0.71, 0.64, 0.675], "IDS": [0.69, 0.60, 0.645]})
+        marks = pd.DataFrame({"Baseline": ["", "best", ""], "IDS": ["", "best", ""]})
+        models = config["lcae"]["examinee_models"][:2]
+        prov = provenance(config_fragment(config, sections=["lcae"], models=models),
+                          models=[m for m in config["models"] if m["name"] in models], inputs=list(input),
+                          repo_dir=workflow.basedir)
+        write_table(df, output.table1_csv, output.table1_md, title="Table I: LCAE per condition",
+                    notes="Friedman chi2(1) = 2.00, p = 0.157 (n = 2 examinees).", marks=marks, provenance=prov)
+
+
+rule demo_figure:
+    input:
+        rules.items.output[0],
+    output:
+        figure2=report_item("lcae/figure2", f"{R}/figures/lcae/figure2.png"),
+    run:
+        import pandas as pd
+        from selfknow.report.figures import ability_lcae_ce
+        from selfknow.report.provenance import config_fragment, provenance
+
+        prov = provenance(config_fragment(config, sections=["lcae"]), inputs=list(input), repo_dir=workflow.basedir)
+        df = pd.DataFrame({"label": ["wm-small/standard", "wm-base/standard", "smollm2/standard"],
+                           "theta": [-0.4, 0.3, 1.1], "lcae": [0.72, 0.61, 0.48], "ce": [66.7e6, 33.3e6, 8.73e6]})
+        ability_lcae_ce(df, output.figure2, title="Ability x LCAE x cost efficiency", provenance=prov)
+'''
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", *args], cwd=workdir, capture_output=True, text=True,
+                          env=env)
+    assert proc.returncode == 0, f"snakemake {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def demo_report(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("report-workflow")
+    (root / "Snakefile").write_text(SNAKEFILE.replace("__REPORT_DIR__", REPORT_DIR.as_posix())
+                                    .replace("__CONFIG__", (REPO / "config.yaml").as_posix()))
+    _snakemake(root, "-c1", "--quiet", "all")
+    _snakemake(root, "--report", "report.html")
+    return root / "report.html"
+
+
+@pytest.mark.slow
+def test_report_shows_every_table_and_figure_in_chromium(demo_report, chromium, tmp_path):
+    results, categories = report_check.report_results(demo_report)
+    assert set(categories) == {CATALOG["lcae/table1"]["category"]}
+    entry = next(e for p, e in results.items() if p.endswith("table1.html"))
+    sidecar = json.loads((demo_report.parent / "results/tables/lcae/table1.json").read_text())
+    assert sidecar["config_hash"] in entry["caption"]  # provenance in the caption
+    assert "wm-small" in entry["caption"]  # config values rendered by Jinja
+    shot = tmp_path / "report.png"
+    t0 = time.perf_counter()
+    problems = report_check.check_report(demo_report, ["table1.html", "figure2.png", CATALOG["lcae/table1"]["label"],
+                                                       CATALOG["lcae/figure2"]["label"]], chromium=chromium,
+                                         screenshot=shot)
+    print(f"\nbrowser check of the report: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    assert problems == []
+    assert shot.stat().st_size > 10_000 and not report_check.png_is_blank(shot.read_bytes())
+
+
+@pytest.mark.slow
+def test_report_check_catches_a_missing_result_and_a_blank_figure(demo_report, chromium, tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig = plt.figure(figsize=(3, 3))
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    page = demo_report.read_text(encoding="utf-8")
+    results, _ = report_check.report_results(demo_report)
+    uri = next(e["data_uri"] for e in results.values() if e["mime_type"] == "image/png")
+    blank_uri = uri.split(",")[0] + "," + base64.b64encode(buf.getvalue()).decode()
+    tampered = tmp_path / "report.html"
+    tampered.write_text(page.replace(uri, blank_uri), encoding="utf-8")
+    problems = report_check.check_report(tampered, ["table1.html", "figure2.png", "table2.html"], chromium=chromium)
+    assert any(p.startswith("table2.html: not in the report") for p in problems), problems
+    assert any(p.endswith("figure2.png: image is blank") for p in problems), problems
+    assert not any("table1.html" in p for p in problems), problems
+
+
+# --- progress bars and the job summary land in the rule's log -----------------------------------
+
+def test_progress_bars_child_processes_and_the_summary_reach_the_job_log(tmp_path, capfd):
+    from tqdm import tqdm
+
+    from selfknow.runlog import job_log
+
+    log = tmp_path / "logs" / "job.log"
+    with job_log(str(log), "generate") as summary:
+        for _ in tqdm(range(3), desc="records", mininterval=0):
+            pass
+        os.write(2, b"a C-level warning\n")
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('from a child\\n')"], check=True)
+        summary.update(items=3, cache_hits=1)
+    print("after the job", file=sys.stderr)
+    text = log.read_text(encoding="utf-8")
+    assert "\r" not in text  # each redraw of the bar is a line
+    bars = [ln for ln in text.splitlines() if ln.startswith("records:")]
+    assert any("3/3" in ln for ln in bars) and len(bars) >= 4
+    assert "a C-level warning" in text and "from a child" in text
+    assert text.rstrip().splitlines()[-1].endswith("generate done in " + text.rsplit("done in ", 1)[1].split(" s:")[0]
+                                                   + " s: items=3 cache_hits=1")
+    assert "after the job" in capfd.readouterr().err  # stderr is restored
+
+
+def test_a_failing_job_logs_its_traceback(tmp_path):
+    from selfknow.runlog import job_log
+
+    log = tmp_path / "job.log"
+    with pytest.raises(RuntimeError):
+        with job_log(str(log), "train"):
+            raise RuntimeError("out of memory")
+    text = log.read_text()
+    assert "train failed after" in text and "RuntimeError: out of memory" in text
