@@ -196,6 +196,165 @@ def test_beams_match_hf_beam_search_without_stop(tiny):
         assert b["logprob"] == pytest.approx(hf[tuple(b["ids"])], abs=1e-4)
 
 
+def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
+    """The pre-batching one-prompt loop (unpadded prompt, its own KV cache, candidates decoded
+    one by one): the oracle the batched search must reproduce."""
+    from selfknow.models.hf import _first_stop, _kv_cache
+
+    model, tok, eos, k = lm.model, lm.tokenizer, lm.eos_ids, num_beams
+    vocab_k = min(2 * k, int(model.config.get_text_config().vocab_size))
+    finished, running = [], [([], 0.0)]
+    with torch.inference_mode():
+        out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
+        past, logits = _kv_cache(out), out.logits[:, -1, :]
+        for step in range(max_new_tokens):
+            top_lp, top_id = torch.log_softmax(logits.float(), -1).topk(vocab_k, dim=-1)
+            cands = [(score + lp, b, tid) for b, (_, score) in enumerate(running)
+                     for lp, tid in zip(top_lp[b].tolist(), top_id[b].tolist())]
+            cands.sort(key=lambda c: -c[0])
+            nxt, src = [], []
+            for score, b, tid in cands:
+                if len(nxt) == k and len(finished) >= k and score <= finished[-1]["logprob"]:
+                    break
+                ids = running[b][0] + [tid]
+                text = tok.decode(ids, skip_special_tokens=True)
+                pos = _first_stop(text, stop)
+                if tid in eos or pos >= 0:
+                    if len(finished) < k or score > finished[-1]["logprob"]:
+                        finished.append({"ids": ids, "text": text if pos < 0 else text[:pos],
+                                         "logprob": score, "finish_reason": "stop"})
+                        finished.sort(key=lambda f: -f["logprob"])
+                        del finished[k:]
+                elif len(nxt) < k:
+                    nxt.append((ids, score))
+                    src.append(b)
+            if not nxt or (len(finished) >= k and nxt[0][1] <= finished[-1]["logprob"]):
+                running = []
+                break
+            running = nxt
+            if step == max_new_tokens - 1:
+                break
+            past.reorder_cache(torch.tensor(src))
+            out = model(input_ids=torch.tensor([[ids[-1]] for ids, _ in running]),
+                        use_cache=True, **{lm._cache_kwarg: past})
+            past, logits = _kv_cache(out), out.logits[:, -1, :]
+    for ids, score in running:
+        finished.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
+                         "logprob": score, "finish_reason": "length"})
+    finished.sort(key=lambda f: -f["logprob"])
+    return finished[:k]
+
+
+# prompts of 2..~40 tokens; with stop "e" some beams stop at the first token, others late
+LONG_PROMPTS = PROMPTS + [
+    "Rate your confidence on a scale of 0-9. Confidence:",
+    "Question: which colour is the sky?\nAnswer: blue\nQuestion: what is two plus two?\n"
+    "Answer: 4\nQuestion: what is the capital of France?\nAnswer:",
+    "B", "the bird sang a song.\nthe dog ate the bone.\nthe cat"]
+
+
+def assert_same_beams(got, want):
+    assert [(b["ids"], b["text"], b["finish_reason"]) for b in got] == \
+        [(b["ids"], b["text"], b["finish_reason"]) for b in want]
+    np.testing.assert_allclose([b["logprob"] for b in got], [b["logprob"] for b in want],
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("num_beams,max_new_tokens,stop", [
+    (10, 12, ("\n",)), (5, 8, ("e",)), (4, 6, ("\n", " the")), (3, 1, ("\n",)),
+    (3, 0, ("\n",))])
+def test_batched_beams_equal_one_at_a_time(tiny_spec, num_beams, max_new_tokens, stop):
+    lm = load_lm({**tiny_spec, "batch_size": 4}, "step1", cache_dir=None)
+    ids = [lm.tokenizer(p)["input_ids"] for p in LONG_PROMPTS]
+    assert len({len(x) for x in ids}) >= 6  # really different lengths: real left padding
+    batched = lm.beam_search_batch(ids, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                                   stop=stop)
+    stop_lengths = set()
+    for x, got in zip(ids, batched):
+        want = reference_beam_search(lm, x, num_beams=num_beams,
+                                     max_new_tokens=max_new_tokens, stop=stop)
+        assert_same_beams(got, want)
+        stop_lengths |= {len(b["ids"]) for b in got if b["finish_reason"] == "stop"}
+    if max_new_tokens > 1 and stop == ("e",):
+        assert len(stop_lengths) >= 3  # beams of one batch stop at different steps
+    # the public call (cached path, padded batches of 4) returns the same beams
+    public = lm.beam_search(LONG_PROMPTS, num_beams=num_beams, max_new_tokens=max_new_tokens,
+                            stop=stop)
+    for got, want in zip(public, batched):
+        assert [(b.text, b.logprob) for b in got] == [(b["text"], b["logprob"]) for b in want]
+
+
+@pytest.mark.parametrize("shared_prefix,byte_table", [(False, True), (True, False)])
+def test_fallback_paths_equal_one_at_a_time(tiny_spec, shared_prefix, byte_table):
+    """The per-beam full KV cache (models whose attention is not plain softmax) and the
+    tokenizer's own decode (tokenizers that are not byte-level) give the same beams."""
+    lm = load_lm(tiny_spec, "step1", cache_dir=None)
+    ids = [lm.tokenizer(p)["input_ids"] for p in LONG_PROMPTS[:6]]
+    kw = dict(k=5, max_new_tokens=8, stop=["e", "\n"])
+    if not byte_table:
+        lm._byte_table_cache = None
+    got = lm._beam_search_group(ids, shared_prefix=shared_prefix, **kw)
+    for x, beams in zip(ids, got):
+        assert_same_beams(beams, reference_beam_search(lm, x, num_beams=5, max_new_tokens=8,
+                                                       stop=("e", "\n")))
+
+
+def test_byte_table_decodes_like_the_tokenizer(tiny, smol):
+    """Joined token bytes decode exactly as `tokenizer.decode(skip_special_tokens=True)`,
+    including special tokens (skipped) and multi-byte characters split across tokens."""
+    rng = np.random.default_rng(0)
+    for lm in (tiny, smol):
+        tok, table = lm.tokenizer, lm._byte_table
+        assert table is not None and len(table) == len(tok)
+        text = "naïve café – 東京 ✓ <|im_end|>\n"
+        seqs = [tok(text, add_special_tokens=False)["input_ids"]]
+        seqs += [rng.integers(0, len(tok), rng.integers(1, 12)).tolist() for _ in range(2000)]
+        for seq in seqs:
+            want = tok.decode(seq, skip_special_tokens=True)
+            assert b"".join(table[t] for t in seq).decode("utf-8", "replace") == want, seq
+
+
+def test_batched_beam_logprobs_equal_unpadded_forward_pass(tiny_spec):
+    lm = load_lm({**tiny_spec, "batch_size": 16}, "step1", cache_dir=None)
+    ids = [lm.tokenizer(p)["input_ids"] for p in LONG_PROMPTS]
+    n_stop = n_len = 0
+    for stop in [("e", "\n"), ("\n",)]:  # beams cut at a stop, and beams at the limit
+        batched = lm.beam_search_batch(ids, num_beams=6, max_new_tokens=8, stop=stop)
+        n_stop, n_len = check_beams_against_forward(lm, ids, batched, n_stop, n_len)
+    assert n_stop > 0 and n_len > 0
+
+
+def check_beams_against_forward(lm, ids, batched, n_stop, n_len):
+    for x, beams in zip(ids, batched):
+        assert len(beams) == 6 and len({tuple(b["ids"]) for b in beams}) == 6
+        lps = [b["logprob"] for b in beams]
+        assert lps == sorted(lps, reverse=True)
+        for b in beams:
+            ref = ref_token_logprobs(lm.model, x + b["ids"])[len(x) - 1:].sum()
+            assert b["logprob"] == pytest.approx(ref, abs=1e-4)
+            n_stop += b["finish_reason"] == "stop"
+            n_len += b["finish_reason"] == "length"
+    return n_stop, n_len
+
+
+def test_batched_beam_search_is_deterministic_and_batch_independent(tiny_spec, tmp_path):
+    a = load_lm({**tiny_spec, "batch_size": 16}, "step1", cache_dir=None)
+    b = load_lm({**tiny_spec, "batch_size": 2}, "step1", cache_dir=tmp_path)
+    kw = dict(num_beams=5, max_new_tokens=8, stop=("\n",))
+    first = a.beam_search(LONG_PROMPTS, **kw)
+    assert a.beam_search(LONG_PROMPTS, **kw) == first  # bitwise-identical rerun
+    # other batch composition (order, size, neighbours): same texts, log-probs within 1e-4
+    rev = b.beam_search(LONG_PROMPTS[::-1], **kw)[::-1]
+    for x, y in zip(first, rev):
+        assert [t.text for t in x] == [t.text for t in y]
+        np.testing.assert_allclose([t.logprob for t in x], [t.logprob for t in y], atol=1e-4)
+    # the disk cache: only misses are computed (in batches), hits are returned as stored
+    assert (b.stats.hits, b.stats.misses) == (0, len(LONG_PROMPTS))
+    again = b.beam_search(LONG_PROMPTS[:3] + ["a new prompt"], **kw)
+    assert (b.stats.hits, b.stats.misses) == (3, len(LONG_PROMPTS) + 1)
+    assert again[:3] == rev[:3]
+
+
 # ---- scoring --------------------------------------------------------------------------------
 def test_loglikelihood_matches_forward_pass(tiny):
     pairs = [("the cat", " sat on"), ("the cat ", "sat on"), ("Answer:", " blue"),
@@ -262,12 +421,18 @@ def test_partial_batch_hits_compute_only_misses(tiny_spec, tmp_path):
 
 
 # ---- SmolLM2 (GGUF converted) ---------------------------------------------------------------
-def test_converted_smollm2_is_a_plain_dir_with_chat_template(smol_dir):
+@pytest.fixture(scope="session")
+def smol(smol_dir):
+    """SmolLM2 loaded once (loading takes ~20 s on a busy CPU)."""
+    return load_lm({"name": "smol", "backend": "hf", "path": str(smol_dir), "chat": True,
+                    "batch_size": 4}, cache_dir=None)
+
+
+def test_converted_smollm2_is_a_plain_dir_with_chat_template(smol_dir, smol):
     cfg = json.loads((smol_dir / "config.json").read_text())
     assert "quantization_config" not in cfg
     assert (smol_dir / "model.safetensors").is_file()
-    lm = load_lm({"name": "smol", "backend": "hf", "path": str(smol_dir), "chat": True},
-                 cache_dir=None)
+    lm = smol
     g = lm.generate(["What is the capital of France?", "What is the capital of Germany?"],
                     max_new_tokens=16, stop=["\n"])
     assert "Paris" in g[0].text and "Berlin" in g[1].text
@@ -296,3 +461,21 @@ def test_gguf_file_spec_loads_the_same_model(smol_dir):
                 cache_dir=None).next_token_logprobs(["The capital of France is"],
                                                     [" Paris", " the"])
     np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_smollm2_batched_beams_grouped_query_attention(smol):
+    """A Llama-type model (rotary positions, 3 query heads per KV head): the shared-prompt
+    attention, left padding and position ids reproduce the one-prompt search (token ids in,
+    so the spec's chat setting plays no part)."""
+    lm = smol
+    cfg = lm.model.config
+    assert cfg.num_attention_heads > cfg.num_key_value_heads and lm._shared_prefix_ok
+    prompts = ["The capital of France is", "Q: What is 2+2?\nA: 4\nQ: What colour is the "
+               "sky?\nA:"]
+    ids = [lm.tokenizer(p)["input_ids"] for p in prompts]
+    got = lm.beam_search_batch(ids, num_beams=3, max_new_tokens=3, stop=("\n", "."))
+    for x, beams in zip(ids, got):
+        assert_same_beams(beams, reference_beam_search(lm, x, num_beams=3, max_new_tokens=3,
+                                                       stop=("\n", ".")))
+        ref = ref_token_logprobs(lm.model, x + beams[0]["ids"])[len(x) - 1:].sum()
+        assert beams[0]["logprob"] == pytest.approx(ref, abs=1e-4)

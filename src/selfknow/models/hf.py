@@ -5,10 +5,14 @@ or a GGUF file (`gguf_file=`, dequantised by transformers), optionally with a Lo
 loaded with peft on top. All decoding is deterministic: greedy, or sampling seeded from
 (prompt, sample index) so that a sample does not depend on its batch.
 
-Beam search is our own loop (`_beam_search_one`) rather than `model.generate(num_beams=...)`:
+Beam search is our own loop (`beam_search_batch`) rather than `model.generate(num_beams=...)`:
 persistent §3.1.1 needs every final beam cut at the first newline with the log-probability of
 exactly its tokens up to that stop, and HF's beam scorer only stops hypotheses at EOS (its
-`stop_strings` criterion ends the whole search) and reports length-normalised scores.
+`stop_strings` criterion ends the whole search) and reports length-normalised scores. It runs
+`batch_size` prompts (default `DEFAULT_BATCH_SIZE` = 16) x `num_beams` rows per forward step:
+left-padded prompts with explicit position ids, the prompt's KV kept once per prompt and only
+generated tokens cached per beam (`_shared_prefix_attention`), candidates' texts from token
+bytes (`_byte_table`). Results do not depend on the batch beyond float rounding (~1e-6).
 """
 from __future__ import annotations
 
@@ -20,11 +24,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from selfknow.models.base import LM, Beam, CallStats, Generation
-from selfknow.models.cache import CachedCalls, hash_files
+from selfknow.models.cache import CachedCalls, PartialFailure, hash_files
 from selfknow.models.registry import ModelSpecError, register_backend
 
 log = logging.getLogger(__name__)
 
+# prompts per forward pass (spec key `batch_size`); a beam-search batch runs
+# batch_size x num_beams rows per step. 16 x 10 beams keeps a small model's CPU steps in a few
+# hundred rows, where batching has amortised the per-call overhead (benchmarks/bench_beam.py).
+DEFAULT_BATCH_SIZE = 16
 _SAMPLE_BYTES = 1 << 20  # fingerprint of local model files: size + first/last MiB
 
 
@@ -40,6 +48,94 @@ def _kv_cache(out):
     return out["cache"] if "cache" in out else out["past_key_values"]
 
 
+def _gpt2_byte_chars() -> dict[str, int]:
+    """Inverse of the GPT-2 byte-level alphabet: printable bytes stand for themselves, the
+    others for the characters 256, 257, ... in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1),
+            *range(ord("\xae"), ord("\xff") + 1)]
+    chars = {chr(b): b for b in keep}
+    extra = 0
+    for b in range(256):
+        if b not in keep:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def _byte_level_table(tok) -> list[bytes] | None:
+    """See `HFLM._byte_table`."""
+    import json
+
+    backend = getattr(tok, "_tokenizer", None)
+    if backend is None or getattr(tok, "clean_up_tokenization_spaces", False):
+        return None
+    try:
+        cfg = json.loads(backend.to_str())
+    except Exception:  # a tokenizer that cannot serialise itself: decode the slow way
+        return None
+    if (cfg.get("decoder") or {}).get("type") != "ByteLevel":
+        return None
+    inv = _gpt2_byte_chars()
+    special = {a["id"] for a in cfg.get("added_tokens", []) if a.get("special")}
+    n = backend.get_vocab_size(with_added_tokens=True)
+    table = []
+    for t in range(n):
+        piece = backend.id_to_token(t)
+        if piece is None:
+            return None
+        table.append(b"" if t in special else
+                     b"".join(bytes([inv[c]]) if c in inv else c.encode() for c in piece))
+    alone = backend.decode_batch([[t] for t in range(n)], skip_special_tokens=True)
+    if any(b.decode("utf-8", "replace") != a for a, b in zip(alone, table)):
+        return None
+    return table
+
+
+_PREFIX_ATTN = "selfknow_shared_prefix"
+
+
+def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=None,
+                             dropout=0.0, **kwargs):
+    """Attention of beam rows over their prompt's KV (stored once per prompt, not once per
+    beam) followed by their own generated tokens' KV (`key`/`value`, from a cache that holds
+    generated tokens only). Rows are prompt-major, `k` per prompt; the prompt's padding is
+    masked out. Without the `beam_prefix` keyword it is plain SDPA."""
+    prefix = kwargs.pop("beam_prefix", None)
+    if prefix is None:
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, attention_mask,
+                                      dropout=dropout, scaling=scaling, **kwargs)
+    import torch
+
+    k_pre, v_pre = prefix["keys"][module.layer_idx], prefix["values"][module.layer_idx]
+    bias, k = prefix["bias"], prefix["k"]  # bias: (slots, prefix length), 0 or -inf
+    rows, n_q, q_len, d = query.shape
+    slots, n_kv = k_pre.shape[0], k_pre.shape[1]
+    g = n_q // n_kv  # query heads per KV head (grouped-query attention)
+    scale = d ** -0.5 if scaling is None else scaling
+    q = query.float().reshape(slots, k, n_kv, g, d)
+    s_pre = torch.einsum("skhgd,shwd->skhgw", q, k_pre.float()) * scale
+    s_pre = s_pre + bias[:, None, None, None, :]
+    kg = key.float().reshape(slots, k, n_kv, -1, d)
+    s_gen = torch.einsum("skhgd,skhtd->skhgt", q, kg) * scale
+    w = torch.softmax(torch.cat([s_pre, s_gen], -1), -1)
+    width = k_pre.shape[2]
+    out = torch.einsum("skhgw,shwd->skhgd", w[..., :width], v_pre.float()) \
+        + torch.einsum("skhgt,skhtd->skhgd", w[..., width:],
+                       value.float().reshape(slots, k, n_kv, -1, d))
+    return out.reshape(rows, 1, n_q, d).to(query.dtype), None
+
+
+def _register_prefix_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    if _PREFIX_ATTN not in ALL_MASK_ATTENTION_FUNCTIONS:
+        AttentionInterface.register(_PREFIX_ATTN, _shared_prefix_attention)
+        AttentionMaskInterface.register(_PREFIX_ATTN, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+
+
 @register_backend("hf")
 class HFLM(LM):
     """A transformers causal LM at one checkpoint (see module docstring)."""
@@ -48,7 +144,7 @@ class HFLM(LM):
         self.spec, self.checkpoint = spec, checkpoint
         self.name = spec["name"]
         self.stats = CallStats()
-        self.batch_size = int(spec.get("batch_size", 8))
+        self.batch_size = int(spec.get("batch_size", DEFAULT_BATCH_SIZE))
         self.chat_default = bool(spec.get("chat", False))
         self.dtype_name = spec.get("dtype", "float32")
         self.gguf_file = checkpoint.get("gguf_file", spec.get("gguf_file"))
@@ -318,87 +414,267 @@ class HFLM(LM):
                   "stop": stop, "chat": use_chat}
 
         def compute(idx: list[int]) -> list[list[dict]]:
-            res = []
-            for i in idx:
-                ids = self.encode(self.render(prompts[i], chat=use_chat), chat=use_chat)
-                self._check_length(len(ids) + max_new_tokens, f"prompt {i}")
-                beams = self.beam_search_ids(ids, num_beams=num_beams,
-                                             max_new_tokens=max_new_tokens, stop=stop)
-                res.append([{"text": b["text"], "logprob": b["logprob"]} for b in beams])
-            return res
+            ids = [self.encode(self.render(prompts[i], chat=use_chat), chat=use_chat)
+                   for i in idx]
+            for i, x in zip(idx, ids):
+                self._check_length(len(x) + max_new_tokens, f"prompt {i}")
+            done: dict[int, list[dict]] = {}
+            try:
+                for group in self._beam_groups(ids):
+                    beams = self._beam_search_group([ids[j] for j in group], int(num_beams),
+                                                    int(max_new_tokens), stop)
+                    for j, bs in zip(group, beams):
+                        done[j] = [{"text": b["text"], "logprob": b["logprob"]} for b in bs]
+            except Exception as err:  # finished groups are still cached
+                if done:
+                    raise PartialFailure(done, err) from err
+                raise
+            return [done[j] for j in range(len(idx))]
 
         out = self._calls.run("beam_search", [{"prompt": p} for p in prompts], params, compute)
         return [[Beam(**b) for b in beams] for beams in out]
 
     def beam_search_ids(self, prompt_ids: list[int], *, num_beams: int, max_new_tokens: int,
                         stop: Sequence[str] = ("\n",)) -> list[dict]:
-        """Beam search from token ids (uncached). Returns the `num_beams` best finished beams,
-        best first, each {"ids": generated token ids up to and including the token that
-        completed the stop (or EOS), "text": decoded text cut before the stop, "logprob":
-        sum of the log-probabilities of `ids`, "finish_reason"}.
+        """Beam search from the token ids of one prompt (uncached); see `beam_search_batch`."""
+        return self.beam_search_batch([prompt_ids], num_beams=num_beams,
+                                      max_new_tokens=max_new_tokens, stop=stop)[0]
 
-        A hypothesis finishes when its text contains a stop string or it emits EOS; the search
-        ends when `num_beams` hypotheses have finished and none still running scores higher
-        (log-probabilities only decrease, so none can catch up: the result is exact for the
-        beam width), or at `max_new_tokens`, when the running beams finish with "length".
+    def beam_search_batch(self, prompt_ids: Sequence[list[int]], *, num_beams: int,
+                          max_new_tokens: int, stop: Sequence[str] = ("\n",)
+                          ) -> list[list[dict]]:
+        """Beam search from the token ids of each prompt (uncached), `batch_size` prompts per
+        forward pass. For each prompt: the `num_beams` best finished beams, best first, each
+        {"ids": generated token ids up to and including the token that completed the stop (or
+        EOS), "text": decoded text cut before the stop, "logprob": sum of the log-probabilities
+        of `ids`, "finish_reason"}.
+
+        A hypothesis finishes when its text contains a stop string or it emits EOS; a prompt's
+        search ends when `num_beams` hypotheses have finished and none still running scores
+        higher (log-probabilities only decrease, so none can catch up: the result is exact for
+        the beam width), or at `max_new_tokens`, when the running beams finish with "length".
+        Fewer than `num_beams` beams come back only when fewer distinct continuations exist.
         """
-        import torch
+        prompt_ids = [list(x) for x in prompt_ids]
+        out: list[list[dict] | None] = [None] * len(prompt_ids)
+        for group in self._beam_groups(prompt_ids):
+            res = self._beam_search_group([prompt_ids[j] for j in group], int(num_beams),
+                                          int(max_new_tokens), list(stop))
+            for j, beams in zip(group, res):
+                out[j] = beams
+        return out  # type: ignore[return-value]
 
-        model, tok, eos = self.model, self.tokenizer, self.eos_ids
-        k = int(num_beams)
-        vocab_k = min(2 * k, int(model.config.get_text_config().vocab_size))
-        finished: list[dict] = []
-        # running hypotheses: (generated ids, logprob); all share the prompt
-        running: list[tuple[list[int], float]] = [([], 0.0)]
+    def _beam_groups(self, ids: Sequence[list[int]]) -> list[list[int]]:
+        """Batches of prompt indices, longest first (little padding). Left padding needs
+        explicit position ids; a model whose forward takes none is run one prompt at a time."""
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        if not self._takes_position_ids:
+            return [[i] for i in order]
+        return list(self._batches(order))
+
+    @property
+    def _takes_position_ids(self) -> bool:
+        import inspect
+
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") \
+            else self.model
+        return "position_ids" in inspect.signature(base.forward).parameters
+
+    def _decode_many(self, seqs: list[list[int]]) -> list[str]:
+        """`tokenizer.decode(s, skip_special_tokens=True)` for each sequence, in one call into
+        the Rust tokenizer when that is the same (no post-decode space clean-up)."""
+        tok = self.tokenizer
+        backend = getattr(tok, "_tokenizer", None)
+        if backend is not None and hasattr(backend, "decode_batch") \
+                and not getattr(tok, "clean_up_tokenization_spaces", False):
+            return backend.decode_batch(seqs, skip_special_tokens=True)
+        return [tok.decode(s, skip_special_tokens=True) for s in seqs]
+
+    @property
+    def _byte_table(self) -> list[bytes] | None:
+        """Bytes of each token id under `decode(..., skip_special_tokens=True)` (b"" for
+        skipped special tokens) when the tokenizer's decoder is plain byte-level (GPT-2, OLMo,
+        SmolLM2), else None; checked token by token against the tokenizer when built. The beam
+        search decodes every candidate (prompts x 2 x num_beams^2 per step); joining bytes
+        and decoding them in Python (what a byte-level decoder does, U+FFFD for invalid
+        UTF-8) is ~20x faster than the tokenizer's decode of each sequence."""
+        if not hasattr(self, "_byte_table_cache"):
+            self._byte_table_cache = _byte_level_table(self.tokenizer)
+        return self._byte_table_cache
+
+    @property
+    def _last_logits_only(self) -> dict:
+        """`logits_to_keep=1` where the model takes it: the prefill then skips the LM head
+        for all but the last position (a vocabulary-sized matmul per prompt token)."""
+        import inspect
+
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") \
+            else self.model
+        return {"logits_to_keep": 1} if "logits_to_keep" in \
+            inspect.signature(base.forward).parameters else {}
+
+    @property
+    def _shared_prefix_ok(self) -> bool:
+        """Whether beam steps may use `_shared_prefix_attention`: the model runs plain SDPA
+        or eager softmax attention (no sliding window, no logit soft-capping) and takes
+        position ids (the per-beam cache no longer tells it the positions)."""
+        cfg = self.model.config.get_text_config()
+        return (self._takes_position_ids
+                and getattr(cfg, "_attn_implementation", None) in ("sdpa", "eager")
+                and getattr(cfg, "sliding_window", None) is None
+                and getattr(cfg, "attn_logit_softcapping", None) is None)
+
+    def _beam_search_group(self, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
+                           stop: list[str], shared_prefix: bool | None = None
+                           ) -> list[list[dict]]:
+        """Beam search for a batch of prompts: a left-padded prefill, then one forward step per
+        token over `k` rows for every unfinished prompt (prompt-major; a prompt with fewer
+        running beams repeats its first one in rows whose output is ignored), the KV cache
+        rows re-selected by each new beam's origin. The per-prompt bookkeeping is the
+        one-prompt algorithm of `beam_search_batch`, run on each prompt's slice of the step.
+
+        With `shared_prefix` (default: when the attention allows it) a prompt's KV is kept
+        once rather than once per beam and only generated tokens are cached per beam: the
+        full per-beam cache made every step copy prompt-length KV for all rows twice
+        (re-selection and append), which dominated the time."""
+        import torch
+        from transformers import DynamicCache
+
+        model, eos = self.model, self.eos_ids
+        if shared_prefix is None:
+            shared_prefix = self._shared_prefix_ok
         dev = model.device
+        vocab_k = min(2 * k, int(model.config.get_text_config().vocab_size))
+        n = len(prompt_ids)
+        finished: list[list[dict]] = [[] for _ in range(n)]
+        # running hypotheses per prompt: (generated ids, logprob, decoded text)
+        running: list[list[tuple[list[int], float, str]]] = [[([], 0.0, "")] for _ in range(n)]
+        if max_new_tokens <= 0:
+            return [self._final_beams(f, r, k) for f, r in zip(finished, running)]
+        stops = [x for x in stop if x]
+        one_stop = len(stops) == 1
+        table = self._byte_table
+        width = max(len(x) for x in prompt_ids)
+        inp = torch.full((n, width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for r, x in enumerate(prompt_ids):  # left padding: every prompt ends at the last column
+            inp[r, width - len(x):] = torch.tensor(x)
+            mask[r, width - len(x):] = 1
+        # positions count real tokens only, so a padded prompt sees the positions it would
+        # see alone
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        lengths = mask.sum(-1)
+        slots = list(range(n))  # prompt of each slot (k rows each; 1 row after the prefill)
+        per_slot = 1
+        saved_attn = model.config._attn_implementation
         with torch.inference_mode():
-            out = model(input_ids=torch.tensor([prompt_ids], device=dev), use_cache=True)
+            # a model without position ids runs prompts one at a time (no padding)
+            pos_kw = self._takes_position_ids
+            out = model(input_ids=inp.to(dev), attention_mask=mask.to(dev),
+                        **({"position_ids": pos.to(dev)} if pos_kw else {}), use_cache=True,
+                        **self._last_logits_only)
             past, logits = _kv_cache(out), out.logits[:, -1, :]
-            for step in range(max_new_tokens):
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                top_lp, top_id = logp.topk(vocab_k, dim=-1)
-                cands = []
-                for b, (ids, score) in enumerate(running):
-                    for lp, tid in zip(top_lp[b].tolist(), top_id[b].tolist()):
-                        cands.append((score + lp, b, tid))
-                cands.sort(key=lambda c: -c[0])
-                nxt: list[tuple[list[int], float]] = []
-                src: list[int] = []
-                for score, b, tid in cands:
-                    full = len(finished) >= k
-                    if len(nxt) == k and (full and score <= finished[-1]["logprob"]):
-                        break  # sorted: nothing later can run on or finish in the top k
-                    ids = running[b][0] + [tid]
-                    text = tok.decode(ids, skip_special_tokens=True)
-                    pos = _first_stop(text, stop)
-                    if tid in eos or pos >= 0:
-                        if len(finished) < k or score > finished[-1]["logprob"]:
-                            finished.append({"ids": ids, "text": text if pos < 0 else
-                                             text[:pos], "logprob": score,
-                                             "finish_reason": "stop"})
-                            finished.sort(key=lambda f: -f["logprob"])
-                            del finished[k:]
-                    elif len(nxt) < k:
-                        nxt.append((ids, score))
-                        src.append(b)
-                if not nxt:
-                    running = []
-                    break
-                if len(finished) >= k and nxt[0][1] <= finished[-1]["logprob"]:
-                    running = []
-                    break
-                running = nxt
-                if step == max_new_tokens - 1:
-                    break
-                past.reorder_cache(torch.tensor(src, device=dev))
-                last = torch.tensor([[ids[-1]] for ids, _ in running], device=dev)
-                out = model(input_ids=last, use_cache=True, **{self._cache_kwarg: past})
-                past, logits = _kv_cache(out), out.logits[:, -1, :]
-        for ids, score in running:
-            finished.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
-                             "logprob": score, "finish_reason": "length"})
-        finished.sort(key=lambda f: -f["logprob"])
-        return finished[:k]
+            if shared_prefix:
+                _register_prefix_attention()
+                prefix = {"keys": [layer.keys for layer in past.layers],
+                          "values": [layer.values for layer in past.layers],
+                          "bias": torch.zeros(mask.shape, dtype=torch.float32, device=dev)
+                          .masked_fill(mask.to(dev) == 0, float("-inf")), "k": k}
+                past = DynamicCache()
+            try:
+                for step in range(max_new_tokens):
+                    logp = torch.log_softmax(logits.float(), dim=-1)
+                    top_lp, top_id = (t.tolist() for t in logp.topk(vocab_k, dim=-1))
+                    # the text of every candidate of every live row, grouped by prompt
+                    fast = table is not None and max(map(max, top_id)) < len(table)
+                    cand_ids, cand_text, cand_at = [], [], {}
+                    for si, p in enumerate(slots):
+                        for b, (ids, _, _) in enumerate(running[p]):
+                            r = si * per_slot + b
+                            cand_at[r] = len(cand_text) if fast else len(cand_ids)
+                            if fast:
+                                head = b"".join([table[t] for t in ids])
+                                cand_text += [(head + table[t]).decode("utf-8", "replace")
+                                              for t in top_id[r]]
+                            else:
+                                cand_ids += [ids + [t] for t in top_id[r]]
+                    if not fast:
+                        cand_text = self._decode_many(cand_ids)
+                    kept: list[int] = []  # old slot index of each new slot
+                    src: list[int] = []
+                    last: list[int] = []
+                    for si, p in enumerate(slots):
+                        fin = finished[p]
+                        cands = []
+                        for b, (_, score, _) in enumerate(running[p]):
+                            r = si * per_slot + b
+                            for j, (lp, tid) in enumerate(zip(top_lp[r], top_id[r])):
+                                cands.append((score + lp, r, tid, cand_at[r] + j))
+                        cands.sort(key=lambda c: -c[0])
+                        nxt: list[tuple[list[int], float, str]] = []
+                        nxt_src: list[int] = []
+                        for score, r, tid, c in cands:
+                            if len(nxt) == k and len(fin) >= k and score <= fin[-1]["logprob"]:
+                                break  # sorted: nothing later can run on or finish in the top k
+                            text = cand_text[c]
+                            cut = text.find(stops[0]) if one_stop else _first_stop(text, stops)
+                            ids = running[p][(r - si * per_slot)][0] + [tid]
+                            if tid in eos or cut >= 0:
+                                if len(fin) < k or score > fin[-1]["logprob"]:
+                                    fin.append({"ids": ids, "text": text if cut < 0 else
+                                                text[:cut], "logprob": score,
+                                                "finish_reason": "stop"})
+                                    fin.sort(key=lambda f: -f["logprob"])
+                                    del fin[k:]
+                            elif len(nxt) < k:
+                                nxt.append((ids, score, text))
+                                nxt_src.append(r)
+                        if not nxt or (len(fin) >= k and nxt[0][1] <= fin[-1]["logprob"]):
+                            running[p] = []
+                            continue
+                        running[p] = nxt
+                        kept.append(si)
+                        pad = k - len(nxt)  # filler rows: a copy of the best beam
+                        src += nxt_src + nxt_src[:1] * pad
+                        last += [ids[-1] for ids, _, _ in nxt] + [nxt[0][0][-1]] * pad
+                    if not kept or step == max_new_tokens - 1:
+                        break
+                    sel = torch.tensor(src, device=dev)
+                    past.reorder_cache(sel)
+                    cur_pos = torch.tensor([int(lengths[slots[si]]) + step for si in kept
+                                            for _ in range(k)], device=dev).unsqueeze(1)
+                    kw: dict[str, Any] = {self._cache_kwarg: past}
+                    if shared_prefix:
+                        if kept != list(range(len(slots))):
+                            ks = torch.tensor(kept, device=dev)
+                            for key in ("keys", "values"):
+                                prefix[key] = [t.index_select(0, ks) for t in prefix[key]]
+                            prefix["bias"] = prefix["bias"].index_select(0, ks)
+                        kw["beam_prefix"] = prefix
+                        model.config._attn_implementation = _PREFIX_ATTN
+                    else:
+                        mask = torch.cat([mask[sel.cpu()],
+                                          torch.ones((len(src), 1), dtype=torch.long)], 1)
+                        kw["attention_mask"] = mask.to(dev)
+                    slots, per_slot = [slots[si] for si in kept], k
+                    if pos_kw:
+                        kw["position_ids"] = cur_pos
+                    out = model(input_ids=torch.tensor(last, device=dev).unsqueeze(1),
+                                use_cache=True, **kw)
+                    model.config._attn_implementation = saved_attn
+                    past, logits = _kv_cache(out), out.logits[:, -1, :]
+            finally:
+                model.config._attn_implementation = saved_attn
+        return [self._final_beams(f, r, k) for f, r in zip(finished, running)]
+
+    @staticmethod
+    def _final_beams(finished: list[dict], running: list[tuple[list[int], float, str]],
+                     k: int) -> list[dict]:
+        """Finished beams plus those still running at the token limit ("length"), best k."""
+        beams = finished + [{"ids": ids, "text": text, "logprob": score,
+                             "finish_reason": "length"} for ids, score, text in running]
+        beams.sort(key=lambda f: -f["logprob"])
+        return beams[:k]
 
     # ---- scoring -----------------------------------------------------------------------
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
