@@ -7,6 +7,7 @@ generator. Each row normaliser is a pure function, so the formats are tested wit
 from __future__ import annotations
 
 import json
+import logging
 import re
 import string
 from pathlib import Path
@@ -18,6 +19,7 @@ import pandas as pd
 from selfknow.records import ITEM_COLUMNS
 
 LETTERS = string.ascii_uppercase
+log = logging.getLogger(__name__)
 
 
 class ItemError(ValueError):
@@ -116,8 +118,7 @@ def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> p
         path = Path(spec["path"])
         if not path.exists():
             raise ItemError(f"{name}: BioASQ file {path} does not exist")
-        data = json.loads(path.read_text(encoding="utf-8"))
-        rows = [r for q in data["questions"] if (r := bioasq_row(q, name, "test")) is not None]
+        rows = _read_bioasq(path, name)
         df, source = pd.DataFrame(rows), str(path)
     else:
         hub = spec.get("hub_id") or {"triviaqa": "mandarjoshi/trivia_qa", "jeopardy": "soldni/jeopardy",
@@ -126,20 +127,61 @@ def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> p
                                    "medxpertqa": "test"}[loader])
         config_name = {"triviaqa": "rc.nocontext", "mmlu": "all", "medxpertqa": "Text"}.get(loader)
         it = _hf_rows(hub, config_name, split, spec.get("revision"))
+        n_linked = 0
         for i, r in enumerate(it):
             if loader == "triviaqa":
                 rows.append(triviaqa_row(r, name, "test"))
             elif loader == "jeopardy":
                 if (item := jeopardy_row(r, name, "test", i)) is not None:
                     rows.append(item)
+                else:
+                    n_linked += 1
             elif loader == "mmlu":
                 if spec.get("subjects") and r["subject"] not in spec["subjects"]:
                     continue
                 rows.append(mmlu_row(r, name, "test", i))
             else:
                 rows.append(medxpertqa_row(r, name, "test"))
+        if n_linked:
+            # persistent §3.1 drops clues that link to media the model cannot see
+            log.warning("%s: %s: skipped %d clues with HTML links", name, hub, n_linked)
         df, source = pd.DataFrame(rows), hub
     return validate_items(df, source)
+
+
+def _read_bioasq(path: Path, name: str) -> list[dict]:
+    """The items of one BioASQ training JSON; any malformation raises an ItemError naming the
+    file and the question (index and id)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ItemError(f"{name}: {path}: not UTF-8 (invalid byte at offset {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ItemError(f"{name}: {path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
+        raise ItemError(f"{name}: {path}: expected an object with a 'questions' list")
+    rows, skipped = [], 0
+    for i, q in enumerate(data["questions"]):
+        where = f"{name}: {path}: questions[{i}]" + (f" (id {q.get('id')!r})" if isinstance(q, dict) else "")
+        if not isinstance(q, dict):
+            raise ItemError(f"{where}: expected an object, got {type(q).__name__}")
+        if q.get("type") not in ("factoid", "list"):
+            skipped += 1
+            continue
+        missing = [k for k in ("id", "body", "exact_answer") if k not in q]
+        if missing:
+            raise ItemError(f"{where}: missing key(s) {missing}")
+        if not isinstance(q["exact_answer"], list) or not isinstance(q["body"], str):
+            raise ItemError(f"{where}: 'exact_answer' must be a list and 'body' a string")
+        try:
+            rows.append(bioasq_row(q, name, "test"))
+        except ItemError as err:
+            raise ItemError(f"{where}: {err}") from None
+    if skipped:
+        # persistent §3.1 keeps factoid and list questions only
+        log.warning("%s: %s: skipped %d of %d questions that are not factoid/list", name, path, skipped,
+                    len(data["questions"]))
+    return rows
 
 
 def validate_items(df: pd.DataFrame, source: str) -> pd.DataFrame:

@@ -6,6 +6,7 @@ so a killed job never leaves a half-written file that a later job would trust.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import tempfile
@@ -19,17 +20,40 @@ import pandas as pd
 ITEM_COLUMNS = ["item_id", "dataset", "domain", "question", "choices", "answer", "aliases", "split"]
 
 
+# errors that can only mean the output could not be stored (the block may read other files,
+# so a generic OSError from it is passed on unchanged)
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+
+
+def _cannot_write(path: Path, err: OSError) -> OSError:
+    """The same kind of OSError, naming the output that could not be written."""
+    return type(err)(err.errno, f"cannot write {path}: {err.strerror or err}")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
+    An unwritable directory or a full disk raises an OSError naming `path`; the temporary file
+    is removed, so nothing half-written is left."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        raise _cannot_write(path, err) from err
     os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        os.replace(tmp_path, path)
+        try:
+            yield tmp_path
+        except OSError as err:
+            if err.errno in _STORAGE_ERRNOS:
+                raise _cannot_write(path, err) from err
+            raise
+        try:
+            os.replace(tmp_path, path)
+        except OSError as err:
+            raise _cannot_write(path, err) from err
     finally:
         if tmp_path.exists():
             tmp_path.unlink()

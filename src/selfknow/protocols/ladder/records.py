@@ -82,26 +82,57 @@ def validate_turns(turns: pd.DataFrame, source: str = "turns") -> None:
         raise ValueError(f"{source}: duplicate (model, session_id, turn) in rows {list(turns.index[dup][:5])}")
 
 
+# expected JSON types of the released turn fields (bool is an int to Python: rejected apart)
+_TURN_TYPES = {"turn": (int,), "agent_confidence": (int, float), "gt_correct": (bool,),
+               "in_user_expertise": (bool,), "domain": (str,), "question": (str,),
+               "user_response": (str,), "agent_answer": (str, type(None))}
+
+
+def _check_turn_types(t: dict, where: str) -> None:
+    for key, types in _TURN_TYPES.items():
+        v = t[key]
+        if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+            raise ValueError(f"{where}.{key}: expected {'/'.join(x.__name__ for x in types)}, "
+                             f"got {type(v).__name__} {v!r}")
+
+
 def read_released_sessions(path: str | Path) -> pd.DataFrame:
     """Turn one released `capbound_sessions_<model>_<ts>.json` into session-turn records."""
     path = Path(path)
-    with open(path, encoding="utf-8") as fh:
-        doc = json.load(fh)
-    if "sessions" not in doc:
+    try:
+        doc = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 (invalid byte at offset {err.start})") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    if not isinstance(doc, dict) or "sessions" not in doc:
         raise ValueError(f"{path}: no 'sessions' key")
+    if not isinstance(doc["sessions"], list):
+        raise ValueError(f"{path}: 'sessions' must be a list, got {type(doc['sessions']).__name__}")
     meta = doc.get("metadata", {})
+    if not isinstance(meta, dict):
+        raise ValueError(f"{path}: 'metadata' must be an object, got {type(meta).__name__}")
     rows = []
     for si, sess in enumerate(doc["sessions"]):
+        if not isinstance(sess, dict):
+            raise ValueError(f"{path}: sessions[{si}] must be an object, got {type(sess).__name__}")
         if "log" not in sess:
             raise ValueError(f"{path}: sessions[{si}] has no 'log'")
+        if not isinstance(sess["log"], list):
+            raise ValueError(f"{path}: sessions[{si}].log must be a list, got {type(sess['log']).__name__}")
         model = sess.get("agent_model", meta.get("agent_model"))
         if model is None:
             raise ValueError(f"{path}: sessions[{si}] names no agent_model")
         persona = sess.get("persona", {}) or {}
+        if not isinstance(persona, dict):
+            raise ValueError(f"{path}: sessions[{si}].persona must be an object, got {type(persona).__name__}")
         for ti, t in enumerate(sess["log"]):
+            if not isinstance(t, dict):
+                raise ValueError(f"{path}: sessions[{si}].log[{ti}] must be an object, got {type(t).__name__}")
             missing = [k for k in _TURN_KEYS if k not in t]
             if missing:
                 raise ValueError(f"{path}: sessions[{si}].log[{ti}] lacks {missing}")
+            _check_turn_types(t, f"{path}: sessions[{si}].log[{ti}]")
             ans = t["agent_answer"]
             rows.append({
                 "model": str(model),
