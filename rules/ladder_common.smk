@@ -1,0 +1,81 @@
+# LADDER (SPEC §2) input functions and constants; the rules are in rules/ladder.smk.
+from selfknow.protocols.ladder.jobs import SCORE_PARTS
+from selfknow.protocols.ladder.tables import FIGURES as LADDER_FIGURES
+from selfknow.protocols.ladder.tables import TABLES as LADDER_TABLES
+
+LAD = config.get("ladder", {})
+LADDER_MODELS = list(LAD.get("models", []))
+
+
+def ladder_model_spec(name):
+    return model_spec(config, name, R)
+
+
+def ladder_is_chat(name):
+    spec = _model_entry(name)
+    return bool(spec.get("chat", False)) or spec["backend"] == "openai"
+
+
+def ladder_prompted_name(name):
+    """Who answers the prompted levels (L1, L2, L4) of model `name`: the model itself if it is
+    a chat model, else ladder.prompted_model."""
+    if ladder_is_chat(name):
+        return name
+    if "prompted_model" not in LAD:
+        raise WorkflowError(f"ladder: model '{name}' is a base LM; set ladder.prompted_model")
+    return LAD["prompted_model"]
+
+
+def get_ladder_prompted_spec(wildcards):
+    return ladder_model_spec(ladder_prompted_name(wildcards.model))
+
+
+def get_ladder_prompted_files(wildcards):
+    return model_files(ladder_prompted_name(wildcards.model))
+
+
+def ladder_user_name():
+    return LAD.get("llm_user_model")
+
+
+def get_ladder_user_spec(wildcards):
+    """The LLM user's spec, or None when no session of the run uses the LLM user."""
+    if ladder_user_name() is None or not ladder_uses_llm_user():
+        return None
+    return ladder_model_spec(ladder_user_name())
+
+
+def ladder_uses_llm_user():
+    return LAD.get("user", "rule") == "llm" or LAD.get("llm_user_sessions", 0) > 0
+
+
+def get_ladder_session_files(wildcards):
+    """The answering model's files, plus the LLM user's when it simulates any session."""
+    files = model_files(wildcards.model)
+    if ladder_uses_llm_user() and ladder_user_name():
+        files = files + [f for f in model_files(ladder_user_name()) if f not in files]
+    return files
+
+
+def ladder_score_outputs():
+    return {p: f"{R}/ladder/scores/{{model}}/{p}.parquet" for p in SCORE_PARTS}
+
+
+def get_ladder_score_parts(wildcards):
+    return {p: [f"{R}/ladder/scores/{m}/{p}.parquet" for m in LADDER_MODELS] for p in SCORE_PARTS}
+
+
+def ladder_figure_targets():
+    return {f: f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES}
+
+
+def ladder_table_files():
+    """Every LADDER table and figure target (and the importer's aggregate when
+    `ladder_import_dir` is set), for all_table_files()."""
+    files = []
+    if LADDER_MODELS:
+        files += table_targets("ladder", LADDER_TABLES)
+        files += list(ladder_figure_targets().values())
+    if config.get("ladder_import_dir"):
+        files.append(f"{R}/tables/ladder/import_aggregates.csv")
+    return files

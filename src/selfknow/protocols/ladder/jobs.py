@@ -1,0 +1,444 @@
+"""The LADDER protocol's workflow jobs (SPEC §2): each reads its inputs, computes, writes
+atomically, and returns a summary dict for the job log.
+
+Per answering model (its last checkpoint):
+* `sessions_job`   the item pool (n per domain), answers (base LM: next-token letter
+                   log-probabilities; chat/API model: JSON), `n_sessions` sessions with the
+                   configured simulated user, and the first `alt_sessions` sessions again with
+                   the other user (rule <-> LLM) for the simulator comparison (§E.8-§E.9).
+                   Resumable: one chunk per session under `parts_dir`.
+* `prompted_job`   the prompted levels read by `prompted_model` (the model itself when it is a
+                   chat model): L1 ZS prior, L2 LSA (+ clean-label LSA, train-half LSA for
+                   held-out prediction, per-turn LSA query confidence), L4 GT-SelfStats.
+* `score_job`      every estimator and control on the recorded sessions (no model call).
+Then `tables.write_tables` assembles every table and figure from all models' score parts.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfknow.items import sample_items
+from selfknow.records import read_parquet, write_json, write_parquet
+
+from . import controls as C
+from .aggregate import OFFLINE_ESTIMATORS, score_pooled, score_sessions, with_decoded_labels
+from .bootstrap import paired_cluster_bootstrap, session_bootstrap
+from .estimators import Stream, fit_estimator, resolve
+from .feedback import decoder_precision_recall
+from .metrics import answer_metrics, profile_metrics
+from .prompted import (MODEL_LEVEL, PROFILE_COLUMNS, gt_selfstats_profiles, lsa_profiles,
+                       lsa_query_confidence, zs_prior, zs_prior_profiles)
+from .session import LIVE_COLUMNS, read_session_chunks, run_sessions_to_dir, score_answers
+
+log = logging.getLogger(__name__)
+
+#: level of every scored method (paper §3, §C.1): the five-level ladder
+LEVELS = {"NoMemory": "L0", "ZS": "L1", "LSA": "L2", "Global": "L2", "Count": "L2",
+          "UF-PDC": "L2", "Bayes-Domain": "L2", "Platt-Online": "L2", "HistBin-Online": "L2",
+          "Dawid-Skene": "L2", "GLAD": "L2", "EM-Joint": "L2", "OraclePDC": "L3",
+          "GT-SelfStats": "L4"}
+#: prompted method (prompted.py) -> estimator name in the tables
+PROMPTED = {"zs_prior": "ZS", "lsa": "LSA", "gt_selfstats": "GT-SelfStats"}
+#: what the clean-label LSA control shows the model instead of the user's reply (§E.5)
+CLEAN_FEEDBACK = ("That is correct.", "That is incorrect.")
+QUERY_COLUMNS = ["model", "session_id", "turn", "query_confidence", "query_status"]
+#: the parts every score job writes (one parquet each); tables.py reads them back
+SCORE_PARTS = ("sessions", "bootstrap", "controls", "grid", "partitions", "tiers", "prefix",
+               "heldout", "decoder", "simulators", "pairs", "answers", "reliability")
+TIER_ESTIMATORS = ["NoMemory", "ZS", "Global", "Count", "Bayes-Domain", "OraclePDC"]
+HELDOUT_ESTIMATORS = ["NoMemory", "Global", "Count", "Bayes-Domain", "EM-Joint"]
+
+
+def is_chat(spec: Mapping) -> bool:
+    """Chat/API models answer and self-report in JSON; base LMs answer by log-probabilities."""
+    return bool(spec.get("chat", False)) or spec["backend"] == "openai"
+
+
+# ============================================================================= sessions
+def _fresh_parts(parts_dir: Path, fingerprint: dict) -> None:
+    """Keep resumable chunks only if they were made with the same settings."""
+    stamp = parts_dir / "params.json"
+    if parts_dir.exists():
+        try:
+            same = json.loads(stamp.read_text()) == json.loads(json.dumps(fingerprint, sort_keys=True,
+                                                                           default=str))
+        except (OSError, ValueError):
+            same = False
+        if not same:
+            log.info("%s: settings changed, discarding old session chunks", parts_dir)
+            shutil.rmtree(parts_dir)
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    write_json(fingerprint, stamp)
+
+
+def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_sessions: int,
+                 n_turns: int, items_per_domain: int, seed: int, user: str, alt_sessions: int,
+                 user_spec: dict | None, parts_dir: str, cache_dir: str | None,
+                 user_max_new_tokens: int = 80) -> dict:
+    """Sessions of one answering model (its last checkpoint), see the module docstring.
+
+    items_path: the MCQ test items; the pool is `items_per_domain` per domain, seeded.
+    user: "rule" or "llm" for the main sessions; the alternative user ("llm" when the main
+    one is "rule", else "rule") replays sessions 0..alt_sessions-1 with the same questions
+    and personas. user_spec: the LLM user's model spec (needed when either user is "llm")."""
+    from selfknow.models import load_lm
+    from .answering import make_answer_fn
+    from .simulators import make_user
+
+    pool = sample_items(read_parquet(items_path), items_per_domain, seed, stratify="domain")
+    if pool["choices"].isna().any():
+        raise ValueError(f"{items_path}: LADDER needs multiple-choice items; some rows have no choices")
+    lm = load_lm(spec, None, cache_dir=cache_dir)
+    mode = "json" if is_chat(spec) else "logprob"
+    answers = make_answer_fn(lm, mode)(pool)
+    alt = "llm" if user == "rule" else "rule"
+    user_lm = None
+    if "llm" in (user, alt if alt_sessions else user):
+        if user_spec is None:
+            raise ValueError("the LLM-simulated user needs ladder.llm_user_model")
+        user_lm = lm if user_spec["name"] == spec["name"] else load_lm(user_spec, None, cache_dir=cache_dir)
+    parts = Path(parts_dir)
+    written = {}
+    for kind, n, out, sub in ((user, n_sessions, out_main, "main"), (alt, alt_sessions, out_alt, "alt")):
+        d = parts / sub
+        _fresh_parts(d, {"model": spec["name"], "items": str(items_path), "n_turns": n_turns,
+                         "per_domain": items_per_domain, "seed": seed, "user": kind,
+                         "user_model": None if kind == "rule" or user_spec is None else user_spec["name"],
+                         "mode": mode})
+        if n == 0:
+            write_parquet(pd.DataFrame(columns=LIVE_COLUMNS), out)
+            written[sub] = 0
+            continue
+        u = make_user(kind, user_lm, max_new_tokens=user_max_new_tokens) if kind == "llm" else make_user(kind)
+        paths = run_sessions_to_dir(d, pool, None, u, n_sessions=n, n_turns=n_turns, seed=seed,
+                                    answers=answers, model=spec["name"])
+        turns = read_session_chunks(paths)
+        write_parquet(turns, out)
+        written[sub] = len(turns)
+    scored = score_answers(pool, answers)
+    return {"pool": len(pool), "answer_mode": mode, "accuracy": round(float(scored["correct"].mean()), 4),
+        "unparsed_answers": int((answers["answer_status"] == "unparsed").sum()),
+        "turns_main": written["main"], "turns_alt": written["alt"],
+        "model_calls": lm.stats.misses, "cache_hits": lm.stats.hits}
+
+
+# ============================================================================= prompted
+def clean_feedback_turns(turns: pd.DataFrame) -> pd.DataFrame:
+    """Turns whose user reply is replaced by an explicit verdict of the true outcome (the
+    clean-label control of LSA, paper §E.5)."""
+    ok, bad = CLEAN_FEEDBACK
+    return turns.assign(feedback_text=np.where(turns["correct"].astype(bool), ok, bad))
+
+
+def _first_sessions(turns: pd.DataFrame, k: int) -> pd.DataFrame:
+    ids = sorted(turns["session_id"].astype(str).unique(), key=lambda s: (len(s), s))[:max(0, k)]
+    return turns[turns["session_id"].astype(str).isin(ids)]
+
+
+def prompted_job(turns_path: str, spec: dict, out_profiles: str, out_query: str, *, model: str,
+                 mode: str = "json", max_new_tokens: int = 200, lsa_query_sessions: int = 0,
+                 prompted_sessions: int = 0, lsa_controls: bool = True, seed: int = 42,
+                 cache_dir: str | None = None) -> dict:
+    """The prompted levels of one answering model's sessions, asked of `spec`'s model (last
+    checkpoint; chat rendering when it is a chat model).
+
+    Profiles (prompted.PROFILE_COLUMNS; unparsable replies kept with 0.5 and counted):
+    zs_prior (model level, session_id "*", and spread over the sessions), lsa, lsa_clean
+    (histories with clean verdicts), lsa_train (each session's train-half turns, for
+    held-out prediction) and gt_selfstats. Query confidences: LSA's per-turn probability for
+    the first `lsa_query_sessions` sessions. `prompted_sessions` > 0 asks LSA / GT-SelfStats
+    for the first sessions only (the ZS prior covers every session); `lsa_controls` False
+    skips lsa_clean and lsa_train (each one more call per session)."""
+    from selfknow.models import load_lm
+
+    turns = read_parquet(turns_path)
+    if turns.empty:
+        raise ValueError(f"{turns_path}: no session turns")
+    lm = load_lm(spec, None, cache_dir=cache_dir)
+    chat = is_chat(spec)
+    kw = dict(mode=mode, max_new_tokens=max_new_tokens, chat=chat)
+    prior = zs_prior(lm, sorted(turns["domain"].astype(str).unique()), model=model, **kw)
+    asked = _first_sessions(turns, prompted_sessions) if prompted_sessions else turns
+    parts = [prior, zs_prior_profiles(prior, turns), lsa_profiles(lm, asked, **kw),
+             gt_selfstats_profiles(lm, asked, **kw)]
+    if lsa_controls:
+        is_train = C.heldout_split(turns, seed)[turns.index.get_indexer(asked.index)]
+        parts += [lsa_profiles(lm, clean_feedback_turns(asked), **kw).assign(method="lsa_clean"),
+                  lsa_profiles(lm, asked[is_train], **kw).assign(method="lsa_train")]
+    prof = pd.concat([p for p in parts if len(p)], ignore_index=True)[PROFILE_COLUMNS]
+    prof["model"] = model
+    write_parquet(prof, out_profiles)
+    if lsa_query_sessions > 0:
+        q = lsa_query_confidence(lm, _first_sessions(turns, lsa_query_sessions), chat=chat)
+        q["model"] = model
+    else:  # prompted.lsa_query_confidence cannot take an empty frame
+        q = pd.DataFrame(columns=QUERY_COLUMNS)
+    write_parquet(q, out_query)
+    per_session = prof.drop_duplicates(["method", "session_id"])
+    unpars = {m: int((g == "unparsable").sum()) for m, g in per_session.groupby("method")["parse_status"]}
+    return {"profiles": int(len(per_session)), "unparsable": dict(unpars),
+            "query_turns": int((q["query_status"] != "recorded").sum()),
+            "model_calls": lm.stats.misses, "cache_hits": lm.stats.hits}
+
+
+# ============================================================================= scoring
+def prompted_session_scores(turns: pd.DataFrame, profiles: pd.DataFrame,
+                            query: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per-session metrics of the prompted levels (ZS, LSA, GT-SelfStats, and LSA on clean
+    feedback as "LSA-clean"): profile metrics against the session's eligible domains, answer
+    metrics of the query confidences (recorded answer confidence for ZS / GT-SelfStats as the
+    authors' baselines; LSA's asked confidence where `query` has the session, else NaN), and
+    whether the session's reply was unparsable (`unparsable`, 0/1) or partly filled."""
+    names = {**PROMPTED, "lsa_clean": "LSA-clean"}
+    prof = profiles[profiles["session_id"].astype(str) != MODEL_LEVEL]
+    qi = {} if query is None or query.empty else {
+        (str(m), str(s)): g.set_index("turn")["query_confidence"]
+        for (m, s), g in query.groupby(["model", "session_id"])}
+    pi = {k: g for k, g in prof.groupby(["model", prof["session_id"].astype(str), "method"])}
+    rows = []
+    for model, sid, g in C._session_groups(turns):
+        dom, y = g["domain"].astype(str).to_numpy(), g["correct"].astype(bool).to_numpy()
+        for method, est in names.items():
+            p = pi.get((model, sid, method))
+            if p is None:
+                continue
+            r = {"model": model, "session_id": sid, "estimator": est,
+                 **profile_metrics(dict(zip(p["domain"], p["p_hat"])), dom, y)}
+            if method == "lsa":
+                q = qi.get((model, sid))
+                conf = None if q is None else q.reindex(g["turn"].astype(int)).to_numpy(float)
+            else:
+                conf = g["confidence"].astype(float).to_numpy()
+            if conf is not None and not np.isnan(conf).any():
+                r.update(answer_metrics(conf, y))
+            r.update({"n_turns": float(len(g)), "n_labels": np.nan,
+                      "unparsable": float((p["parse_status"] == "unparsable").any()),
+                      "filled_share": float(p["filled"].mean())})
+            rows.append(r)
+    return pd.DataFrame(rows)
+
+
+def _algorithmic_scores(turns: pd.DataFrame, estimators: Sequence[str], latent_query: bool,
+                        rules: str) -> pd.DataFrame:
+    """`score_sessions` for every estimator; with `latent_query` False the refit-per-turn
+    latent models (Dawid-Skene, GLAD) are scored on their profiles only (answer metrics NaN)."""
+    names = [resolve(e) for e in estimators]
+    latent = [] if latent_query else [e for e in names if e in ("Dawid-Skene", "GLAD")]
+    rest = [e for e in names if e not in latent]
+    parts = [score_sessions(turns, rest, rules)]
+    if latent:
+        dec = with_decoded_labels(turns, rules)
+        parts.append(C.profile_scores(dec, latent).assign(n_turns=lambda d: np.nan))
+    out = pd.concat(parts, ignore_index=True)
+    out["session_id"] = out["session_id"].astype(str)
+    return out
+
+
+def _decoder_rows(turns: pd.DataFrame, user: str, matched: Sequence[str]) -> list[dict]:
+    rows = []
+    for rules in ("frozen", "expanded"):
+        dec = with_decoded_labels(turns, rules)
+        pr = decoder_precision_recall(dec["decoded_label"], dec["correct"].astype(bool))
+        intent = dec.get("feedback_intent")
+        lab = dec["decoded_label"].astype(float)
+        if intent is not None:
+            m = lab.notna() & intent.isin(["positive", "negative"])
+            pr["intent_agreement"] = float(((lab[m] == 1) == (intent[m] == "positive")).mean()) if m.any() else np.nan
+        sc = C.profile_scores(C.label_condition(dec, "observed"), matched)
+        wide = sc.pivot(index="session_id", columns="estimator", values="CBF")
+        best = wide.idxmax(axis=1)
+        row = {"model": str(turns["model"].iloc[0]), "user": user, "rules": rules, **pr,
+               "n_sessions": float(len(wide)),
+               "global_best_share": float((best == "Global").mean())}
+        row.update({f"CBF_{e}": float(wide[e].mean()) for e in wide.columns})
+        rows.append(row)
+    return rows
+
+
+def _user_kind(turns: pd.DataFrame) -> str:
+    u = turns["user_model"].astype(str).iloc[0] if len(turns) else "rules"
+    return "rule" if u == "rules" else f"llm:{u}"
+
+
+def reliability_table(turns: pd.DataFrame, n_bins: int = 10) -> pd.DataFrame:
+    """Recorded answer confidence in 10 equal-width bins (confidence 1 in the last bin), with
+    each bin's mean confidence, accuracy and count (paper Figure 7)."""
+    rows = []
+    for model, g in turns.groupby("model", sort=False):
+        c = g["confidence"].astype(float).to_numpy()
+        y = g["correct"].astype(bool).to_numpy()
+        b = np.minimum((c * n_bins).astype(int), n_bins - 1)
+        for k in range(n_bins):
+            m = b == k
+            rows.append({"model": model, "bin_lo": k / n_bins, "bin_hi": (k + 1) / n_bins,
+                         "confidence": float(c[m].mean()) if m.any() else np.nan,
+                         "accuracy": float(y[m].mean()) if m.any() else np.nan,
+                         "count": int(m.sum())})
+    return pd.DataFrame(rows)
+
+
+def _tiers(dec: pd.DataFrame, prior: Mapping[str, float]) -> pd.DataFrame:
+    """Pooled CBF of TIER_ESTIMATORS over the domains of each subject tier (paper §G.4)."""
+    model = str(dec["model"].iloc[0])
+    s = Stream.from_frame(dec.sort_values(["session_id", "turn"], kind="stable"))
+    profiles = {e: (dict(prior) if e == "ZS" else fit_estimator(e, s, query=False).profile)
+                for e in TIER_ESTIMATORS}
+    rows = []
+    for tier, g in dec.groupby("tier", sort=False):
+        dom, y = g["domain"].astype(str).to_numpy(), g["correct"].astype(bool).to_numpy()
+        for e, p in profiles.items():
+            m = profile_metrics(p, dom, y)
+            rows.append({"model": model, "tier": tier, "estimator": e, "CBF": m["CBF"],
+                         "bias": m["bias"], "n_domains": m["n_domains"],
+                         "accuracy": float(y.mean())})
+    return pd.DataFrame(rows)
+
+
+def _heldout(dec: pd.DataFrame, profiles: pd.DataFrame, seed: int,
+             estimators: Sequence[str]) -> pd.DataFrame:
+    """Held-out prediction (paper §F.4, §E.10): profiles from the pooled train-half records
+    predict the test-half domain accuracies (MAE); `cbf_train` scores each profile on the
+    train half itself (what R4's held-out variant selects on)."""
+    model = str(dec["model"].iloc[0])
+    is_train = C.heldout_split(dec, seed)
+    tr, te = dec[is_train], dec[~is_train]
+    s = Stream.from_frame(tr.sort_values(["session_id", "turn"], kind="stable"))
+    prof = {e: fit_estimator(e, s, query=False).profile for e in estimators}
+    prior = profiles[(profiles["method"] == "zs_prior") & (profiles["session_id"] == MODEL_LEVEL)]
+    prof["ZS"] = dict(zip(prior["domain"], prior["p_hat"]))
+    lt = profiles[profiles["method"] == "lsa_train"]
+    if len(lt):
+        prof["LSA"] = lt.groupby("domain")["p_hat"].mean().to_dict()
+    rows = []
+    for e, p in prof.items():
+        rows.append({"model": model, "estimator": e,
+                     "mae_test": C.mae(p, te["domain"].astype(str), te["correct"].astype(bool)),
+                     "cbf_train": profile_metrics(p, tr["domain"].astype(str),
+                                                  tr["correct"].astype(bool))["CBF"],
+                     "n_train": len(tr), "n_test": len(te)})
+    return pd.DataFrame(rows)
+
+
+def score_job(turns_path: str, alt_turns_path: str, profiles_path: str, query_path: str,
+              outputs: Mapping[str, str], *, seed: int = 42, latent_query: bool = True,
+              session_bootstrap_draws: int = 2000, cluster_bootstrap_draws: int = 400,
+              cluster_estimators: Sequence[str] = ("Count", "Bayes-Domain", "Dawid-Skene",
+                                                   "GLAD", "EM-Joint"),
+              flips: Sequence[float] = (0.0, 0.1, 0.2, 0.3),
+              coverages: Sequence[float] = (1.0, 0.5, 0.25, 0.125), noise_repeats: int = 1,
+              grid_sessions: int = 0, grid_estimators: Sequence[str] = C.MATCHED,
+              random_partitions: int = 5, partition: Mapping[str, Sequence[str]] | None = None,
+              prefix_step: int = 10, prefix_estimators: Sequence[str] = C.MATCHED) -> dict:
+    """Every estimator, control and analysis of one model's recorded sessions; writes one
+    parquet per name in SCORE_PARTS to `outputs[name]` (see the module docstring of
+    controls.py for the controls; `grid_sessions` > 0 restricts the noise grid to the first
+    sessions)."""
+    missing = set(SCORE_PARTS) - set(outputs)
+    if missing:
+        raise ValueError(f"score_job: outputs lack {sorted(missing)}")
+    turns = read_parquet(turns_path)
+    turns["session_id"] = turns["session_id"].astype(str)
+    alt = read_parquet(alt_turns_path)
+    profiles = read_parquet(profiles_path)
+    query = read_parquet(query_path)
+    model = str(turns["model"].iloc[0])
+    dec = with_decoded_labels(turns, "frozen")
+    obs = C.label_condition(dec, "observed")
+    res: dict[str, pd.DataFrame] = {}
+
+    # main table: every algorithmic estimator + the prompted levels, per session
+    algo = _algorithmic_scores(turns, OFFLINE_ESTIMATORS, latent_query, "frozen")
+    sess = pd.concat([algo, prompted_session_scores(turns, profiles, query)], ignore_index=True)
+    sess["level"] = sess["estimator"].map(LEVELS).fillna("control")
+    res["sessions"] = sess
+    boots = [session_bootstrap(sess, m, session_bootstrap_draws, seed)
+             for m in ("CBF", "norm_CBF", "bias", "shape_error")]
+    res["bootstrap"] = pd.concat(boots, ignore_index=True)
+
+    # matched-input control: observed / corrected / clean labels, session and pooled
+    ctrl = []
+    for cond in C.LABEL_CONDITIONS:
+        lab = C.label_condition(dec, cond)
+        ctrl.append(C.profile_scores(lab, C.MATCHED).assign(condition=cond, scope="session"))
+        ctrl.append(C.profile_scores(lab, C.MATCHED, pooled=True).assign(condition=cond, scope="pooled"))
+    for est, cond in (("LSA", "observed"), ("LSA-clean", "clean")):
+        p = sess[sess["estimator"] == est]
+        if len(p):
+            ctrl.append(p[["model", "session_id", "CBF", "bias", "shape_error", "n_domains"]]
+                        .assign(estimator="LSA", condition=cond, scope="session"))
+    cov = {c: float(C.label_condition(dec, c)["label_strict"].notna().mean()) for c in C.LABEL_CONDITIONS}
+    res["controls"] = pd.concat(ctrl, ignore_index=True).assign(
+        coverage=lambda d: d["condition"].map(cov))
+
+    # noise x coverage grid on clean labels
+    gt = _first_sessions(turns, grid_sessions) if grid_sessions else turns
+    res["grid"] = C.noise_grid(gt, flips, coverages, grid_estimators, repeats=noise_repeats, seed=seed)
+
+    # domain partitions: fine domains, semantic categories, random groups of equal sizes
+    doms = sorted(turns["domain"].astype(str).unique())
+    sem = C.semantic_partition(doms, partition)
+    parts = [C.profile_scores(obs, C.MATCHED + ["NoMemory"]).assign(partition="domain", repeat=0)]
+    parts.append(C.profile_scores(C.apply_partition(obs, sem), C.MATCHED + ["NoMemory"])
+                 .assign(partition="semantic", repeat=0))
+    sizes = C.partition_sizes(sem)
+    for r in range(random_partitions):
+        rp = C.random_partition(doms, sizes, seed + 1000 + r)
+        parts.append(C.profile_scores(C.apply_partition(obs, rp), C.MATCHED + ["NoMemory"])
+                     .assign(partition="random", repeat=r))
+    res["partitions"] = pd.concat(parts, ignore_index=True)
+
+    prior = profiles[(profiles["method"] == "zs_prior") & (profiles["session_id"] == MODEL_LEVEL)]
+    res["tiers"] = _tiers(obs, dict(zip(prior["domain"], prior["p_hat"])))
+
+    n_turns = int(turns["turn"].max())
+    lengths = sorted(set(range(prefix_step, n_turns + 1, max(1, prefix_step))) | {n_turns})
+    res["prefix"] = pd.concat([C.prefix_curves(C.label_condition(dec, c), lengths, prefix_estimators)
+                               .assign(condition=c) for c in ("observed", "clean")], ignore_index=True)
+    res["heldout"] = _heldout(obs, profiles, seed, HELDOUT_ESTIMATORS)
+
+    # decoders (frozen vs expanded) for each simulated user; simulator comparison
+    users = [(turns, _user_kind(turns))] + ([(alt, _user_kind(alt))] if len(alt) else [])
+    res["decoder"] = pd.DataFrame([r for t, u in users for r in _decoder_rows(t, u, C.MATCHED)])
+    sim = []
+    if len(alt):
+        alt = alt.assign(session_id=alt["session_id"].astype(str))
+        shared = set(alt["session_id"])
+        for t, u in users:
+            t = t[t["session_id"].isin(shared)]
+            d = C.label_condition(with_decoded_labels(t, "frozen"), "observed")
+            sim.append(C.profile_scores(d, C.MATCHED + ["NoMemory"]).assign(
+                user=u, coverage=float(d["label_strict"].notna().mean()),
+                accuracy=float(d["correct"].mean())))
+    res["simulators"] = pd.concat(sim, ignore_index=True) if sim else pd.DataFrame(
+        columns=["model", "session_id", "estimator", "CBF", "user", "coverage", "accuracy"])
+
+    res["pairs"] = pd.concat([paired_cluster_bootstrap(turns, "Global", e, "CBF",
+                                                       cluster_bootstrap_draws, seed)
+                              for e in cluster_estimators], ignore_index=True) \
+        if cluster_estimators and cluster_bootstrap_draws > 0 else pd.DataFrame()
+    res["pairs"] = res["pairs"].assign(scope="pooled") if len(res["pairs"]) else res["pairs"]
+
+    status = turns["answer_status"] if "answer_status" in turns else pd.Series("ok", index=turns.index)
+    am = answer_metrics(turns["confidence"].astype(float), turns["correct"].astype(bool))
+    pooled_obs = score_pooled(turns, ["Global", "Count", "OraclePDC"], "frozen")
+    res["answers"] = pd.DataFrame([{
+        "model": model, "n_turns": len(turns), "n_sessions": turns["session_id"].nunique(),
+        "n_items": turns["item_id"].nunique(), "unparsed_answers": int((status == "unparsed").sum()),
+        "label_coverage": float(dec["decoded_label"].notna().mean()),
+        **{k: am[k] for k in ("accuracy", "ECE", "AUROC", "HR", "norm_HR", "conf_gap")},
+        **{f"pooled_CBF_{e}": float(v) for e, v in zip(pooled_obs["estimator"], pooled_obs["CBF"])},
+        "user": _user_kind(turns)}])
+    res["reliability"] = reliability_table(turns)
+
+    for name in SCORE_PARTS:
+        write_parquet(res[name].reset_index(drop=True), outputs[name])
+    main = sess.groupby("estimator")["CBF"].mean()
+    return {"model": model, "sessions": int(turns["session_id"].nunique()),
+            **{f"CBF_{k}": round(float(v), 3) for k, v in main.items()}}

@@ -1,0 +1,250 @@
+"""LADDER tables and figures (SPEC §2 "Targets"), assembled from every model's score parts
+(`jobs.SCORE_PARTS`). Pure frame builders (`main_table`, `r4_from_scores`, ...) plus
+`write_tables`, which reads the parts and writes every CSV/Markdown table and PNG figure.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import controls as C
+from .jobs import LEVELS
+
+#: table names (each written as <name>.csv and <name>.md under results/tables/ladder/)
+TABLES = ("main", "decoder", "noise_grid", "partitions", "r4", "controls", "tiers", "prefix",
+          "heldout", "simulators", "pooled_pairs", "answers")
+#: figure names (PNG under results/figures/ladder/): paper Figures 4-7
+FIGURES = ("figure4", "figure5", "figure6", "figure7")
+#: estimator order of the tables: by level, then as the paper lists them
+ORDER = ["NoMemory", "ZS", "LSA", "Global", "Count", "UF-PDC", "Bayes-Domain", "Platt-Online",
+         "HistBin-Online", "Dawid-Skene", "GLAD", "EM-Joint", "OraclePDC", "GT-SelfStats"]
+#: the representative of each level in Figure 4 (the ladder)
+LADDER_LEVELS = {"NoMemory": "L0 NoMemory", "ZS": "L1 ZS", "LSA": "L2 LSA",
+                 "OraclePDC": "L3 OraclePDC", "GT-SelfStats": "L4 GT-SelfStats"}
+FIG5_ESTIMATORS = ["ZS", "LSA", "Global", "Count", "Bayes-Domain"]
+
+
+def _order(df: pd.DataFrame, col: str = "estimator") -> pd.DataFrame:
+    rank = {e: i for i, e in enumerate(ORDER)}
+    key = df[col].map(lambda e: rank.get(e, len(ORDER)))
+    return df.assign(_o=key).sort_values(["model", "_o"], kind="stable").drop(columns="_o")
+
+
+def _est_columns(cols) -> list:
+    rank = {e: i for i, e in enumerate(ORDER)}
+    return sorted(cols, key=lambda e: (rank.get(e, len(ORDER)), str(e)))
+
+
+def _pivot(df: pd.DataFrame, index: list[str], value: str = "CBF") -> pd.DataFrame:
+    """Mean of `value` per index x estimator, estimators as columns in ORDER."""
+    w = df.groupby(index + ["estimator"], sort=False)[value].mean().unstack("estimator")
+    return w[_est_columns(w.columns)].reset_index()
+
+
+# ----------------------------------------------------------------------------- main
+def main_table(sessions: pd.DataFrame, bootstrap: pd.DataFrame) -> pd.DataFrame:
+    """Models x estimators: mean session CBF with session-bootstrap SE and 95 % CI, normalised
+    CBF, signed bias b, centred shape error e_shape, Kendall τ, answer-level ECE / AUROC of the
+    estimator's query confidences, sessions, and for the prompted levels the share of
+    sessions whose JSON profile was unparsable (paper §4.2 main table)."""
+    num = ["CBF", "norm_CBF", "bias", "shape_error", "kendall_tau", "ECE", "AUROC"]
+    have = [c for c in num if c in sessions.columns]
+    g = sessions.groupby(["model", "estimator"], sort=False)
+    out = g[have].mean()
+    out["n_sessions"] = g["session_id"].nunique()
+    out["unparsable"] = g["unparsable"].mean() if "unparsable" in sessions else np.nan
+    out = out.reset_index()
+    se = bootstrap[bootstrap["metric"] == "CBF"].set_index(["model", "estimator"])
+    idx = pd.MultiIndex.from_frame(out[["model", "estimator"]])
+    out["SE"] = se["se"].reindex(idx).to_numpy()
+    out["CI_low"] = se["ci_low"].reindex(idx).to_numpy()
+    out["CI_high"] = se["ci_high"].reindex(idx).to_numpy()
+    out["level"] = out["estimator"].map(LEVELS).fillna("control")
+    cols = ["model", "level", "estimator", "CBF", "SE", "CI_low", "CI_high", "norm_CBF", "bias",
+            "shape_error", "kendall_tau", "ECE", "AUROC", "n_sessions", "unparsable"]
+    return _order(out)[[c for c in cols if c in out.columns]].reset_index(drop=True)
+
+
+def ladder_frame(main: pd.DataFrame) -> pd.DataFrame:
+    """Figure 4 input: model, level, cbf, se for the five levels' representatives."""
+    d = main[main["estimator"].isin(LADDER_LEVELS)]
+    return pd.DataFrame({"model": d["model"], "level": d["estimator"].map(LADDER_LEVELS),
+                         "cbf": d["CBF"], "se": d["SE"].fillna(0.0)}).reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- R4
+def r4_from_scores(sessions: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFrame:
+    """R4 adaptive selection vs always-ZS vs best-of-two (paper §4.3, §E.10), twice:
+    `observed` on mean session CBF over the sessions with an LSA profile (selection and
+    evaluation on the same scored outcomes),
+    `held-out` selecting on train-half CBF and evaluating 1 − MAE on the test half."""
+    # paired: only sessions where LSA was asked (prompted_sessions may cover a subset)
+    lsa_sessions = sessions.loc[sessions["estimator"] == "LSA", ["model", "session_id"]]
+    paired = sessions.merge(lsa_sessions, on=["model", "session_id"])
+    m = paired.groupby(["model", "estimator"])["CBF"].mean().unstack("estimator")
+    need = {"NoMemory", "ZS", "LSA"}
+    if not need <= set(m.columns):
+        raise ValueError(f"R4 needs session scores of {sorted(need)}; have {sorted(m.columns)}")
+    obs = C.r4_table(m[["NoMemory", "ZS", "LSA"]].reset_index()).assign(setting="observed")
+    rows = []
+    for model, g in heldout.groupby("model", sort=False):
+        h = g.set_index("estimator")
+        if not {"NoMemory", "ZS", "LSA"} <= set(h.index):
+            continue
+        train = h["cbf_train"]
+        test = 1.0 - h["mae_test"]
+        choice, _ = C.r4_select(train["ZS"], train["NoMemory"], train["LSA"])
+        rows.append({"model": model, "NoMemory": test["NoMemory"], "ZS": test["ZS"],
+                     "LSA": test["LSA"], "R4_choice": choice,
+                     "R4": test["ZS"] if choice == "ZS" else test["LSA"],
+                     "always_ZS": test["ZS"], "best_of_two": max(test["ZS"], test["LSA"])})
+    parts = [obs]
+    if rows:
+        ho = pd.DataFrame(rows)
+        num = ["NoMemory", "ZS", "LSA", "R4", "always_ZS", "best_of_two"]
+        mean = {"model": "mean", **ho[num].mean().to_dict(),
+                "R4_choice": f"ZS on {int((ho['R4_choice'] == 'ZS').sum())}/{len(ho)}"}
+        parts.append(pd.concat([ho, pd.DataFrame([mean])], ignore_index=True).assign(setting="held-out"))
+    out = pd.concat(parts, ignore_index=True)
+    return out[["setting", "model", "R4_choice", "R4", "always_ZS", "best_of_two", "NoMemory",
+                "ZS", "LSA"]]
+
+
+# ----------------------------------------------------------------------------- others
+def grid_table(grid: pd.DataFrame) -> pd.DataFrame:
+    """Noise x coverage grid: mean session CBF per (model, flip, coverage) x estimator."""
+    return _pivot(grid, ["model", "flip", "coverage"]).sort_values(
+        ["model", "flip", "coverage"], ascending=[True, True, False]).reset_index(drop=True)
+
+
+def partition_table(parts: pd.DataFrame) -> pd.DataFrame:
+    """Mean session CBF per (model, partition) x estimator (random partitions: mean over
+    repeats, `random_sd` the spread of the best estimator's CBF over repeats), with each
+    row's best estimator, so ranking changes across partitions are visible (§E.6)."""
+    per_rep = parts.groupby(["model", "partition", "repeat", "estimator"], sort=False)["CBF"].mean().reset_index()
+    w = _pivot(per_rep, ["model", "partition"])
+    ests = [c for c in w.columns if c not in ("model", "partition")]
+    cand = [e for e in ests if e != "NoMemory"]
+    w["best"] = w[cand].idxmax(axis=1)
+    w["n_groups"] = parts.groupby(["model", "partition"], sort=False)["n_domains"].mean().reindex(
+        pd.MultiIndex.from_frame(w[["model", "partition"]])).to_numpy()
+    sd = per_rep.groupby(["model", "partition", "estimator"])["CBF"].std()
+    w["random_sd"] = [sd.get((m, p, b), np.nan) if p == "random" else np.nan
+                      for m, p, b in zip(w["model"], w["partition"], w["best"])]
+    return w
+
+
+def controls_table(ctrl: pd.DataFrame) -> pd.DataFrame:
+    """Matched-input control: mean CBF per (model, scope, condition, label coverage) x
+    estimator, observed vs corrected vs clean labels (§4.2, §E.5)."""
+    w = _pivot(ctrl, ["model", "scope", "condition", "coverage"])
+    order = {c: i for i, c in enumerate(C.LABEL_CONDITIONS)}
+    return w.assign(_o=w["condition"].map(order)).sort_values(
+        ["model", "scope", "_o"], ascending=[True, False, True]).drop(columns="_o").reset_index(drop=True)
+
+
+def decoder_table(dec: pd.DataFrame) -> pd.DataFrame:
+    cols = ["model", "user", "rules", "n_turns", "coverage", "precision", "recall",
+            "precision_positive", "precision_negative", "intent_agreement", "global_best_share"]
+    cbf = [c for c in dec.columns if c.startswith("CBF_")]
+    return dec[[c for c in cols if c in dec.columns] + cbf].reset_index(drop=True)
+
+
+def simulators_table(sim: pd.DataFrame) -> pd.DataFrame:
+    if sim.empty:
+        return pd.DataFrame(columns=["model", "user", "coverage", "accuracy"])
+    w = _pivot(sim, ["model", "user"])
+    meta = sim.groupby(["model", "user"])[["coverage", "accuracy"]].first()
+    meta["n_sessions"] = sim.groupby(["model", "user"])["session_id"].nunique()
+    return w.merge(meta.reset_index(), on=["model", "user"])
+
+
+# ----------------------------------------------------------------------------- writing
+def _read(paths: Sequence[str]) -> pd.DataFrame:
+    frames = [pd.read_parquet(p) for p in paths]
+    frames = [f for f in frames if len(f)]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+NOTES = {
+    "main": ("Session CBF = 1 − mean |p̂_d − a_d| over domains with >= 2 answers, averaged over "
+             "sessions; SE and CI from the session bootstrap. b = signed bias (positive = "
+             "overestimation), e_shape = centred shape error. ZS / LSA / GT-SelfStats are "
+             "prompted (the answering model itself if it is a chat model, else the configured "
+             "prompted model); `unparsable` = share of sessions whose JSON profile could not be "
+             "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
+             "clean verdicts."),
+    "noise_grid": "Clean labels thinned to the coverage and flipped at the flip rate (exact shares per session).",
+    "partitions": ("domain: the 20 domains; semantic: 4 subject categories (MMLU's, or the mini "
+                   "world's fields grouped by subject); random: seeded random groups of the "
+                   "semantic sizes, mean over repeats."),
+    "r4": ("R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
+           "(outcome-informed selection); held-out: selection on the train half, value = 1 − "
+           "MAE on the test half. best_of_two is a reference, not a predictor."),
+    "heldout": "Profiles from each domain's train-half questions predict test-half accuracy (MAE, lower is better).",
+    "pooled_pairs": ("Pooled CBF(Global) − CBF(other) with paired question-cluster bootstrap, "
+                     "estimators refitted on each resample."),
+}
+
+
+def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
+                 figures: Mapping[str, str]) -> dict:
+    """Read every model's score parts (`parts[name]` = list of parquet paths) and write each
+    table in TABLES to `tables["<name>_csv"]` / `tables["<name>_md"]` and each figure in
+    FIGURES to `figures[name]`."""
+    from selfknow.report.figures import accuracy_vs_cbf, cbf_matrix, ladder_plot, reliability_bins
+    from selfknow.report.tables import write_table
+
+    P = {k: _read(v) for k, v in parts.items()}
+    main = main_table(P["sessions"], P["bootstrap"])
+    heldout = _pivot(P["heldout"], ["model"], "mae_test")
+    built = {
+        "main": main,
+        "decoder": decoder_table(P["decoder"]),
+        "noise_grid": grid_table(P["grid"]),
+        "partitions": partition_table(P["partitions"]),
+        "r4": r4_from_scores(P["sessions"], P["heldout"]),
+        "controls": controls_table(P["controls"]),
+        "tiers": _pivot(P["tiers"], ["model", "tier"]).merge(
+            P["tiers"].groupby(["model", "tier"])[["accuracy", "n_domains"]].first().reset_index(),
+            on=["model", "tier"]),
+        "prefix": _pivot(P["prefix"], ["model", "condition", "prefix"]),
+        "heldout": heldout,
+        "simulators": simulators_table(P["simulators"]),
+        "pooled_pairs": P["pairs"].reset_index(drop=True) if len(P["pairs"]) else pd.DataFrame(
+            columns=["model", "estimator_a", "estimator_b", "estimate", "se"]),
+        "answers": P["answers"].reset_index(drop=True),
+    }
+    for name in TABLES:
+        write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"],
+                    title=f"LADDER {name.replace('_', ' ')}", notes=NOTES.get(name, ""))
+    ladder_plot(ladder_frame(main), figures["figure4"])
+    acc = P["answers"].set_index("model")["accuracy"]
+    f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]
+    accuracy_vs_cbf(pd.DataFrame({"model": f5["model"], "estimator": f5["estimator"],
+                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), figures["figure5"])
+    cbf_matrix(main.rename(columns={"estimator": "baseline", "CBF": "cbf"})[["model", "baseline", "cbf"]],
+               figures["figure6"])
+    reliability_bins(P["reliability"], figures["figure7"])
+    return {"tables": len(TABLES), "figures": len(FIGURES), "models": int(main["model"].nunique())}
+
+
+#: estimators of the importer by default: the authors' released offline baselines plus Global
+#: and Count (cheap); Dawid-Skene / GLAD refit per turn for their query confidences, which on
+#: 250 released sessions costs minutes, so they are opt-in via ladder.import_estimators
+IMPORT_ESTIMATORS = ["NoMemory", "OraclePDC", "UF-PDC", "Platt-Online", "HistBin-Online",
+                     "Bayes-Domain", "EM-Joint", "Global", "Count"]
+
+
+def import_job(import_dir: str, out_csv: str, estimators: Sequence[str] | None = None) -> dict:
+    """The released-session importer (SPEC §2): estimators that need no live model call, per
+    released file, averaged over sessions -> model, baseline, CBF, ECE, Brier, AUROC, HR."""
+    from .aggregate import import_aggregates
+
+    if not Path(import_dir).is_dir():
+        raise FileNotFoundError(f"ladder_import_dir: {import_dir} is not a directory")
+    agg = import_aggregates(import_dir, out_csv, list(estimators or IMPORT_ESTIMATORS))
+    return {"models": int(agg["model"].nunique()), "rows": len(agg)}

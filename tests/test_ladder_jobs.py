@@ -1,0 +1,343 @@
+"""LADDER workflow jobs (sessions, prompted levels, scoring, tables) on small inputs with a
+scripted LM, the controls (noise x coverage, partitions, held-out split), R4 selection and
+table assembly with hand-checkable cells."""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fakes import ScriptedLM
+from selfknow.protocols.ladder import controls as C
+from selfknow.protocols.ladder import jobs as J
+from selfknow.protocols.ladder import tables as T
+from selfknow.protocols.ladder.feedback import decode_feedback
+from selfknow.records import write_parquet
+from selfknow.world.generator import domain_names
+
+DOMAINS = domain_names(20)
+
+
+def _h(s: str) -> int:
+    return int(hashlib.sha256(s.encode()).hexdigest(), 16)
+
+
+def make_items(n_per_domain: int = 6) -> pd.DataFrame:
+    rows = []
+    for d in DOMAINS:
+        for j in range(n_per_domain):
+            rows.append({"item_id": f"{d}/{j}", "dataset": "toy", "domain": d,
+                         "question": f"Question {j} about {d}?", "choices": ["w", "x", "y", "z"],
+                         "answer": "ABCD"[(j * 7 + len(d)) % 4], "aliases": ["x"], "split": "test"})
+    return pd.DataFrame(rows)
+
+
+def answering_lm(items: pd.DataFrame) -> ScriptedLM:
+    """Letter log-probabilities: right on a hash-chosen share that rises with the domain."""
+    ref = {f"Question: {q}": a for q, a in zip(items["question"], items["answer"])}
+    acc = {d: 0.1 + 0.04 * i for i, d in enumerate(DOMAINS)}
+
+    def next_token(prompt, cands):
+        q = prompt.split("\n")[0]
+        dom = re.search(r"about (\S+)\?", q).group(1)
+        h = _h(prompt)
+        gold = ref[q]
+        pick = gold if (h % 1000) / 1000 < acc[dom] else "ABCD"[("ABCD".index(gold) + 1) % 4]
+        return [-0.2 if c.strip() == pick else -2.5 for c in cands]
+    return ScriptedLM(lambda p: "", next_token=next_token, model_id="answerer")
+
+
+def prompted_lm() -> ScriptedLM:
+    """Replies a JSON profile (0.6 for every requested domain) except to GT-SelfStats, which
+    it echoes exactly, and to every third LSA prompt, which gets prose (unparsable)."""
+    count = {"lsa": 0}
+
+    def respond(prompt):
+        doms = re.findall(r"^- (\S+)", prompt, flags=re.M)
+        if re.search(r"you answered \d", prompt):
+            stats = re.findall(r"^- (\S+): you answered (\d+) out of (\d+)", prompt, flags=re.M)
+            return json.dumps({d: int(k) / int(n) for d, k, n in stats})
+        if "probability" in prompt.lower() and "next question" in prompt.lower():
+            return "70"
+        if "User reaction" in prompt:
+            count["lsa"] += 1
+            if count["lsa"] % 3 == 0:
+                return "I cannot say."
+        return json.dumps({d: 0.6 for d in doms})
+    return ScriptedLM(respond, model_id="prompted")
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, monkeypatch_module):
+    """sessions -> prompted -> score -> tables on 6 sessions x 20 turns, rule user, with the
+    LLM-user replay of 2 sessions played by a scripted chat model."""
+    tmp = tmp_path_factory.mktemp("ladder")
+    items = make_items()
+    write_parquet(items, tmp / "items.parquet")
+    lms = {"answerer": answering_lm(items), "prompted": prompted_lm(),
+           "user": ScriptedLM(lambda p: "Hmm, maybe. Thanks!", model_id="user")}
+    import selfknow.models as M
+    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lms[spec["name"]])
+    spec = {"name": "answerer", "backend": "hf", "path": "x"}
+    s = J.sessions_job(str(tmp / "items.parquet"), spec, str(tmp / "main.parquet"),
+                       str(tmp / "alt.parquet"), n_sessions=6, n_turns=20, items_per_domain=4,
+                       seed=3, user="rule", alt_sessions=2,
+                       user_spec={"name": "user", "backend": "hf", "path": "x", "chat": True},
+                       parts_dir=str(tmp / "parts"), cache_dir=None)
+    p = J.prompted_job(str(tmp / "main.parquet"), {"name": "prompted", "backend": "hf",
+                                                   "path": "x", "chat": True},
+                       str(tmp / "profiles.parquet"), str(tmp / "query.parquet"),
+                       model="answerer", lsa_query_sessions=2, seed=3)
+    outs = {k: str(tmp / f"{k}.parquet") for k in J.SCORE_PARTS}
+    sc = J.score_job(str(tmp / "main.parquet"), str(tmp / "alt.parquet"),
+                     str(tmp / "profiles.parquet"), str(tmp / "query.parquet"), outs, seed=3,
+                     latent_query=False, session_bootstrap_draws=200, cluster_bootstrap_draws=5,
+                     cluster_estimators=["Count"], flips=[0.0, 0.5], coverages=[1.0, 0.25],
+                     grid_estimators=["Global", "Count"], random_partitions=2, prefix_step=10,
+                     prefix_estimators=["Global", "Count"])
+    tables = {f"{n}_{e}": str(tmp / "tables" / f"{n}.{e}") for n in T.TABLES for e in ("csv", "md")}
+    figs = {f: str(tmp / "figs" / f"{f}.png") for f in T.FIGURES}
+    t = T.write_tables({k: [v] for k, v in outs.items()}, tables, figs)
+    return {"tmp": tmp, "sessions": s, "prompted": p, "score": sc, "tables": tables,
+            "figs": figs, "items": items, "t": t}
+
+
+@pytest.fixture(scope="module")
+def monkeypatch_module():
+    mp = pytest.MonkeyPatch()
+    yield mp
+    mp.undo()
+
+
+# ----------------------------------------------------------------------------- jobs
+def test_sessions_job_writes_main_and_alt_user_sessions(run):
+    main = pd.read_parquet(run["tmp"] / "main.parquet")
+    alt = pd.read_parquet(run["tmp"] / "alt.parquet")
+    assert main["session_id"].nunique() == 6 and len(main) == 6 * 20
+    assert alt["session_id"].nunique() == 2 and len(alt) == 2 * 20
+    assert set(main["user_model"]) == {"rules"} and set(alt["user_model"]) == {"user"}
+    # the replay shows the same questions to the other user
+    m2 = main[main["session_id"].isin(["0", "1"])].sort_values(["session_id", "turn"])
+    a2 = alt.sort_values(["session_id", "turn"])
+    assert list(m2["item_id"]) == list(a2["item_id"])
+    assert run["sessions"]["pool"] == 20 * 4
+    assert (run["tmp"] / "parts" / "main" / "session_0005.parquet").is_file()
+
+
+def test_sessions_job_resumes_and_discards_stale_chunks(run, monkeypatch_module, tmp_path):
+    import selfknow.models as M
+    items = run["items"]
+    write_parquet(items, tmp_path / "items.parquet")
+    lm = answering_lm(items)
+    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
+    kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, user="rule", alt_sessions=0,
+              user_spec=None, parts_dir=str(tmp_path / "parts"), cache_dir=None)
+    spec = {"name": "answerer", "backend": "hf", "path": "x"}
+    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
+                   str(tmp_path / "a.parquet"), **kw)
+    chunk = tmp_path / "parts" / "main" / "session_0001.parquet"
+    mtime = chunk.stat().st_mtime_ns
+    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
+                   str(tmp_path / "a.parquet"), **kw)
+    assert chunk.stat().st_mtime_ns == mtime                  # resumed, not rewritten
+    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
+                   str(tmp_path / "a.parquet"), **{**kw, "n_turns": 8})
+    assert len(pd.read_parquet(tmp_path / "m.parquet")) == 3 * 8   # stale chunks discarded
+
+
+def test_prompted_job_counts_unparsable_profiles_without_dropping(run):
+    prof = pd.read_parquet(run["tmp"] / "profiles.parquet")
+    assert set(prof["method"]) == {"zs_prior", "lsa", "lsa_clean", "lsa_train", "gt_selfstats"}
+    lsa = prof[prof["method"].isin(["lsa", "lsa_clean", "lsa_train"])]
+    per = lsa.drop_duplicates(["method", "session_id"])
+    n_bad = int((per["parse_status"] == "unparsable").sum())
+    assert n_bad == len(per) // 3 and n_bad >= 4               # every third LSA reply
+    assert (lsa.loc[lsa["parse_status"] == "unparsable", "p_hat"] == 0.5).all()
+    assert run["prompted"]["unparsable"]["lsa"] + run["prompted"]["unparsable"]["lsa_clean"] \
+        + run["prompted"]["unparsable"]["lsa_train"] == n_bad
+    q = pd.read_parquet(run["tmp"] / "query.parquet")
+    assert set(q["session_id"]) == {"0", "1"}
+    assert (q.loc[q["query_status"] == "model", "query_confidence"] == 0.7).all()
+
+
+def test_score_job_levels_match_their_definitions(run):
+    sess = pd.read_parquet(run["tmp"] / "sessions.parquet")
+    m = sess.groupby("estimator")["CBF"].mean()
+    assert m["OraclePDC"] == pytest.approx(1.0)
+    assert m["GT-SelfStats"] == pytest.approx(1.0)            # the scripted model echoes exactly
+    main = pd.read_parquet(run["tmp"] / "main.parquet")
+    # ZS is 0.6 on every eligible domain: CBF = 1 - mean |0.6 - a_d| by hand, session 0
+    s0 = main[main["session_id"] == "0"]
+    a = s0.groupby("domain")["correct"].agg(["mean", "size"])
+    a = a[a["size"] >= 2]["mean"]
+    zs0 = sess[(sess["estimator"] == "ZS") & (sess["session_id"] == "0")]["CBF"].item()
+    assert zs0 == pytest.approx(1 - np.abs(0.6 - a).mean())
+    nm0 = sess[(sess["estimator"] == "NoMemory") & (sess["session_id"] == "0")]["CBF"].item()
+    assert nm0 == pytest.approx(1 - np.abs(0.5 - a).mean())
+    # LSA answer metrics exist only for the sessions with asked query confidences
+    lsa = sess[sess["estimator"] == "LSA"].set_index("session_id")
+    assert lsa["ECE"].notna().sum() == 2
+    assert set(sess["level"]) >= {"L0", "L1", "L2", "L3", "L4"}
+
+
+def test_controls_clean_labels_make_count_exact(run):
+    ctrl = pd.read_parquet(run["tmp"] / "controls.parquet")
+    clean = ctrl[(ctrl["condition"] == "clean") & (ctrl["estimator"] == "Count")]
+    assert np.allclose(clean["CBF"], 1.0)
+    assert (ctrl.loc[ctrl["condition"] == "clean", "coverage"] == 1.0).all()
+    grid = pd.read_parquet(run["tmp"] / "grid.parquet")
+    full = grid[(grid["flip"] == 0) & (grid["coverage"] == 1) & (grid["estimator"] == "Count")]
+    assert np.allclose(full["CBF"], 1.0)
+    flipped = grid[(grid["flip"] == 0.5) & (grid["coverage"] == 1.0) & (grid["estimator"] == "Count")]
+    assert flipped["CBF"].mean() < 0.9
+
+
+# ----------------------------------------------------------------------------- controls
+@pytest.mark.parametrize("flip, coverage", [(0.0, 1.0), (0.2, 0.5), (0.3, 0.25), (0.1, 0.125)])
+def test_noisy_labels_flip_and_drop_the_intended_shares(flip, coverage):
+    rng = np.random.default_rng(0)
+    y = rng.random(200) < 0.6
+    lab = C.noisy_labels(y, flip, coverage, np.random.default_rng(5))
+    kept = ~np.isnan(lab)
+    assert kept.sum() == round(coverage * 200)
+    assert (lab[kept] != y[kept]).sum() == round(flip * kept.sum())
+    again = C.noisy_labels(y, flip, coverage, np.random.default_rng(5))
+    assert np.array_equal(np.isnan(again), ~kept) and np.array_equal(again[kept], lab[kept])
+    with pytest.raises(ValueError):
+        C.noisy_labels(y, 1.2, 0.5, rng)
+
+
+def test_corrected_labels_keep_missingness():
+    lab = np.array([1.0, np.nan, 0.0, 1.0, np.nan])
+    y = np.array([False, True, False, True, False])
+    out = C.corrected_labels(lab, y)
+    assert np.isnan(out[[1, 4]]).all()
+    assert list(out[[0, 2, 3]]) == [0.0, 0.0, 1.0]
+
+
+def test_clean_feedback_texts_decode_to_the_true_outcome():
+    t = pd.DataFrame({"correct": [True, False, True], "feedback_text": ["a", "b", "c"]})
+    dec = decode_feedback(J.clean_feedback_turns(t)["feedback_text"], "frozen")
+    assert list(dec["decoded_label"]) == [1.0, 0.0, 1.0]
+
+
+def test_semantic_partition_maps_every_domain():
+    world = C.semantic_partition(DOMAINS)
+    assert set(world) == set(DOMAINS)
+    assert sorted(pd.Series(world).value_counts()) == [5, 5, 5, 5]
+    assert world["zorbian_geography"] == "society" and world["halcorean_chemistry"] == "natural_science"
+    mmlu = [d for ds in C.MMLU_CATEGORIES.values() for d in ds]
+    m = C.semantic_partition(mmlu)
+    assert pd.Series(m).value_counts().to_dict() == {"stem": 13, "other": 4, "humanities": 2,
+                                                     "social_sciences": 1}
+    with pytest.raises(ValueError, match="no category for domains"):
+        C.semantic_partition(DOMAINS + ["mystery"])
+    assert C.semantic_partition(["a", "b"], {"g": ["a", "b"]}) == {"a": "g", "b": "g"}
+
+
+def test_random_partition_has_the_requested_sizes_and_covers_every_domain():
+    p = C.random_partition(DOMAINS, [13, 4, 2, 1], seed=4)
+    assert set(p) == set(DOMAINS)
+    assert sorted(pd.Series(p).value_counts()) == [1, 2, 4, 13]
+    assert p == C.random_partition(list(reversed(DOMAINS)), [13, 4, 2, 1], seed=4)
+    assert p != C.random_partition(DOMAINS, [13, 4, 2, 1], seed=5)
+    with pytest.raises(ValueError, match="do not sum"):
+        C.random_partition(DOMAINS, [5, 5], seed=0)
+    t = pd.DataFrame({"domain": DOMAINS})
+    assert set(C.apply_partition(t, p)["domain"]) == {f"random_{k}" for k in range(4)}
+
+
+def test_heldout_split_halves_each_domain_by_item():
+    items = make_items(7)
+    turns = pd.concat([items, items.iloc[:30]], ignore_index=True)  # repeated questions
+    tr = C.heldout_split(turns, seed=2)
+    per = pd.DataFrame({"item": turns["item_id"], "d": turns["domain"], "tr": tr}).drop_duplicates()
+    assert (per.groupby("item")["tr"].nunique() == 1).all()         # an item is on one side
+    assert (per.groupby("d")["tr"].sum() == 4).all()                # ceil(7/2) per domain
+    assert C.mae({"a": 0.5}, ["a", "a", "b", "b"], [1, 0, 1, 1]) == pytest.approx((0 + 0.5) / 2)
+
+
+def test_r4_selection_on_a_constructed_case():
+    df = pd.DataFrame({"model": ["m1", "m2", "m3"], "NoMemory": [0.70, 0.80, 0.75],
+                       "ZS": [0.78, 0.76, 0.75], "LSA": [0.72, 0.85, 0.90]})
+    t = C.r4_table(df)
+    assert list(t["R4_choice"][:3]) == ["ZS", "LSA", "LSA"]       # a tie is not a win
+    assert list(t["R4"][:3]) == [0.78, 0.85, 0.90]
+    assert list(t["best_of_two"][:3]) == [0.78, 0.85, 0.90]
+    mean = t.iloc[3]
+    assert mean["R4"] == pytest.approx((0.78 + 0.85 + 0.90) / 3)
+    assert mean["always_ZS"] == pytest.approx((0.78 + 0.76 + 0.75) / 3)
+    assert mean["R4_choice"] == "ZS on 1/3"
+
+
+# ----------------------------------------------------------------------------- tables
+def test_main_table_cells_are_session_means_with_bootstrap_se():
+    sess = pd.DataFrame({"model": ["m"] * 4, "session_id": ["0", "1", "0", "1"],
+                         "estimator": ["Global", "Global", "NoMemory", "NoMemory"],
+                         "CBF": [0.8, 0.6, 0.7, 0.7], "norm_CBF": [0.2, 0.0, 0, 0],
+                         "bias": [0.1, -0.1, 0.0, 0.2], "shape_error": [0.1, 0.3, 0.2, 0.2],
+                         "kendall_tau": [np.nan] * 4, "ECE": [0.1] * 4, "AUROC": [0.5] * 4})
+    boot = pd.DataFrame({"model": ["m", "m"], "estimator": ["Global", "NoMemory"],
+                         "metric": "CBF", "se": [0.1, 0.0], "ci_low": [0.6, 0.7],
+                         "ci_high": [0.8, 0.7]})
+    t = T.main_table(sess, boot)
+    assert list(t["estimator"]) == ["NoMemory", "Global"]          # ordered by level
+    g = t.set_index("estimator").loc["Global"]
+    assert g["CBF"] == pytest.approx(0.7) and g["SE"] == 0.1 and g["bias"] == pytest.approx(0.0)
+    assert g["shape_error"] == pytest.approx(0.2) and g["level"] == "L2" and g["n_sessions"] == 2
+    lf = T.ladder_frame(t)
+    assert list(lf["level"]) == ["L0 NoMemory"]
+
+
+def test_grid_and_partition_tables_are_hand_checkable():
+    grid = pd.DataFrame({"model": "m", "session_id": ["0", "1"] * 2, "flip": 0.1,
+                         "coverage": [0.5, 0.5, 1.0, 1.0], "repeat": 0, "estimator": "Count",
+                         "CBF": [0.6, 0.8, 0.9, 1.0]})
+    g = T.grid_table(grid)
+    assert list(g["coverage"]) == [1.0, 0.5] and list(g["Count"]) == pytest.approx([0.95, 0.7])
+    parts = pd.DataFrame({"model": "m", "partition": ["domain"] * 2 + ["random"] * 4,
+                          "repeat": [0, 0, 0, 0, 1, 1], "session_id": "0",
+                          "estimator": ["Global", "Count"] * 3,
+                          "CBF": [0.7, 0.8, 0.9, 0.6, 0.7, 0.6], "n_domains": 4})
+    p = T.partition_table(parts).set_index("partition")
+    assert p.loc["domain", "best"] == "Count" and p.loc["random", "best"] == "Global"
+    assert p.loc["random", "Global"] == pytest.approx(0.8)
+    assert p.loc["random", "random_sd"] == pytest.approx(np.std([0.9, 0.7], ddof=1))
+
+
+def test_write_tables_fills_every_table_and_figure(run):
+    from pathlib import Path
+    for name in T.TABLES:
+        df = pd.read_csv(run["tables"][f"{name}_csv"])
+        assert len(df) > 0, name
+        assert Path(run["tables"][f"{name}_md"]).read_text().startswith("### LADDER")
+    for f in T.FIGURES:
+        assert Path(run["figs"][f]).stat().st_size > 1000
+    main = pd.read_csv(run["tables"]["main_csv"])
+    assert {"NoMemory", "ZS", "LSA", "Global", "GLAD", "OraclePDC", "GT-SelfStats"} <= set(main["estimator"])
+    assert main["SE"].notna().all()
+    r4 = pd.read_csv(run["tables"]["r4_csv"])
+    assert set(r4["setting"]) == {"observed", "held-out"}
+    dec = pd.read_csv(run["tables"]["decoder_csv"])
+    assert set(dec["rules"]) == {"frozen", "expanded"} and set(dec["user"]) == {"rule", "llm:user"}
+    part = pd.read_csv(run["tables"]["partitions_csv"])
+    assert set(part["partition"]) == {"domain", "semantic", "random"}
+
+
+def test_prompted_job_can_ask_a_subset_of_sessions(run, monkeypatch_module):
+    import selfknow.models as M
+    lm = prompted_lm()
+    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
+    tmp = run["tmp"]
+    J.prompted_job(str(tmp / "main.parquet"), {"name": "p", "backend": "hf", "path": "x", "chat": True},
+                   str(tmp / "sub_prof.parquet"), str(tmp / "sub_q.parquet"), model="answerer",
+                   prompted_sessions=2, lsa_controls=False)
+    prof = pd.read_parquet(tmp / "sub_prof.parquet")
+    assert set(prof["method"]) == {"zs_prior", "lsa", "gt_selfstats"}
+    assert set(prof.loc[prof["method"] == "lsa", "session_id"]) == {"0", "1"}
+    assert set(prof.loc[prof["method"] == "zs_prior", "session_id"]) == {"*"} | {str(i) for i in range(6)}
+    assert len(pd.read_parquet(tmp / "sub_q.parquet")) == 0        # no query sessions asked
