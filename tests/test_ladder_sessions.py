@@ -447,3 +447,16 @@ def test_real_smollm2_session_and_profile(pytestconfig):
     prof = gt_selfstats_profiles(lm, df.assign(domain="dom_0"), max_new_tokens=16)
     assert len(prof) == 1 and prof["parse_status"].iloc[0] in {
         "ok", "partial", "regex", "regex_partial", "unparsable"}
+
+
+def test_lsa_query_confidence_on_no_turns_is_empty():
+    """An empty turn table (e.g. no sessions selected for per-turn LSA queries) yields no rows."""
+    import pandas as pd
+
+    from fakes import ScriptedLM
+    from selfknow.protocols.ladder.prompted import lsa_query_confidence
+
+    empty = pd.DataFrame(columns=["model", "session_id", "turn", "domain", "question", "correct",
+                                  "answer", "confidence", "feedback_text"])
+    out = lsa_query_confidence(ScriptedLM(lambda p: "{}"), empty)
+    assert len(out) == 0

@@ -148,6 +148,8 @@ def _sessions(turns: pd.DataFrame):
     for c in ("session_id", "turn", "domain", "question", "correct"):
         if c not in turns.columns:
             raise ValueError(f"session turns lack column {c!r}")
+    if turns.empty:
+        return
     model = (turns["model"].astype(str) if "model" in turns.columns
              else pd.Series("", index=turns.index))
     key = turns["session_id"].astype(str)
