@@ -18,6 +18,11 @@ include: "rules/data.smk"
 include: "rules/generate.smk"
 include: "rules/judge.smk"
 include: "rules/lcae.smk"
+include: "rules/persistent_common.smk"
+include: "rules/persistent.smk"
+include: "rules/ladder_common.smk"
+include: "rules/ladder.smk"
+include: "rules/card.smk"
 
 
 localrules:

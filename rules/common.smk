@@ -96,6 +96,12 @@ def all_table_files():
         files += table_targets("world", ["evolution"])
     if config.get("judge", {}).get("llm_judge"):
         files += table_targets("judge", ["audit"])
+    if "persistent" in config:
+        files += persistent_table_files()
+    if "ladder" in config or "ladder_import_dir" in config:
+        files += ladder_table_files()
+    if any(k in config for k in ("lcae", "ladder", "persistent")):
+        files += table_targets("card", ["self_knowledge"])
     if "lcae" in config:
         files += table_targets("lcae", ["table1", "table2", "table3", "item_fit"])
         files.append(f"{R}/figures/lcae/figure2.png")
@@ -145,3 +151,22 @@ def lcae_examinees():
 
 def lcae_files(stage):
     return [f"{R}/lcae/{stage}/{m}/{c}.parquet" for m, c in lcae_examinees()]
+
+
+def get_card_inputs(wildcards):
+    """Each protocol's per-model outputs that this config produces."""
+    out = {}
+    if "lcae" in config:
+        out["lcae_persons"] = f"{R}/lcae/irt/persons.parquet"
+        out["lcae_stage3"] = f"{R}/lcae/stage3.parquet"
+    if "ladder" in config:
+        out["ladder_main"] = f"{R}/tables/ladder/main.csv"
+    for m in config.get("persistent", {}).get("models", []):
+        base = f"{R}/persistent/metrics/{m}/{config['persistent']['datasets'][0]}/main"
+        out[f"persistent_points__{m}"] = f"{base}.parquet"
+        out[f"persistent_reps__{m}"] = f"{base}.replicates.npz"
+    return out
+
+
+def card_last_checkpoints():
+    return {m: checkpoint_names(config, m)[-1] for m in MODELS}

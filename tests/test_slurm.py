@@ -418,21 +418,18 @@ def test_profile_rule_classes_exist():
 @pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.skipif(not TINY_CONFIG.exists(), reason="config/test.yaml (the tiny config) does not exist yet")
-def test_tiny_config_on_slurm_equals_local(slurm_cluster, work_dir):
-    """The tiny config through `--profile profiles/slurm` gives the same tables as a local run."""
-    results = {}
-    for kind in ("local", "slurm"):
-        out = work_dir / "tiny" / kind
-        out.mkdir(parents=True)
-        args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", str(TINY_CONFIG), "--config", f"results={out / 'results'}"]
-        if kind == "local":
-            args += ["--cores", "2"]
-        else:
-            args += ["--profile", str(PROFILE), *_fast_polling()]
-        t0 = time.monotonic()
-        proc = _snakemake(*args, "all_tables", cwd=out, env=slurm_cluster.env, timeout=3600)
-        slurm_cluster.timings[f"tiny config {kind} run"] = time.monotonic() - t0
-        results[kind] = (out / "results", proc.stdout + proc.stderr)
+def test_tiny_config_on_slurm_equals_local(slurm_cluster, work_dir, tiny_run):
+    """The tiny config through `--profile profiles/slurm` gives the same tables as a local run
+    (the session's shared local run of the tiny config)."""
+    results = {"local": (tiny_run, "")}
+    out = work_dir / "tiny" / "slurm"
+    out.mkdir(parents=True)
+    args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", str(TINY_CONFIG),
+            "--config", f"results={out / 'results'}", "--profile", str(PROFILE), *_fast_polling()]
+    t0 = time.monotonic()
+    proc = _snakemake(*args, "all_tables", cwd=out, env=slurm_cluster.env, timeout=3600)
+    slurm_cluster.timings["tiny config slurm run"] = time.monotonic() - t0
+    results["slurm"] = (out / "results", proc.stdout + proc.stderr)
 
     submitted = SUBMITTED.findall(results["slurm"][1])
     assert submitted, "no job of the tiny config went through sbatch"

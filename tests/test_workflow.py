@@ -43,15 +43,6 @@ def test_bad_config_stops_with_the_key(tmp_path):
     assert "models[0].backend" in proc.stdout + proc.stderr
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """The whole DAG on config/test.yaml, once for this module."""
-    root = tmp_path_factory.mktemp("tiny")
-    snakemake("--profile", "profiles/local", "--configfile", "config/test.yaml",
-              "--config", f"results={root}/results", "all_tables")
-    return root / "results"
-
-
 @pytest.mark.slow
 def test_tiny_run_builds_every_table(tiny_run):
     tables = sorted((tiny_run / "tables").rglob("*.csv"))

@@ -11,6 +11,7 @@ import pandas as pd
 
 from selfknow.judge import exact_match, letter_match, parse_option_letter
 from selfknow.models.base import LM
+from selfknow.world.generator import mcq_prompt
 
 CHAT_QA = "Answer the question with a short answer only (a few words), no explanation.\n\nQuestion: {question}"
 CHAT_MCQ = "Answer the multiple-choice question with the letter of the correct option only.\n\nQuestion: {question}\n{options}"
@@ -36,7 +37,7 @@ def greedy_answers(lm: LM, items: pd.DataFrame, *, shots: list[tuple[str, str]],
     """Greedy answers to short-answer or MCQ items, judged against the references."""
     is_mcq = items["choices"].notna().all()
     if is_mcq and not chat:
-        prompts = [f"Question: {q}\n{_options(c)}Answer:" for q, c in zip(items["question"], items["choices"])]
+        prompts = [mcq_prompt(q, c) for q, c in zip(items["question"], items["choices"])]
         lp = lm.next_token_logprobs(prompts, [f" {chr(65 + i)}" for i in range(len(items["choices"].iloc[0]))])
         raw = [chr(65 + int(np.argmax(r))) for r in lp]
         answers, t_in, t_out = raw, [len(p.split()) for p in prompts], [1] * len(prompts)

@@ -25,7 +25,8 @@ import pandas as pd
 
 from selfknow.judge import letter_match, parse_option_letter
 from selfknow.models.base import LM
-from selfknow.protocols.lcae.prompting import LETTERS, fill, options_block
+from selfknow.protocols.lcae.prompting import LETTERS, fill
+from selfknow.world.generator import mcq_prompt
 
 STRATEGIES = ("standard", "knowledge", "cot", "self_ask", "tot")
 _FINAL = re.compile(r"(?:answer\s*(?:is)?\s*[:=]?|final answer is:?)\s*\(?([A-Z])\b", re.IGNORECASE)
@@ -41,8 +42,8 @@ def parse_final_letter(text: str | None, n_choices: int) -> str | None:
 
 
 def base_mcq_prompt(question: str, choices: Sequence[str], context: str = "") -> str:
-    """The completion-style MCQ prompt the mini world's models were trained on."""
-    return f"{context}Question: {question}\n{options_block(choices)}Answer:"
+    """The completion-style MCQ prompt the mini world's models were trained on, after `context`."""
+    return context + mcq_prompt(question, choices)
 
 
 def _recall_prompt(question: str) -> str:
@@ -79,7 +80,7 @@ def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int 
         if strategy == "knowledge":
             prompts = [base_mcq_prompt(q, c, f"Knowledge: {t}\n") for q, c, t in zip(qs, chs, texts)]
         elif strategy == "cot":
-            prompts = [f"Question: {q}\nReasoning: {t}\n{options_block(c)}Answer:" for q, c, t in zip(qs, chs, texts)]
+            prompts = [base_mcq_prompt(q, c, f"Reasoning: {t}\n") for q, c, t in zip(qs, chs, texts)]
         elif strategy == "self_ask":
             prompts = [base_mcq_prompt(q, c, f"Follow up: {q}\nIntermediate answer: {t}\n") for q, c, t in zip(qs, chs, texts)]
         else:

@@ -1,0 +1,17 @@
+# The self-knowledge card (SPEC §4): one row per model joining the three protocols.
+
+
+rule knowledge_card:
+    input:
+        unpack(get_card_inputs),
+    output:
+        **named_table_targets("card", ["self_knowledge"]),
+    params:
+        models=MODELS,
+        last_ckpt=card_last_checkpoints(),
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/card.log",
+    script:
+        "../scripts/knowledge_card.py"

@@ -1,0 +1,202 @@
+# Persistent calibration (SPEC §1): beams and self-consistency per (model, checkpoint, dataset,
+# split); one job per (model, dataset, training variant, seed) that trains its LoRA adapters and
+# scores every checkpoint it needs; the GCM; metrics with the paired bootstrap; the tables.
+# Input functions and constants: rules/persistent_common.smk.
+
+
+localrules:
+    persistent_table,
+    persistent_figure3,
+    persistent_table19,
+
+
+rule persistent_sc:
+    input:
+        unpack(get_persistent_sc_items),
+        model=get_model_files,
+    output:
+        sc=f"{R}/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{{split}}.parquet",
+        beams=f"{R}/persistent/beams/{{model}}/{{ckpt}}/{{dataset}}/{{split}}.parquet",
+    params:
+        spec=get_model_spec,
+        n_items=get_persistent_n_items,
+        n_shots=PC.get("n_shots", 5),
+        seed=config["seed"],
+        num_beams=PC.get("num_beams", 10),
+        max_new_tokens=PC.get("max_new_tokens", 24),
+        equivalence=PC.get("equivalence", "normalised"),
+        prompt_label=PC.get("prompt_label", "Question"),
+        cache=f"{R}/cache",
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{{split}}.log",
+    benchmark:
+        f"{R}/benchmarks/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{{split}}.tsv"
+    resources:
+        mem_mb=get_model_mem_mb,
+        runtime=240,
+        gpu=get_model_gpus,
+    script:
+        "../scripts/persistent_sc.py"
+
+
+rule persistent_variant:
+    input:
+        unpack(get_variant_inputs),
+        model=get_model_files,
+    output:
+        conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
+        adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}"),
+    params:
+        spec=get_model_spec,
+        train_ckpts=get_train_ckpts,
+        eval_ckpts=get_eval_ckpts,
+        pair_mode=P_PAIRS,
+        cache=f"{R}/cache",
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.tsv"
+    resources:
+        mem_mb=get_model_mem_mb,
+        runtime=480,
+        gpu=get_model_gpus,
+    script:
+        "../scripts/persistent_variant.py"
+
+
+use rule persistent_variant as persistent_transfer_variant with:
+    input:
+        unpack(get_transfer_variant_inputs),
+        model=get_model_files,
+    output:
+        conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
+        adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
+        hidden=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
+    params:
+        spec=get_model_spec,
+        train_ckpts=get_train_ckpts,
+        eval_ckpts=get_eval_ckpts,
+        pair_mode=P_PAIRS,
+        variance_items=PC.get("variance_items", 200),
+        cache=f"{R}/cache",
+    log:
+        f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/transfer/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/transfer/seed{{seed}}.tsv"
+
+
+rule persistent_gcm:
+    input:
+        unpack(get_gcm_inputs),
+        model=get_gcm_model_files,
+    output:
+        conf=f"{R}/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.parquet",
+        adapter=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/gcm/seed{{seed}}"),
+    params:
+        gcm_spec=get_gcm_spec,
+        train_ckpts=get_train_ckpts,
+        eval_ckpts=get_eval_ckpts,
+        cache=f"{R}/cache",
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.log",
+    benchmark:
+        f"{R}/benchmarks/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.tsv"
+    resources:
+        mem_mb=get_gcm_mem_mb,
+        runtime=240,
+        gpu=get_gcm_gpus,
+    script:
+        "../scripts/persistent_gcm.py"
+
+
+rule persistent_metrics:
+    input:
+        unpack(get_metrics_inputs),
+    output:
+        metrics=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.parquet",
+        replicates=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.replicates.npz",
+        contrast=f"{R}/persistent/contrast/{{model}}/{{dataset}}/{{evalset}}.parquet",
+    params:
+        train_ckpts=get_train_ckpts,
+        eval_ckpts=get_eval_ckpts,
+        min_contrast=get_min_contrast,
+        n_boot=PC.get("bootstrap_replicates", 10000),
+        n_boot_ece=PC.get("bootstrap_ece_replicates", PC.get("bootstrap_replicates", 10000)),
+        seed=config["seed"],
+        equivalence=PC.get("equivalence", "normalised"),
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.log",
+    benchmark:
+        f"{R}/benchmarks/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.tsv"
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    script:
+        "../scripts/persistent_metrics.py"
+
+
+rule persistent_table:
+    input:
+        unpack(get_table_inputs),
+    output:
+        csv=f"{R}/tables/persistent/{{table}}.csv",
+        md=f"{R}/tables/persistent/{{table}}.md",
+    params:
+        models=P_MODELS,
+        datasets=P_DATASETS,
+        transfer=P_TRANSFER or "",
+        min_contrast=PC.get("min_contrast", 500),
+        min_contrast_transfer=PC.get("min_contrast_transfer", 300),
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/tables/{{table}}.log",
+    script:
+        "../scripts/persistent_table.py"
+
+
+rule persistent_figure3:
+    input:
+        transfer=p_conf(P_MODELS[0], P_DATASETS[0], "transfer", P_VAR_SEEDS[0]) if P_MODELS else [],
+        random_label=p_conf(P_MODELS[0], P_DATASETS[0], "random_label", P_SEEDS[0]) if P_MODELS else [],
+    output:
+        png=f"{R}/figures/persistent/figure3.png",
+        **named_table_targets("persistent", ["figure3"]),
+    params:
+        order=persistent_ckpt_order(),
+        title=f"Figure 3: transfer between checkpoints ({P_MODELS[0] if P_MODELS else ''}, "
+              f"{P_DATASETS[0] if P_DATASETS else ''})",
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/figure3.log",
+    script:
+        "../scripts/persistent_figure3.py"
+
+
+rule persistent_table19:
+    input:
+        [p_hidden(P_MODELS[0], P_DATASETS[0], s) for s in P_VAR_SEEDS] if P_MODELS else [],
+    output:
+        **named_table_targets("persistent", ["table19"]),
+    params:
+        title=f"Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance across seeds "
+              f"({P_MODELS[0] if P_MODELS else ''}, {P_DATASETS[0] if P_DATASETS else ''})",
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/table19.log",
+    script:
+        "../scripts/persistent_table19.py"

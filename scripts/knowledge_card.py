@@ -1,0 +1,12 @@
+# `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
+from selfknow.report.card import card_job
+from selfknow.runlog import job_log
+
+inp = dict(snakemake.input.items())
+persistent = {k.split("__", 1)[1]: (v, inp[f"persistent_reps__{k.split('__', 1)[1]}"])
+              for k, v in inp.items() if k.startswith("persistent_points__")}
+with job_log(snakemake.log[0], "knowledge_card") as summary:
+    summary.update(card_job(list(snakemake.params.models), dict(snakemake.params.last_ckpt),
+                            lcae_persons=inp.get("lcae_persons"), lcae_stage3=inp.get("lcae_stage3"),
+                            ladder_main=inp.get("ladder_main"), persistent=persistent,
+                            csv=snakemake.output.self_knowledge_csv, md=snakemake.output.self_knowledge_md))

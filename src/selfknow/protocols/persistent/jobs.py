@@ -1,0 +1,477 @@
+"""Workflow jobs of the persistent-calibration protocol (SPEC §1): each reads its inputs,
+computes, and writes its outputs atomically; the scripts in `scripts/persistent_*.py` call
+exactly one of them.
+
+- `sc_job`       beams (resumable) + self-consistency + judged candidates for one
+                 (model, checkpoint, dataset, split);
+- `variant_job`  trains every adapter of one training variant and seed and scores every
+                 (adapter, checkpoint, answers) pair the variant needs (`variants.plan_variant`);
+- `gcm_job`      the external correctness model: trained once per (model, dataset, seed),
+                 scores the evaluation checkpoints' answers (and the training ones', for
+                 post-hoc isotonic calibration);
+- `metrics_job`  assembles every method's confidences into (seeds, checkpoints, items)
+                 arrays, contrast sets, the ten metrics (Eq. 1 and the fitted §B.1
+                 normalisation) and the paired bootstrap replicates of §A.8.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfknow.items import sample_items
+from selfknow.judge import exact_match
+from selfknow.records import read_parquet, write_parquet
+
+from . import variants as V
+
+log = logging.getLogger("selfknow.persistent")
+
+SC_COLUMNS = ["item_id", "question", "prediction", "confidence", "correct", "group_answers",
+              "group_probs", "group_members", "group_correct"]
+CONF_COLUMNS = ["variant", "seed", "adapter", "scorer", "target", "dataset", "item_id", "answer",
+                "correct", "confidence"]
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers
+# ----------------------------------------------------------------------------------------------
+def make_equivalence(name: str, *, num_threads: int = 1, device: str = "cpu"):
+    """"normalised" -> the model-free matcher; "nli:<model id or path>" -> bidirectional NLI."""
+    from .equivalence import get_equivalence
+
+    if name == "normalised":
+        return get_equivalence("normalised")
+    if name.startswith("nli:"):
+        return get_equivalence("nli", model_name_or_path=name[4:], num_threads=num_threads, device=device)
+    raise ValueError(f"persistent.equivalence must be 'normalised' or 'nli:<model>', got {name!r}")
+
+
+def base_model_dir(spec: dict, checkpoint: str | None) -> str:
+    """Local directory of a checkpoint's weights for LoRA training (which loads with
+    `from_pretrained(dir)`): the checkpoint's `path`, else the hub revision downloaded to the
+    Hugging Face cache (the cluster case)."""
+    from selfknow.models import resolve_checkpoint
+
+    ck = resolve_checkpoint(spec, checkpoint)
+    if ck.get("path"):
+        return str(ck["path"])
+    if spec.get("path") and not ck.get("revision"):
+        return str(spec["path"])
+    hub = spec.get("hub_id")
+    if not hub:
+        raise ValueError(f"model {spec['name']!r} checkpoint {ck['name']!r}: no local path and no hub_id")
+    from huggingface_hub import snapshot_download
+
+    return snapshot_download(hub, revision=ck.get("revision"))
+
+
+def _hparams(spec: dict, threads: int, extra: Mapping | None = None) -> dict:
+    hp = {"num_threads": int(threads), "device": spec.get("device", "cpu")}
+    if spec.get("dtype") in ("bfloat16", "float16", "float32"):
+        hp["dtype"] = spec["dtype"]
+    hp.update(extra or {})
+    return hp
+
+
+def read_sc(path: str | Path) -> pd.DataFrame:
+    df = read_parquet(path)
+    missing = [c for c in SC_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"{path}: not a self-consistency table (lacks {missing})")
+    return df
+
+
+def training_examples(sc: pd.DataFrame, n_answers: int) -> pd.DataFrame:
+    """One checkpoint's training examples (§3.1.1): its top `n_answers` candidate answers per
+    question with their correctness, weighted by generation probability."""
+    from .verbalized import training_frame
+
+    rows = []
+    for r in sc.itertuples(index=False):
+        for a, p, c in list(zip(r.group_answers, r.group_probs, r.group_correct))[:n_answers]:
+            rows.append((r.item_id, r.question, a, float(p), bool(c)))
+    cand = pd.DataFrame(rows, columns=["item_id", "question", "answer", "probability", "correct"])
+    if cand.empty:
+        raise ValueError("no candidate answers to train on (every beam empty?)")
+    return training_frame(cand, n_answers=n_answers)
+
+
+# ----------------------------------------------------------------------------------------------
+# self-consistency
+# ----------------------------------------------------------------------------------------------
+def judge_sc(sc: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
+    """Add `group_correct` (exact match of every candidate with the references) and
+    `correct` (the prediction's) to a `self_consistency_frame`."""
+    aliases = items.set_index("item_id")["aliases"]
+    gc = [[bool(exact_match(a, aliases.loc[i])) for a in answers]
+          for i, answers in zip(sc["item_id"], sc["group_answers"])]
+    out = sc.copy()
+    out["group_correct"] = gc
+    out["correct"] = [bool(g[0]) if len(g) else False for g in gc]
+    return out
+
+
+def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_out: str,
+           sc_out: str, *, split: str, n_items: int, n_shots: int, seed: int, num_beams: int,
+           max_new_tokens: int, equivalence: str, prompt_label: str, cache_dir: str,
+           threads: int = 1) -> dict:
+    """Beam search (`num_beams`, stop at the first newline) on a seeded sample of `n_items`
+    questions of one split, resumable by chunks; then SC grouping (§3.1.1, §A.6) and exact-match
+    judging of every candidate. Writes the long beam table and the SC table."""
+    import torch
+
+    from selfknow.models import load_lm
+    from selfknow.resumable import map_chunks
+
+    from .prompts import qa_prompt, select_icl_examples
+    from .self_consistency import self_consistency_frame
+
+    torch.set_num_threads(int(threads))
+    t0 = time.time()
+    items = sample_items(read_parquet(items_path), n_items, seed)
+    shots = select_icl_examples(read_parquet(train_path), n_shots, seed) if n_shots else []
+    lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
+
+    def beams_for(chunk: pd.DataFrame) -> pd.DataFrame:
+        prompts = [qa_prompt(q, shots, label=prompt_label) for q in chunk["question"]]
+        res = lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=("\n",))
+        rows = [(i, q, b, beam.text, beam.logprob) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
+                for b, beam in enumerate(bs)]
+        return pd.DataFrame(rows, columns=["item_id", "question", "beam", "text", "logprob"])
+
+    beams = map_chunks(items, beams_for, beams_out, chunk_size=64, desc=f"beams {checkpoint} {split}",
+                       params={"spec": spec, "ckpt": checkpoint, "shots": shots, "beams": num_beams,
+                               "mnt": max_new_tokens, "label": prompt_label})
+    t_beams = time.time() - t0
+    sc = judge_sc(self_consistency_frame(beams, make_equivalence(equivalence, num_threads=threads)), items)
+    sc = sc[SC_COLUMNS].assign(model=spec["name"], checkpoint=checkpoint, split=split)
+    write_parquet(sc, sc_out)
+    return {"items": len(sc), "accuracy": round(float(sc["correct"].mean()), 4),
+            "mean_confidence": round(float(sc["confidence"].mean()), 4),
+            "beam_seconds": round(t_beams, 1), "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
+
+
+# ----------------------------------------------------------------------------------------------
+# LoRA variants
+# ----------------------------------------------------------------------------------------------
+def adapter_examples(plan: V.AdapterPlan, train_sc: Mapping[str, pd.DataFrame], spec: dict,
+                     seed: int) -> dict[str, tuple[str, pd.DataFrame]]:
+    """`train_adapter`'s input for one adapter plan: per view, its base weights and the
+    training examples of its data checkpoints (several -> pooled, one source each; random
+    labels where the plan says so, drawn with a seed derived from `seed` and the view)."""
+    from .verbalized import randomise_labels
+
+    out = {}
+    for k, view in enumerate(plan.views):
+        parts = []
+        for src in plan.data_for(view):
+            if src not in train_sc:
+                raise KeyError(f"adapter {plan.name!r}: no train-split answers of checkpoint {src!r}")
+            parts.append(training_examples(train_sc[src], plan.n_answers).assign(source=src))
+        df = pd.concat(parts, ignore_index=True)
+        if view in plan.random_labels:
+            df = randomise_labels(df, seed * 1000 + 17 + k)
+        out[view] = (base_model_dir(spec, view), df)
+    return out
+
+
+def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str],
+                sc_paths: Mapping[str, str], adapters_dir: str, out: str, *, seed: int,
+                cache_dir: str, threads: int = 1, pair_mode: str = "consecutive",
+                hparams: Mapping | None = None, hidden_out: str | None = None,
+                variance_items: int = 0) -> dict:
+    """Train every adapter of `variant` (seed `seed`) and score every planned
+    (adapter, scorer, target) triple; write the long confidence table (`CONF_COLUMNS`).
+
+    `sc_paths`: "train:<ckpt>", "test:<ckpt>" and, for the transfer scorings,
+    "transfer:<ckpt>" (one or more comma-free keys "transfer:<ckpt>:<split>") -> SC tables.
+    With `hidden_out` (the `transfer` variant) also save, per checkpoint's own adapter, the
+    hidden states on the first `variance_items` test questions (sorted ids) for Table 19."""
+    import torch
+
+    from selfknow.models import load_lm
+
+    from .verbalized import predict_confidence, train_adapter
+
+    torch.set_num_threads(int(threads))
+    with_transfer = any(k.startswith("transfer:") for k in sc_paths)
+    plan = V.plan_variant(variant, train_ckpts, eval_ckpts, with_transfer=with_transfer, pair_mode=pair_mode)
+    train_sc = {k.split(":", 1)[1]: read_sc(p) for k, p in sc_paths.items() if k.startswith("train:")}
+    test_sc = {k.split(":", 1)[1]: read_sc(p) for k, p in sc_paths.items() if k.startswith("test:")}
+    transfer_sc: dict[str, list[pd.DataFrame]] = {}
+    for k, p in sc_paths.items():
+        if k.startswith("transfer:"):
+            transfer_sc.setdefault(k.split(":")[1], []).append(read_sc(p))
+    answers = {V.MAIN: test_sc, V.TRANSFER: {c: pd.concat(f, ignore_index=True) for c, f in transfer_sc.items()}}
+    hp = _hparams(spec, threads, hparams)
+    t0 = time.time()
+    adapter_dirs = {}
+    for ap in plan.adapters:
+        d = Path(adapters_dir) / ap.name.replace("+", "__")
+        train_adapter(adapter_examples(ap, train_sc, spec, seed), d, seed, hp, log=log.info)
+        adapter_dirs[ap.name] = str(d)
+    t_train = time.time() - t0
+    frames = []
+    lms = {}
+    for s in plan.scorings:
+        tgt = answers[s.dataset].get(s.target)
+        if tgt is None:
+            raise KeyError(f"variant {variant}: no {s.dataset} test answers of checkpoint {s.target!r}")
+        key = (s.adapter, s.scorer)
+        if key not in lms:
+            lms[key] = load_lm(spec, s.scorer, cache_dir=cache_dir, adapter=adapter_dirs[s.adapter])
+        conf = predict_confidence(lms[key], tgt["question"].tolist(), tgt["prediction"].fillna("").tolist(),
+                                  batch_size=32)
+        frames.append(pd.DataFrame({"variant": variant, "seed": seed, "adapter": s.adapter, "scorer": s.scorer,
+                                    "target": s.target, "dataset": s.dataset, "item_id": tgt["item_id"].to_numpy(),
+                                    "answer": tgt["prediction"].to_numpy(), "correct": tgt["correct"].to_numpy(),
+                                    "confidence": conf}))
+    df = pd.concat(frames, ignore_index=True)[CONF_COLUMNS]
+    write_parquet(df, out)
+    summary = {"adapters": len(plan.adapters), "scorings": len(plan.scorings), "rows": len(df),
+               "train_seconds": round(t_train, 1), "score_seconds": round(time.time() - t0 - t_train, 1),
+               "model_calls": sum(lm.stats.misses for lm in lms.values())}
+    if hidden_out:
+        summary["hidden_shape"] = str(save_hidden_states(plan, spec, test_sc, adapter_dirs, hidden_out,
+                                                         variance_items, device=hp["device"]))
+    return summary
+
+
+def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd.DataFrame],
+                       adapter_dirs: Mapping[str, str], out: str, n_items: int, *,
+                       device: str = "cpu") -> tuple:
+    """Hidden states (n_ckpt, n_layers, n_items, d) of each checkpoint's own single-view
+    adapter on its own answers to the first `n_items` test questions by item id (§B.7)."""
+    from selfknow.records import atomic_path
+
+    from .variance import adapter_hidden_states
+
+    own = [a for a in plan.adapters if len(a.views) == 1 and a.name == a.views[0]]
+    if not own:
+        raise ValueError(f"variant {plan.variant} has no per-checkpoint adapters for hidden states")
+    ids = sorted(set.intersection(*(set(test_sc[a.name]["item_id"]) for a in own)))
+    ids = ids[:n_items] if n_items else ids
+    hs = []
+    for a in own:
+        t = test_sc[a.name].set_index("item_id").loc[ids]
+        hs.append(adapter_hidden_states(base_model_dir(spec, a.name), adapter_dirs[a.name],
+                                        t["question"].tolist(), t["prediction"].fillna("").tolist(), device=device))
+    arr = np.stack(hs).astype(np.float32)
+    with atomic_path(out) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez(f, hidden=arr, checkpoints=np.array([a.name for a in own]), item_ids=np.array(ids))
+    return arr.shape
+
+
+# ----------------------------------------------------------------------------------------------
+# GCM
+# ----------------------------------------------------------------------------------------------
+def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str],
+            sc_paths: Mapping[str, str], adapter_dir: str, out: str, *, seed: int, cache_dir: str,
+            threads: int = 1, hparams: Mapping | None = None) -> dict:
+    """GCM (§3.1.1, `baselines.train_gcm`): a digit-confidence adapter on another model (the
+    last checkpoint of `gcm_spec`), shown only question and candidate answer, trained on the
+    pooled train-split top-1 answers of the non-oracle training checkpoints; scores the
+    evaluation checkpoints' test answers and the training checkpoints' train answers."""
+    import torch
+
+    from selfknow.models import load_lm
+
+    from .baselines import train_gcm
+    from .verbalized import predict_confidence
+
+    torch.set_num_threads(int(threads))
+    sc = {k: read_sc(p) for k, p in sc_paths.items()}
+    t0 = time.time()
+    frames = {c: training_examples(sc[f"train:{c}"], 1) for c in train_ckpts}
+    train_gcm(frames, base_model_dir(gcm_spec, None), adapter_dir, seed, _hparams(gcm_spec, threads, hparams),
+              log=log.info)
+    t_train = time.time() - t0
+    lm = load_lm(gcm_spec, None, cache_dir=cache_dir, adapter=adapter_dir)
+    rows = []
+    for split, ckpts in (("test", eval_ckpts), ("train", train_ckpts)):
+        for c in ckpts:
+            t = sc[f"{split}:{c}"]
+            conf = predict_confidence(lm, t["question"].tolist(), t["prediction"].fillna("").tolist())
+            rows.append(pd.DataFrame({"seed": seed, "target": c, "split": split, "item_id": t["item_id"].to_numpy(),
+                                      "correct": t["correct"].to_numpy(), "confidence": conf}))
+    df = pd.concat(rows, ignore_index=True)
+    write_parquet(df, out)
+    return {"rows": len(df), "train_seconds": round(t_train, 1), "model_calls": lm.stats.misses}
+
+
+# ----------------------------------------------------------------------------------------------
+# metrics
+# ----------------------------------------------------------------------------------------------
+#: methods of the Table 12 fitted-normalisation rows (the others use Eq. 1 only)
+BT_METHODS = ("end_correct", "sc", "sc_posthoc", "nonoracle", "oracle")
+#: variant -> method name in the metric tables
+VARIANT_METHOD = {"nonoracle_multi": "nonoracle", "oracle_multi": "oracle"}
+
+
+def _matrix(frame: pd.DataFrame, ckpts: Sequence[str], items: np.ndarray, col: str, what: str,
+            ckpt_col: str = "target") -> np.ndarray:
+    out = np.empty((len(ckpts), items.size))
+    for k, c in enumerate(ckpts):
+        s = frame[frame[ckpt_col] == c].drop_duplicates("item_id").set_index("item_id")[col]
+        missing = pd.Index(items).difference(s.index)
+        if len(missing):
+            raise KeyError(f"{what}: checkpoint {c!r} lacks items {list(missing[:5])} ({len(missing)} in all)")
+        out[k] = s.reindex(items).to_numpy(dtype=float)
+    return out
+
+
+def assemble_methods(eval_sc: Mapping[str, pd.DataFrame], eval_ckpts: Sequence[str], *,
+                     train_sc: Mapping[str, pd.DataFrame] | None = None,
+                     surrogate_sc: pd.DataFrame | None = None,
+                     variant_frames: Sequence[pd.DataFrame] = (), gcm_frames: Sequence[pd.DataFrame] = (),
+                     dataset: str = V.MAIN, equivalence=None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(item ids, correctness (n_eval, n), method -> (n_seeds, n_eval, n) confidences).
+
+    Methods: end_correct; sc; sc_posthoc (isotonic on the training checkpoints' train-split
+    SC, when `train_sc`); sc_surrogate and sc_copy (from `surrogate_sc`, the last training
+    checkpoint's SC on the same questions); one per variant (`VARIANT_METHOD` renames), plus
+    nonoracle_surrogate / nonoracle_copy; gcm and gcm_posthoc."""
+    from selfknow.stats.isotonic import fit_isotonic
+
+    from .baselines import copy_confidences, end_correct_confidences
+    from .self_consistency import surrogate_frame
+
+    ev = list(eval_ckpts)
+    sc_all = pd.concat([eval_sc[c].assign(target=c) for c in ev], ignore_index=True)
+    items = np.array(sorted(set.intersection(*(set(eval_sc[c]["item_id"]) for c in ev))))
+    y = _matrix(sc_all, ev, items, "correct", "SC correctness")
+    methods: dict[str, np.ndarray] = {}
+    methods["end_correct"] = np.repeat(end_correct_confidences(len(ev))[:, None], items.size, axis=1)[None]
+    methods["sc"] = _matrix(sc_all, ev, items, "confidence", "SC")[None]
+    if train_sc:
+        x = np.concatenate([d["confidence"].to_numpy(float) for d in train_sc.values()])
+        t = np.concatenate([d["correct"].to_numpy(float) for d in train_sc.values()])
+        methods["sc_posthoc"] = np.clip(fit_isotonic(x, t)(methods["sc"]), 0, 1)
+    if surrogate_sc is not None:
+        sur = []
+        for c in ev:
+            sur.append(surrogate_frame(eval_sc[c][["item_id", "prediction"]], surrogate_sc, equivalence)
+                       .assign(target=c))
+        methods["sc_surrogate"] = np.clip(_matrix(pd.concat(sur), ev, items, "confidence", "SC surrogate"), 0, 1)[None]
+        copy = copy_confidences(surrogate_sc[["item_id", "confidence"]], items)
+        methods["sc_copy"] = np.repeat(copy[None], len(ev), axis=0)[None]
+    by_variant: dict[str, list[pd.DataFrame]] = {}
+    for f in variant_frames:
+        for (variant, seed), g in f.groupby(["variant", "seed"], sort=True):
+            by_variant.setdefault(variant, []).append(g)
+    for variant, gs in by_variant.items():
+        name = VARIANT_METHOD.get(variant, variant)
+        own, sur, cop = [], [], []
+        for g in sorted(gs, key=lambda g: int(g["seed"].iloc[0])):
+            g = g[g["dataset"] == dataset]
+            mine = g[(g["scorer"] == g["target"]) & g["target"].isin(ev)]
+            own.append(_matrix(mine, ev, items, "confidence", f"{variant} seed {g['seed'].iloc[0] if len(g) else '?'}"))
+            other = g[(g["scorer"] != g["target"]) & g["target"].isin(ev)]
+            if len(other):
+                sur.append(_matrix(other, ev, items, "confidence", f"{variant} surrogate"))
+                src = g[(g["scorer"] == g["target"]) & ~g["target"].isin(ev)]
+                cop.append(np.repeat(copy_confidences(src[["item_id", "confidence"]], items)[None], len(ev), axis=0))
+        methods[name] = np.stack(own)
+        if sur:
+            methods[f"{name}_surrogate"] = np.stack(sur)
+            methods[f"{name}_copy"] = np.stack(cop)
+    if gcm_frames:
+        gfs = sorted(gcm_frames, key=lambda g: int(g["seed"].iloc[0]))
+        test = [g[g["split"] == "test"] for g in gfs]
+        methods["gcm"] = np.stack([_matrix(t, ev, items, "confidence", "GCM") for t in test])
+        post = []
+        for g, t in zip(gfs, methods["gcm"]):
+            tr = g[g["split"] == "train"]
+            post.append(np.clip(fit_isotonic(tr["confidence"].to_numpy(float), tr["correct"].to_numpy(float))(t), 0, 1))
+        methods["gcm_posthoc"] = np.stack(post)
+    return items, y, methods
+
+
+def contrast_size_frame(y: np.ndarray, ckpts: Sequence[str], min_contrast: int) -> pd.DataFrame:
+    """Every ordered pair of evaluation checkpoints (Tables 8-10): contrast-set size and the
+    number of questions the row checkpoint gets wrong and the column checkpoint right."""
+    rows = []
+    for a, ca in enumerate(ckpts):
+        for b, cb in enumerate(ckpts):
+            if a == b:
+                continue
+            diff = y[a] != y[b]
+            rows.append({"row": ca, "col": cb, "row_index": a, "col_index": b, "size": int(diff.sum()),
+                         "row_wrong_col_right": int((diff & (y[b] == 1)).sum()),
+                         "used": bool(diff.sum() >= min_contrast), "n_items": int(y.shape[1])})
+    return pd.DataFrame(rows)
+
+
+def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_contrast: int, n_boot: int,
+                    n_boot_ece: int, seed: int, bt_methods: Sequence[str] = BT_METHODS
+                    ) -> tuple[pd.DataFrame, dict[str, np.ndarray], list]:
+    """Point metrics (long: normaliser, method, metric, value) for Eq. 1 (every method) and the
+    fitted §B.1 normalisation (`bt_methods`), and paired bootstrap replicates
+    ("<normaliser>|<method>|<metric>" -> (B,)): the non-ECE metrics with `n_boot` replicates,
+    the two ECE metrics with the first `n_boot_ece` of the same replicate sequence (0: none)."""
+    from selfknow.stats.bootstrap import bootstrap_persistent
+    from selfknow.stats.contrast import METRICS, contrast_pairs, persistent_metrics
+
+    pairs = contrast_pairs(y, min_size=min_contrast)
+    ece = ("contrast_ece", "full_ece")
+    rows, reps = [], {}
+    for norm, names in (("eq1", list(methods)), ("bt", [m for m in bt_methods if m in methods])):
+        sub = {m: methods[m] for m in names}
+        for m, c in sub.items():
+            for metric, v in persistent_metrics(c, y, pairs, normaliser=norm).items():
+                rows.append({"normaliser": norm, "method": m, "metric": metric, "value": v})
+        for metrics, b in (([m for m in METRICS if m not in ece], n_boot), (list(ece), n_boot_ece)):
+            if b <= 0 or not sub:
+                continue
+            out = bootstrap_persistent(sub, y, pairs, n_boot=b, seed=seed, normaliser=norm, metrics=metrics)
+            for m, d in out.items():
+                for metric, arr in d.items():
+                    reps[f"{norm}|{m}|{metric}"] = arr.astype(np.float32)
+    return pd.DataFrame(rows), reps, pairs
+
+
+def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[str, str],
+                variant_paths: Sequence[str], gcm_paths: Sequence[str], out_metrics: str,
+                out_replicates: str, out_contrast: str, *, evalset: str, min_contrast: int, n_boot: int,
+                n_boot_ece: int, seed: int, equivalence: str = "normalised") -> dict:
+    """Metrics of every method for one (model, training dataset, evaluation set): the main
+    dataset's test split (`evalset="main"`) or the transfer dataset (both of its splits).
+    `sc_paths` keys as in `variant_job` ("test:<c>", "train:<c>", "transfer:<c>:<split>")."""
+    from selfknow.records import atomic_path
+
+    t0 = time.time()
+    ev, tr = list(eval_ckpts), list(train_ckpts)
+    sc = {k: read_sc(p) for k, p in sc_paths.items()}
+    variant_frames = [read_parquet(p) for p in variant_paths]
+    if evalset == V.MAIN:
+        eval_sc = {c: sc[f"test:{c}"] for c in ev}
+        items, y, methods = assemble_methods(
+            eval_sc, ev, train_sc={c: sc[f"train:{c}"] for c in tr}, surrogate_sc=sc[f"test:{tr[-1]}"],
+            variant_frames=variant_frames, gcm_frames=[read_parquet(p) for p in gcm_paths],
+            dataset=V.MAIN, equivalence=make_equivalence(equivalence))
+    elif evalset == V.TRANSFER:
+        eval_sc = {c: pd.concat([d for k, d in sc.items() if k.startswith(f"transfer:{c}:")], ignore_index=True)
+                   for c in ev}
+        items, y, methods = assemble_methods(eval_sc, ev, variant_frames=variant_frames, dataset=V.TRANSFER)
+    else:
+        raise ValueError(f"evalset must be {V.MAIN!r} or {V.TRANSFER!r}, got {evalset!r}")
+    sizes = contrast_size_frame(y, ev, min_contrast)
+    write_parquet(sizes, out_contrast)
+    points, reps, pairs = compute_metrics(y, methods, min_contrast=min_contrast, n_boot=n_boot,
+                                          n_boot_ece=n_boot_ece, seed=seed)
+    points["n_seeds"] = points["method"].map({m: c.shape[0] for m, c in methods.items()})
+    points["n_items"] = items.size
+    points["n_pairs"] = len(pairs)
+    write_parquet(points, out_metrics)
+    with atomic_path(out_replicates) as tmp:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **reps)
+    return {"items": int(items.size), "methods": len(methods), "pairs_used": len(pairs),
+            "pair_sizes": [p.size for p in pairs], "accuracy": [round(float(a), 3) for a in y.mean(axis=1)],
+            "seconds": round(time.time() - t0, 1)}

@@ -1,0 +1,335 @@
+"""The persistent paper's tables from the metric files (Tables 1-4, 8-19, Figure 3 data).
+
+Every method-comparison table is a list of rows (labels, method, the metric file it reads, a
+mark group) and a list of columns (metric, and for the wide Tables 1-3 the model); a cell is
+the point value of `metrics_job`. Marks follow §A.8: within a mark group and a column the best
+is bold, the methods not significantly worse on the paired bootstrap replicates underlined
+(`stats.significance.significance_marks`). A column without replicates (the ECE columns when
+`bootstrap_ece_replicates` is 0) gets the bold best only.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfknow.stats.contrast import HIGHER_IS_BETTER, METRICS
+
+METRIC_LABELS = {"delta0_b": "Δ0b", "delta0": "Δ0", "delta_b": "Δb", "delta": "Δ",
+                 "contrast_auc": "contrast AUC", "contrast_brier": "contrast BS", "contrast_ece": "contrast ECE",
+                 "full_auc": "full AUC", "full_brier": "full BS", "full_ece": "full ECE"}
+SHORT = ("delta0_b", "contrast_auc", "full_auc")  # the three columns of Tables 1-3
+
+METHOD_LABELS = {
+    "end_correct": "End-correct baseline", "sc": "Self-consistency", "sc_posthoc": "⌞ Post-hoc",
+    "sc_surrogate": "⌞ Surrogate", "sc_copy": "⌞ Copy", "nonoracle": "Non-oracle training",
+    "nonoracle_surrogate": "⌞ Surrogate", "nonoracle_copy": "⌞ Copy", "oracle": "Oracle training",
+    "gcm": "GCM", "gcm_posthoc": "⌞ Post-hoc",
+}
+
+#: table name -> what it needs; "second" tables exist only with a second training dataset
+TABLES = ("table1", "table2", "table3", "table4", "table8", "table9", "table10", "table11", "table12",
+          "table13", "table14", "table15", "table16", "table17", "table18")
+SECOND_DATASET_TABLES = ("table9", "table15", "table16")
+
+
+@dataclass
+class MetricFile:
+    """One `metrics_job` output: point values and bootstrap replicates."""
+
+    points: pd.DataFrame
+    replicates: Mapping[str, np.ndarray]
+
+    def point(self, method: str, metric: str, normaliser: str = "eq1") -> float:
+        p = self.points
+        v = p.loc[(p["normaliser"] == normaliser) & (p["method"] == method) & (p["metric"] == metric), "value"]
+        if v.empty:
+            raise KeyError(f"no {normaliser} value of {metric} for method {method!r}")
+        return float(v.iloc[0])
+
+    def reps(self, method: str, metric: str, normaliser: str = "eq1") -> np.ndarray | None:
+        return self.replicates.get(f"{normaliser}|{method}|{metric}")
+
+
+@dataclass(frozen=True)
+class Row:
+    labels: dict            # leading label columns, e.g. {"dataset": ..., "method": ...}
+    method: str
+    key: tuple              # which MetricFile: (model, dataset, evalset)
+    group: str              # mark group
+
+
+@dataclass(frozen=True)
+class Col:
+    name: str
+    metric: str
+    model: str | None = None  # overrides the row key's model (wide tables)
+
+
+def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, MetricFile], *,
+             normaliser: str = "eq1") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(values, marks) frames for `rows` x `cols` (label columns first)."""
+    from selfknow.stats.significance import significance_marks
+
+    def key_of(r: Row, c: Col) -> tuple:
+        return (c.model, *r.key[1:]) if c.model else r.key
+
+    label_cols = list(dict.fromkeys(k for r in rows for k in r.labels))
+    values = pd.DataFrame([{**{k: r.labels.get(k, "") for k in label_cols},
+                            **{c.name: files[key_of(r, c)].point(r.method, c.metric, normaliser) for c in cols}}
+                           for r in rows])
+    marks = pd.DataFrame("", index=values.index, columns=values.columns)
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        groups.setdefault(r.group, []).append(i)
+    for idx in groups.values():
+        if len(idx) < 2:
+            continue
+        for c in cols:
+            point = {i: values.at[i, c.name] for i in idx}
+            reps = {i: files[key_of(rows[i], c)].reps(rows[i].method, c.metric, normaliser) for i in idx}
+            if any(v is None for v in reps.values()):
+                finite = {i: v for i, v in point.items() if np.isfinite(v)}
+                if finite:
+                    sign = 1 if HIGHER_IS_BETTER[c.metric] else -1
+                    best = max(sign * v for v in finite.values())
+                    for i, v in finite.items():
+                        if abs(sign * v - best) <= 1e-5:
+                            marks.at[i, c.name] = "best"
+                continue
+            m = significance_marks({str(i): point[i] for i in idx}, {str(i): reps[i] for i in idx},
+                                   higher_is_better=HIGHER_IS_BETTER[c.metric])
+            for i in idx:
+                marks.at[i, c.name] = m[str(i)]
+    return values, marks
+
+
+def _full_cols() -> list[Col]:
+    return [Col(METRIC_LABELS[m], m) for m in METRICS]
+
+
+def _wide_cols(models: Sequence[str]) -> list[Col]:
+    return [Col(f"{model} {METRIC_LABELS[m]}", m, model) for model in models for m in SHORT]
+
+
+def _rows(methods: Sequence[tuple[str, str]], key: tuple, group: str, **labels) -> list[Row]:
+    return [Row({**labels, "method": label}, m, key, group) for m, label in methods]
+
+
+def _std(methods: Sequence[str]) -> list[tuple[str, str]]:
+    return [(m, METHOD_LABELS[m]) for m in methods]
+
+
+ABLATION_4 = [("oracle", "Multi-ckpt"), ("oracle_single_data", "⌞ Single-ckpt data"),
+              ("oracle_respective", "Resp-ckpt"), ("oracle_pooled", "⌞ Pooled data")]
+NCAND = {"Non-oracle": [("nonoracle", "Multi-ckpt, n_cand=2"), ("nonoracle_multi_n1", "Multi-ckpt, n_cand=1"),
+                        ("nonoracle_single", "Single-ckpt, n_cand=2"), ("nonoracle_single_n1", "Single-ckpt, n_cand=1")],
+         "Oracle": [("oracle", "Multi-ckpt, n_cand=2"), ("oracle_multi_n1", "Multi-ckpt, n_cand=1"),
+                    ("oracle_respective", "Resp-ckpt, n_cand=2"), ("oracle_respective_n1", "Resp-ckpt, n_cand=1")]}
+
+
+def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[str],
+                 datasets: Sequence[str], transfer: str) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
+    """(values, marks, title, notes) of a method-comparison table. `files` is keyed by
+    (model, training dataset, evaluation dataset)."""
+    rows: list[Row] = []
+    norm = "eq1"
+    d0 = datasets[0]
+    if name == "table1":
+        for d in datasets:
+            rows += _rows(_std(["end_correct", "sc", "nonoracle", "oracle"]), (models[0], d, d), d, dataset=d)
+        cols = _wide_cols(models)
+        title = "Table 1: contrast-set and full-set calibration of SC and non-oracle vs oracle training"
+    elif name == "table2":
+        key = (models[0], d0, d0)
+        rows = (_rows(_std(["sc", "sc_surrogate", "sc_copy"]), key, "sc", dataset=d0)
+                + _rows(_std(["nonoracle", "nonoracle_surrogate", "nonoracle_copy"]), key, "nonoracle", dataset=d0))
+        cols = _wide_cols(models)
+        title = f"Table 2: surrogate and copy ablations ({d0})"
+    elif name == "table3":
+        key = (models[0], d0, d0)
+        rows = (_rows([("nonoracle", "Multi-ckpt"), ("nonoracle_single", "Single-ckpt")], key, "non", setting="Non-oracle")
+                + _rows([("oracle", "Multi-ckpt"), ("oracle_respective", "Respective-ckpt")], key, "or", setting="Oracle"))
+        cols = _wide_cols(models)
+        title = f"Table 3: multi- vs single/respective-checkpoint training ({d0})"
+    elif name in ("table4", "table16"):
+        d = d0 if name == "table4" else datasets[1]
+        rows = _rows(ABLATION_4, (models[0], d, d), "all", model=models[0], dataset=d)
+        cols = _full_cols()
+        title = f"Table {name[5:]}: ablations of multi-checkpoint training gains (oracle; {models[0]}, {d})"
+    elif name in ("table11", "table12"):
+        for m in models:
+            for d in datasets:
+                rows += _rows(_std(["end_correct", "sc", "sc_posthoc", "nonoracle", "oracle"]), (m, d, d), f"{m}|{d}",
+                              model=m, dataset=d)
+        cols = _full_cols()
+        norm = "eq1" if name == "table11" else "bt"
+        title = ("Table 11: all ten metrics (Eq. 1 normalisation)" if name == "table11"
+                 else "Table 12: all ten metrics with the fitted Bradley-Terry normalisation (§B.1)")
+    elif name == "table13":
+        for m in models:
+            for d in datasets:
+                rows += _rows(_std(["sc", "sc_surrogate", "sc_copy"]), (m, d, d), f"{m}|{d}|sc", model=m, dataset=d)
+                rows += _rows(_std(["nonoracle", "nonoracle_surrogate", "nonoracle_copy"]), (m, d, d),
+                              f"{m}|{d}|no", model=m, dataset=d)
+        cols = _full_cols()
+        title = "Table 13: surrogate and copy ablations, all metrics"
+    elif name in ("table14", "table15"):
+        d = d0 if name == "table14" else datasets[1]
+        for setting, methods in NCAND.items():
+            for m in models:
+                rows += _rows(methods, (m, d, d), f"{setting}|{m}", setting=setting, model=m)
+        cols = _full_cols()
+        title = f"Table {name[5:]}: multi-checkpoint and multi-answer training ({d})"
+    elif name == "table17":
+        for m in models:
+            for d in datasets:
+                rows += _rows(_std(["gcm", "gcm_posthoc", "oracle"]), (m, d, d), f"{m}|{d}", model=m, dataset=d)
+        cols = _full_cols()
+        title = "Table 17: GCM vs oracle training"
+    elif name == "table18":
+        for m in models:
+            for d in datasets:
+                rows += _rows(_std(["sc", "nonoracle", "oracle"]), (m, d, transfer), f"{m}|{d}", model=m,
+                              transfer=f"{d} → {transfer}")
+        cols = _full_cols()
+        title = f"Table 18: domain transfer to {transfer}"
+    else:
+        raise ValueError(f"{name!r} is not a method-comparison table")
+    values, marks = assemble(rows, cols, files, normaliser=norm)
+    notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
+             "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
+             "checkpoint then averaged; trained methods averaged over seeds. Bold: best in its block; "
+             "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8).")
+    return values, marks, title, notes
+
+
+def contrast_size_table(sizes: Mapping[str, pd.DataFrame], min_contrast: int) -> pd.DataFrame:
+    """Tables 8-10: per model, a matrix over its evaluation checkpoints; cell "total (row wrong,
+    column right)", with "*" when the set is below `min_contrast` and not used."""
+    out = []
+    for model, df in sizes.items():
+        ck = list(dict.fromkeys(df.sort_values("row_index")["row"]))
+        for a, ca in enumerate(ck):
+            row = {"model": model, "checkpoint": f"#{a + 1} {ca}"}
+            for b in range(len(ck)):
+                if a == b:
+                    row[f"#{b + 1}"] = "–"
+                    continue
+                r = df[(df["row_index"] == a) & (df["col_index"] == b)].iloc[0]
+                row[f"#{b + 1}"] = f"{r['size']} ({r['row_wrong_col_right']})" + ("" if r["used"] else "*")
+            out.append(row)
+    return pd.DataFrame(out).fillna("")
+
+
+def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, order: Sequence[str]
+                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Figure 3 data: full-set AUC of each adapter (rows: its training checkpoint(s)) on each
+    checkpoint's own test answers (columns)."""
+    from selfknow.stats.classification import auc
+
+    def matrix(df: pd.DataFrame, row_label) -> pd.DataFrame:
+        adapters = list(dict.fromkeys(df["adapter"]))
+        m = pd.DataFrame(index=[row_label(a) for a in adapters], columns=list(order), dtype=float)
+        for a in adapters:
+            for c in order:
+                g = df[(df["adapter"] == a) & (df["target"] == c) & (df["scorer"] == c)]
+                m.loc[row_label(a), c] = auc(g["confidence"].to_numpy(float), g["correct"].to_numpy(float))
+        return m
+
+    left = matrix(transfer_conf, lambda a: a)
+    left.index.name, left.columns.name = "training checkpoint", "evaluation checkpoint"
+    right = matrix(random_conf, lambda a: a.replace("+", " + ") + " (random)")
+    right.index.name, right.columns.name = "training pair (second: random labels)", "evaluation checkpoint"
+    return left, right
+
+
+# ----------------------------------------------------------------------------------------------
+# files -> tables
+# ----------------------------------------------------------------------------------------------
+def metrics_paths(results: str, model: str, dataset: str, evalset: str) -> dict[str, str]:
+    """Where `metrics_job` writes for (model, training dataset, evaluation set); evalset is
+    "main" or "transfer"."""
+    base = f"{results}/persistent/metrics/{model}/{dataset}/{evalset}"
+    return {"metrics": f"{base}.parquet", "replicates": f"{base}.replicates.npz",
+            "contrast": f"{results}/persistent/contrast/{model}/{dataset}/{evalset}.parquet"}
+
+
+def load_metric_file(metrics: str, replicates: str) -> MetricFile:
+    with np.load(replicates) as z:
+        reps = {k: z[k] for k in z.files}
+    return MetricFile(pd.read_parquet(metrics), reps)
+
+
+def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], datasets: Sequence[str],
+              transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int) -> dict:
+    """Write one table (`TABLES`) from `metrics_job` outputs: `files` maps
+    (kind, model, dataset, evalset) -> path, kind "metrics" | "replicates" | "contrast"."""
+    from selfknow.report.tables import write_table
+
+    if name in ("table8", "table9", "table10"):
+        d, evalset, mc = ({"table8": (datasets[0], "main", min_contrast),
+                           "table9": (datasets[1] if len(datasets) > 1 else None, "main", min_contrast),
+                           "table10": (datasets[0], "transfer", min_contrast_transfer)}[name])
+        if d is None:
+            raise ValueError("table9 needs a second persistent dataset")
+        shown = transfer if evalset == "transfer" else d
+        sizes = {m: pd.read_parquet(files[("contrast", m, d, evalset)]) for m in models}
+        df = contrast_size_table(sizes, mc)
+        n = int(next(iter(sizes.values()))["n_items"].iloc[0])
+        write_table(df, csv, md, title=f"Table {name[5:]}: {shown} contrast-set sizes per pair of evaluation checkpoints",
+                    notes=(f"Full-set size {n}. Cell: contrast-set size (questions the row checkpoint gets wrong and "
+                           f"the column checkpoint right); * = below the minimum size {mc}, not used."))
+        return {"rows": len(df), "unused_pairs": int(df.apply(lambda r: r.astype(str).str.endswith("*").sum(), axis=1).sum())}
+    loaded = {}
+    for m in models:
+        for d in datasets:
+            evalset, shown = ("transfer", transfer) if name == "table18" else ("main", d)
+            loaded[(m, d, shown)] = load_metric_file(files[("metrics", m, d, evalset)],
+                                                     files[("replicates", m, d, evalset)])
+    values, marks, title, notes = method_table(name, loaded, models, datasets, transfer)
+    write_table(values, csv, md, title=title, notes=notes, marks=marks)
+    numeric = values.select_dtypes("number")
+    return {"rows": len(values), "nan_cells": int(numeric.isna().sum().sum())}
+
+
+def figure3_job(transfer_conf: str, random_conf: str, order: Sequence[str], png: str, csv: str, md: str,
+                *, title: str) -> dict:
+    """Figure 3 (both panels) and its data as a table."""
+    from selfknow.report.figures import transfer_heatmap_random_label
+    from selfknow.report.tables import write_table
+
+    left, right = transfer_matrices(pd.read_parquet(transfer_conf), pd.read_parquet(random_conf), order)
+    transfer_heatmap_random_label(left, right, png, title=title)
+    data = pd.concat([left.reset_index().rename(columns={left.index.name: "trained on"}).assign(panel="transfer"),
+                      right.reset_index().rename(columns={right.index.name: "trained on"}).assign(panel="random labels")],
+                     ignore_index=True)
+    data = data[["panel", "trained on", *order]]
+    write_table(data, csv, md, title=title,
+                notes="Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer, first seed), "
+                      "evaluated on the column checkpoint's own test answers.")
+    return {"rows": len(data), "nan_cells": int(data[list(order)].isna().sum().sum())}
+
+
+def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, title: str) -> dict:
+    """Table 19 from the per-seed hidden-state files of the `transfer` variant."""
+    from selfknow.report.tables import write_table
+
+    from .variance import variance_correlation_table
+
+    arrays, ckpts = [], None
+    for p in hidden_paths:
+        with np.load(p) as z:
+            arrays.append(z["hidden"])
+            c = list(z["checkpoints"])
+        if ckpts is not None and c != ckpts:
+            raise ValueError(f"{p}: checkpoints {c} differ from {ckpts}")
+        ckpts = c
+    df = variance_correlation_table(arrays)
+    write_table(df, csv, md, title=title,
+                notes=(f"Per question and layer: Spearman ρ between checkpoint index ({', '.join(map(str, ckpts))}) "
+                       f"and the total variance of the last-token hidden state across {len(arrays)} adapter seeds; "
+                       "mean and median over questions (undefined ρ left out)."))
+    return {"layers": len(df), "seeds": len(arrays)}

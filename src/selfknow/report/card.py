@@ -1,0 +1,116 @@
+"""The self-knowledge card (SPEC §4): one row per model of the registry, joining what the three
+papers measure about it, each number with its 95 % interval.
+
+- Rasch ability θ (LCAE Stage 1, Standard prompting, the model's last checkpoint): θ ± 1.96 SE.
+- LCAE (BCE) at baseline and with IDS+DPR (Stage 3, last checkpoint): mean over repeats with a
+  Student-t interval.
+- LADDER session CBF per level (L0 NoMemory, L1 ZS, L2 LSA, L3 OraclePDC, L4 GT-SelfStats):
+  session mean with its session-bootstrap interval.
+- Persistent calibration of self-consistency on the first training dataset: contrast-set AUC
+  and full-set ECE (SmoothECE) with the paired-bootstrap percentile interval.
+A cell is empty only where the config does not run that protocol for that model.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+LADDER_LEVEL_ESTIMATORS = {"L0": "NoMemory", "L1": "ZS", "L2": "LSA", "L3": "OraclePDC", "L4": "GT-SelfStats"}
+PERSISTENT_METHOD = "sc"
+
+
+def _fmt(value: float, lo: float, hi: float) -> str:
+    if value is None or not np.isfinite(value):
+        return ""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{value:.3f}"
+    return f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
+
+
+def lcae_columns(persons: pd.DataFrame, stage3: pd.DataFrame, last_ckpt: Mapping[str, str]) -> pd.DataFrame:
+    from selfknow.stats.hypothesis import mean_ci
+
+    rows = []
+    for model, ckpt in last_ckpt.items():
+        p = persons[(persons.model == model) & (persons.checkpoint == ckpt) & (persons.strategy == "standard")]
+        if p.empty:
+            continue
+        th, se = float(p.theta.iloc[0]), float(p.se.iloc[0])
+        row = {"model": model, "ability θ": _fmt(th, th - 1.96 * se, th + 1.96 * se)}
+        for cond, label in (("baseline", "LCAE baseline"), ("ids_dpr", "LCAE IDS+DPR")):
+            v = stage3[(stage3.model == model) & (stage3.checkpoint == ckpt) & (stage3.condition == cond)]["lcae"]
+            if len(v):
+                m, lo, hi = (float(x) for x in mean_ci(v.to_numpy(), 0.95))
+                row[label] = _fmt(m, lo, hi) if len(v) > 1 else _fmt(m, np.nan, np.nan)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def ladder_columns(main: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for model, g in main.groupby("model", sort=False):
+        row = {"model": model}
+        for level, est in LADDER_LEVEL_ESTIMATORS.items():
+            r = g[g.estimator == est]
+            if len(r):
+                r = r.iloc[0]
+                row[f"CBF {level} {est}"] = _fmt(float(r.CBF), float(r.get("CI_low", np.nan)),
+                                                  float(r.get("CI_high", np.nan)))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def persistent_columns(metric_files: Mapping[str, tuple[pd.DataFrame, Mapping[str, np.ndarray]]]) -> pd.DataFrame:
+    """`metric_files`: model -> (points long frame [normaliser, method, metric, value], replicates)."""
+    rows = []
+    for model, (points, reps) in metric_files.items():
+        row = {"model": model}
+        for metric, label in (("contrast_auc", "contrast AUC (SC)"), ("full_ece", "full-set ECE (SC)")):
+            sel = points[(points.normaliser == "eq1") & (points.method == PERSISTENT_METHOD) & (points.metric == metric)]
+            if sel.empty:
+                continue
+            v = float(sel.value.iloc[0])
+            r = reps.get(f"eq1|{PERSISTENT_METHOD}|{metric}")
+            lo, hi = (np.nanpercentile(r, [2.5, 97.5]) if r is not None and np.isfinite(r).any()
+                      else (np.nan, np.nan))
+            row[label] = _fmt(v, lo, hi)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def knowledge_card(models: Sequence[str], parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    """One row per model in registry order; the columns of every part joined by model."""
+    card = pd.DataFrame({"model": list(models)})
+    for part in parts:
+        if len(part):
+            card = card.merge(part, on="model", how="left")
+    return card.fillna("")
+
+
+def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_persons: str | None,
+             lcae_stage3: str | None, ladder_main: str | None, persistent: Mapping[str, tuple[str, str]],
+             csv: str, md: str, provenance: dict | None = None) -> dict:
+    """Read each protocol's outputs that exist in this config and write the card."""
+    from selfknow.report.tables import write_table
+
+    parts = []
+    if lcae_persons and lcae_stage3:
+        parts.append(lcae_columns(pd.read_parquet(lcae_persons), pd.read_parquet(lcae_stage3), last_ckpt))
+    if ladder_main:
+        parts.append(ladder_columns(pd.read_csv(ladder_main)))
+    if persistent:
+        files = {}
+        for model, (points, reps) in persistent.items():
+            with np.load(reps) as z:
+                files[model] = (pd.read_parquet(points), {k: z[k] for k in z.files})
+        parts.append(persistent_columns(files))
+    card = knowledge_card(models, parts)
+    write_table(card, csv, md, provenance=provenance,
+                title="Self-knowledge card: what the three protocols say about each model (95 % intervals)",
+                notes="Ability: Rasch θ ± 1.96 SE (LCAE Stage 1, Standard prompting, last checkpoint). "
+                      "LCAE: mean over repeats, t-interval. CBF: LADDER session mean, session-bootstrap "
+                      "interval. Persistent: self-consistency, paired-bootstrap percentile interval. "
+                      "Empty: the config does not run that protocol for the model.")
+    return {"models": len(card), "columns": card.shape[1] - 1}

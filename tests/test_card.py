@@ -1,0 +1,31 @@
+"""The self-knowledge card joins the three protocols' outputs per model."""
+import numpy as np
+import pandas as pd
+
+from selfknow.report.card import knowledge_card, ladder_columns, lcae_columns, persistent_columns
+
+
+def test_card_rows_and_intervals():
+    persons = pd.DataFrame({"model": ["a", "a", "b"], "checkpoint": ["c2", "c2", "final"],
+                            "strategy": ["standard", "cot", "standard"], "theta": [1.0, 0.5, -0.2],
+                            "se": [0.5, 0.4, 0.1]})
+    stage3 = pd.DataFrame({"model": ["a"] * 3 + ["b"] * 3, "checkpoint": ["c2"] * 3 + ["final"] * 3,
+                           "condition": "baseline", "lcae": [1.0, 2.0, 3.0, 0.5, 0.5, 0.5]})
+    lc = lcae_columns(persons, stage3, {"a": "c2", "b": "final"})
+    assert lc.set_index("model").loc["a", "ability θ"] == "1.000 [0.020, 1.980]"
+    # mean 2, t(0.975, 2) = 4.303, s = 1, n = 3 -> half-width 2.484
+    assert lc.set_index("model").loc["a", "LCAE baseline"] == "2.000 [-0.484, 4.484]"
+    main = pd.DataFrame({"model": ["a", "a"], "estimator": ["NoMemory", "OraclePDC"], "CBF": [0.7, 1.0],
+                         "CI_low": [0.65, 1.0], "CI_high": [0.75, 1.0]})
+    ld = ladder_columns(main)
+    assert ld.loc[0, "CBF L0 NoMemory"] == "0.700 [0.650, 0.750]"
+    pts = pd.DataFrame({"normaliser": "eq1", "method": "sc", "metric": ["contrast_auc", "full_ece"],
+                        "value": [0.6, 0.1]})
+    reps = {"eq1|sc|contrast_auc": np.linspace(0.5, 0.7, 101)}
+    pc = persistent_columns({"a": (pts, reps)})
+    assert pc.loc[0, "contrast AUC (SC)"] == "0.600 [0.505, 0.695]"
+    assert pc.loc[0, "full-set ECE (SC)"] == "0.100"
+    card = knowledge_card(["a", "b", "c"], [lc, ld, pc])
+    assert list(card["model"]) == ["a", "b", "c"]  # a row for every model of the registry
+    assert card.set_index("model").loc["b", "ability θ"] == "-0.200 [-0.396, -0.004]"
+    assert card.set_index("model").loc["b", "CBF L0 NoMemory"] == ""  # b is not in LADDER

@@ -1,0 +1,420 @@
+"""Persistent-calibration workflow jobs (SPEC §1): variant definitions against the paper's
+text, the SC job on a scripted backend, a variant job on a tiny real GPT-2, method assembly
+and metrics, table assembly with hand-checkable cells and marks, Table 19's statistics against
+scipy, and the dry-run of the paper config."""
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from selfknow.protocols.persistent import jobs as J
+from selfknow.protocols.persistent import tables as T
+from selfknow.protocols.persistent import variance as VAR
+from selfknow.protocols.persistent import variants as V
+from fakes import ScriptedLM
+
+REPO = Path(__file__).resolve().parents[1]
+TR, EV = ["C1", "C2"], ["C3", "C4"]
+
+
+# --------------------------------------------------------------------------------------------
+# variant definitions (§3.1.1, §3.2, §4 and Tables 3-4 of the paper)
+# --------------------------------------------------------------------------------------------
+def _adapters(plan):
+    return {a.name: (a.views, dict(a.data), a.n_answers, a.random_labels) for a in plan.adapters}
+
+
+def test_nonoracle_multi_trains_on_training_checkpoints_and_scores_ablations():
+    plan = V.plan_variant("nonoracle_multi", TR, EV)
+    # one adapter on C1 and C2, each with its own top-2 answers
+    assert _adapters(plan) == {"multi": (("C1", "C2"), {"C1": ("C1",), "C2": ("C2",)}, 2, ())}
+    got = {(s.scorer, s.target) for s in plan.scorings}
+    # own: C3, C4; surrogate: C2's model on C3/C4's answers; copy: C2 on its own answers
+    assert got == {("C3", "C3"), ("C4", "C4"), ("C2", "C3"), ("C2", "C4"), ("C2", "C2")}
+    assert plan.train_data == ("C1", "C2")
+
+
+def test_single_multi_respective_and_n1_variants():
+    assert _adapters(V.plan_variant("nonoracle_single", TR, EV)) == {"single": (("C2",), {"C2": ("C2",)}, 2, ())}
+    assert _adapters(V.plan_variant("nonoracle_single_n1", TR, EV))["single"][2] == 1
+    assert _adapters(V.plan_variant("oracle_multi", TR, EV)) == {"multi": (("C3", "C4"), {"C3": ("C3",), "C4": ("C4",)}, 2, ())}
+    resp = V.plan_variant("oracle_respective", TR, EV)
+    assert _adapters(resp) == {"C3": (("C3",), {"C3": ("C3",)}, 2, ()), "C4": (("C4",), {"C4": ("C4",)}, 2, ())}
+    # at inference the respective adapter is used
+    assert {(s.adapter, s.scorer, s.target) for s in resp.scorings} == {("C3", "C3", "C3"), ("C4", "C4", "C4")}
+    assert all(a.n_answers == 1 for a in V.plan_variant("oracle_respective_n1", TR, EV).adapters)
+
+
+def test_table4_ablations_match_the_paper():
+    # single-checkpoint data: C3's data for both C3 and C4 (one adapter, both views)
+    sd = V.plan_variant("oracle_single_data", TR, EV)
+    assert _adapters(sd) == {"multi": (("C3", "C4"), {"C3": ("C3",), "C4": ("C3",)}, 2, ())}
+    # pooled data: respective adapters, each on the data pooled over C3 and C4
+    po = V.plan_variant("oracle_pooled", TR, EV)
+    assert _adapters(po) == {"C3": (("C3",), {"C3": ("C3", "C4")}, 2, ()),
+                             "C4": (("C4",), {"C4": ("C3", "C4")}, 2, ())}
+
+
+def test_transfer_and_random_label_variants():
+    tr = V.plan_variant("transfer", TR, EV)
+    assert [a.name for a in tr.adapters] == TR + EV and all(a.n_answers == 1 for a in tr.adapters)
+    assert len(tr.scorings) == 16 and tr.hidden_states
+    rl = V.plan_variant("random_label", TR, EV)
+    assert _adapters(rl)["C2+C3"] == (("C2", "C3"), {"C2": ("C2",), "C3": ("C3",)}, 1, ("C3",))
+    assert [a.name for a in rl.adapters] == ["C1+C2", "C2+C3", "C3+C4"]
+    assert len(V.plan_variant("random_label", TR, EV, pair_mode="all").adapters) == 6
+
+
+def test_transfer_scorings_only_for_table18_variants():
+    p = V.plan_variant("oracle_multi", TR, EV, with_transfer=True)
+    assert p.test_targets(V.TRANSFER) == EV
+    assert V.plan_variant("oracle_respective", TR, EV, with_transfer=True).test_targets(V.TRANSFER) == []
+    # the surrogate/copy scorings are not repeated on the transfer dataset
+    q = V.plan_variant("nonoracle_multi", TR, EV, with_transfer=True)
+    assert {(s.scorer, s.target) for s in q.scorings if s.dataset == V.TRANSFER} == {("C3", "C3"), ("C4", "C4")}
+
+
+def test_plan_variant_rejects_bad_input():
+    with pytest.raises(ValueError, match="unknown variant"):
+        V.plan_variant("nope", TR, EV)
+    with pytest.raises(ValueError, match="both training and evaluation"):
+        V.plan_variant("oracle_multi", ["C1", "C3"], EV)
+
+
+# --------------------------------------------------------------------------------------------
+# self-consistency job (scripted backend)
+# --------------------------------------------------------------------------------------------
+def _items(n, split="test"):
+    return pd.DataFrame({"item_id": [f"q{i}" for i in range(n)], "dataset": "d", "domain": "x",
+                         "question": [f"Question {i}?" for i in range(n)], "choices": None,
+                         "answer": [f"a{i}" for i in range(n)], "aliases": [[f"a{i}", f"alias{i}"] for i in range(n)],
+                         "split": split})
+
+
+def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
+    items, train = _items(4), _items(8, "train")
+    items.to_parquet(tmp_path / "test.parquet")
+    train.to_parquet(tmp_path / "train.parquet")
+
+    seen = []
+
+    def beams(prompt):
+        seen.append(prompt)
+        i = int(prompt.rsplit("Question ", 1)[1].split("?")[0])
+        # correct answer "a{i}" (0.5) vs "wrong" (0.3) + "Wrong." (0.2, same group)
+        return [(f" a{i}\nQuestion", math.log(0.5)), (" wrong", math.log(0.3)), (" Wrong.", math.log(0.2))]
+
+    lm = ScriptedLM(lambda p: "", beams=beams)
+    monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: lm)
+    out = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
+                   str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"), split="test", n_items=3,
+                   n_shots=2, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
+                   prompt_label="Question", cache_dir=str(tmp_path / "cache"))
+    sc = pd.read_parquet(tmp_path / "sc.parquet")
+    assert out["items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
+    # "wrong" + "Wrong." = 0.5 ties the correct 0.5: first appearance (the correct one) wins
+    assert sc["confidence"].tolist() == pytest.approx([0.5] * 3)
+    assert sc["correct"].all()
+    assert [list(g) for g in sc["group_correct"]] == [[True, False]] * 3
+    # two fixed in-context examples from the train split precede every question
+    assert len(seen) == 3 and all(p.count("Answer:") == 3 and p.endswith("?\nAnswer:") for p in seen)
+
+
+def test_training_examples_take_top_candidates_weighted():
+    sc = pd.DataFrame({"item_id": ["a", "b"], "question": ["qa", "qb"], "prediction": ["x", "z"],
+                       "confidence": [0.6, 0.9], "correct": [True, False],
+                       "group_answers": [["x", "y", "w"], ["z"]], "group_probs": [[0.6, 0.3, 0.1], [0.9]],
+                       "group_members": [[["x"], ["y"], ["w"]], [["z"]]], "group_correct": [[True, False, False], [False]]})
+    one = J.training_examples(sc, 1)
+    assert one[["question_id", "answer", "correct"]].values.tolist() == [["a", "x", True], ["b", "z", False]]
+    two = J.training_examples(sc, 2)
+    assert two["answer"].tolist() == ["x", "y", "z"] and two["weight"].tolist() == pytest.approx([0.6, 0.3, 0.9])
+
+
+# --------------------------------------------------------------------------------------------
+# method assembly and metrics
+# --------------------------------------------------------------------------------------------
+def _sc_frame(ids, conf, correct, pred=None):
+    pred = pred or [f"p{i}" for i in ids]
+    return pd.DataFrame({"item_id": ids, "question": [f"q{i}" for i in ids], "prediction": pred,
+                         "confidence": conf, "correct": correct,
+                         "group_answers": [[p] for p in pred], "group_probs": [[c] for c in conf],
+                         "group_members": [[[p]] for p in pred], "group_correct": [[c] for c in correct]})
+
+
+def test_assemble_methods_baselines_copy_and_surrogate():
+    ids = ["i0", "i1", "i2"]
+    ev = {"C3": _sc_frame(ids, [0.2, 0.6, 0.9], [False, True, True], ["x", "y", "z"]),
+          "C4": _sc_frame(ids, [0.3, 0.5, 0.4], [True, True, False], ["u", "y", "w"])}
+    c2 = _sc_frame(ids, [0.7, 0.8, 0.1], [True, True, False], ["u", "y", "z"])
+    train = {"C1": _sc_frame(ids, [0.1, 0.5, 0.9], [False, True, True])}
+    items, y, m = J.assemble_methods(ev, ["C3", "C4"], train_sc=train, surrogate_sc=c2,
+                                     equivalence=J.make_equivalence("normalised"))
+    assert items.tolist() == ids
+    np.testing.assert_array_equal(y, [[0, 1, 1], [1, 1, 0]])
+    np.testing.assert_allclose(m["end_correct"][0], [[0, 0, 0], [1, 1, 1]])
+    np.testing.assert_allclose(m["sc"][0], [[0.2, 0.6, 0.9], [0.3, 0.5, 0.4]])
+    # copy: C2's confidence on its own answer, for both evaluation checkpoints
+    np.testing.assert_allclose(m["sc_copy"][0], [[0.7, 0.8, 0.1]] * 2)
+    # surrogate: C2's probability of the answer each evaluation checkpoint gave (0 if absent)
+    np.testing.assert_allclose(m["sc_surrogate"][0], [[0, 0.8, 0.1], [0.7, 0.8, 0]])
+    # post-hoc: isotonic fit on the training checkpoint's (0.1,0), (0.5,1), (0.9,1)
+    np.testing.assert_allclose(m["sc_posthoc"][0], [[0.25, 1, 1], [0.5, 1, 0.75]])
+
+
+def test_assemble_methods_variant_seeds_and_renames():
+    ids = ["i0", "i1"]
+    ev = {c: _sc_frame(ids, [0.5, 0.5], [True, False]) for c in EV}
+    rows = []
+    for seed in (1, 0):
+        for c in EV:
+            for i, item in enumerate(ids):
+                rows.append({"variant": "oracle_multi", "seed": seed, "adapter": "multi", "scorer": c, "target": c,
+                             "dataset": "main", "item_id": item, "answer": "", "correct": True,
+                             "confidence": 0.1 * seed + 0.01 * i + (0.5 if c == "C4" else 0)})
+    _, _, m = J.assemble_methods(ev, EV, variant_frames=[pd.DataFrame(rows)])
+    assert m["oracle"].shape == (2, 2, 2)
+    np.testing.assert_allclose(m["oracle"][:, 1, 1], [0.51, 0.61])  # seeds sorted
+
+
+def test_contrast_size_frame_counts_by_hand():
+    y = np.array([[1, 0, 1, 0], [0, 1, 1, 1]])
+    df = J.contrast_size_frame(y, ["A", "B"], min_contrast=3)
+    ab = df[(df.row == "A") & (df.col == "B")].iloc[0]
+    ba = df[(df.row == "B") & (df.col == "A")].iloc[0]
+    assert (ab["size"], ab["row_wrong_col_right"], ba["row_wrong_col_right"]) == (3, 2, 1)
+    assert ab["used"]
+
+
+def test_compute_metrics_points_and_replicates():
+    rng = np.random.default_rng(0)
+    y = (rng.random((3, 200)) < [[0.4], [0.5], [0.6]]).astype(float)
+    good = np.clip(0.5 * y + 0.5 * rng.random((3, 200)), 0, 1)[None]
+    m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 200, axis=1)[None], "sc": good}
+    pts, reps, pairs = J.compute_metrics(y, m, min_contrast=50, n_boot=40, n_boot_ece=0, seed=1)
+    assert len(pairs) == 3
+    eq1 = pts[pts.normaliser == "eq1"].set_index(["method", "metric"])["value"]
+    assert eq1["end_correct", "delta0_b"] == pytest.approx(0.0)
+    assert eq1["sc", "contrast_auc"] > 0.7
+    assert reps["eq1|sc|contrast_auc"].shape == (40,) and "eq1|sc|full_ece" not in reps
+    assert set(pts.normaliser) == {"eq1", "bt"}
+
+
+# --------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------
+def _metric_file(values: dict, reps: dict | None = None) -> T.MetricFile:
+    rows = [{"normaliser": "eq1", "method": m, "metric": k, "value": v}
+            for m, d in values.items() for k, v in d.items()]
+    return T.MetricFile(pd.DataFrame(rows), reps or {})
+
+
+def test_table1_cells_and_marks_by_hand():
+    from selfknow.stats.contrast import METRICS
+
+    def vals(base):
+        return {k: base for k in METRICS}
+
+    b = 100
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 0.001, b)
+    reps = {}
+    point = {"end_correct": 0.1, "sc": 0.70, "nonoracle": 0.699, "oracle": 0.80}
+    for m, v in point.items():
+        for k in METRICS:
+            reps[f"eq1|{m}|{k}"] = v + noise * (1 if m != "sc" else 1.0) + (0.0 if m != "nonoracle" else rng.normal(0, 0.2, b))
+    f = _metric_file({m: vals(v) for m, v in point.items()}, reps)
+    files = {("M1", "d", "d"): f, ("M2", "d", "d"): f}
+    values, marks, title, _ = T.method_table("table1", files, ["M1", "M2"], ["d"], "t")
+    assert values["method"].tolist() == ["End-correct baseline", "Self-consistency", "Non-oracle training",
+                                         "Oracle training"]
+    assert values["M2 contrast AUC"].tolist() == pytest.approx([0.1, 0.70, 0.699, 0.80])
+    col = marks["M1 Δ0b"].tolist()
+    # oracle best; nonoracle's replicates are noisy -> not significantly worse; sc clearly worse
+    assert col[3] == "best" and col[1] == "" and col[0] == "" and col[2] == "tie"
+
+
+def test_contrast_size_table_marks_unused_pairs():
+    y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
+    df = T.contrast_size_table({"M": J.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)
+    assert df.loc[0, "#2"] == "3 (2)" and df.loc[1, "#1"] == "3 (1)" and df.loc[0, "#3"] == "2 (2)*"
+    assert df.loc[0, "#1"] == "–"
+
+
+def test_write_table_and_figure3_from_synthetic_files(tmp_path):
+    from selfknow.stats.contrast import METRICS
+
+    R = str(tmp_path)
+    for evalset in ("main", "transfer"):
+        p = T.metrics_paths(R, "M", "d", evalset)
+        Path(p["metrics"]).parent.mkdir(parents=True, exist_ok=True)
+        Path(p["contrast"]).parent.mkdir(parents=True, exist_ok=True)
+        methods = list(T.METHOD_LABELS) + ["nonoracle_single", "oracle_respective", "oracle_single_data",
+                                           "oracle_pooled", "nonoracle_multi_n1", "nonoracle_single_n1",
+                                           "oracle_multi_n1", "oracle_respective_n1"]
+        rows = [{"normaliser": n, "method": m, "metric": k, "value": 0.5}
+                for n in ("eq1", "bt") for m in methods for k in METRICS]
+        pd.DataFrame(rows).to_parquet(p["metrics"])
+        np.savez(p["replicates"], **{f"eq1|{m}|{k}": np.full(10, 0.5) for m in methods for k in METRICS})
+        J.contrast_size_frame(np.array([[1, 0, 1], [0, 1, 1]]), ["A", "B"], 1).to_parquet(p["contrast"])
+    files = {(kind, "M", "d", e): T.metrics_paths(R, "M", "d", e)[kind]
+             for kind in ("metrics", "replicates", "contrast") for e in ("main", "transfer")}
+    for name in ("table1", "table4", "table8", "table10", "table12", "table14", "table18"):
+        out = T.table_job(name, files, ["M"], ["d"], "t", f"{R}/{name}.csv", f"{R}/{name}.md", min_contrast=1,
+                          min_contrast_transfer=1)
+        assert out["rows"] > 0 and out.get("nan_cells", 0) == 0
+    md = Path(f"{R}/table18.md").read_text()
+    assert "d → t" in md and "**0.500**" in md
+
+
+def test_transfer_matrices_auc():
+    rows = []
+    for a in ("A", "B"):
+        for c in ("A", "B"):
+            # adapter A ranks perfectly on both, adapter B inverts on A
+            conf = [0.9, 0.1] if (a == "A" or c == "B") else [0.1, 0.9]
+            rows += [{"adapter": a, "scorer": c, "target": c, "item_id": i, "correct": y, "confidence": p}
+                     for i, (y, p) in enumerate(zip([1, 0], conf))]
+    df = pd.DataFrame(rows)
+    left, right = T.transfer_matrices(df, df.assign(adapter=df["adapter"] + "+B"), ["A", "B"])
+    assert left.loc["A", "A"] == 1 and left.loc["B", "A"] == 0 and left.loc["B", "B"] == 1
+    assert list(right.index) == ["A + B (random)", "B + B (random)"]
+
+
+# --------------------------------------------------------------------------------------------
+# Table 19 statistics
+# --------------------------------------------------------------------------------------------
+def test_total_variance_is_trace_of_covariance():
+    rng = np.random.default_rng(0)
+    h = rng.normal(size=(5, 3, 4))  # seeds, questions, dims
+    tv = VAR.total_variance(h)
+    for q in range(3):
+        assert tv[q] == pytest.approx(np.trace(np.cov(h[:, q, :].T)))
+
+
+def test_spearman_with_index_matches_scipy():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=(6, 4, 7))
+    v[:, 0, 0] = [1, 1, 2, 2, 3, 0]  # ties
+    v[:, 1, 1] = 5.0  # constant -> NaN
+    r = VAR.spearman_with_index(v)
+    for a in range(4):
+        for b in range(7):
+            if (a, b) == (1, 1):
+                assert np.isnan(r[a, b])
+            else:
+                assert r[a, b] == pytest.approx(spearmanr(np.arange(6), v[:, a, b]).statistic)
+
+
+def test_variance_table_recovers_growing_variance():
+    rng = np.random.default_rng(2)
+    # 4 seeds, 5 checkpoints, 2 layers, 30 questions, 8 dims; spread grows with the checkpoint
+    # in layer 1 and shrinks in layer 2
+    scale = np.array([[1, 5], [2, 4], [3, 3], [4, 2], [5, 1]], dtype=float)[None, :, :, None, None]
+    h = rng.normal(size=(4, 5, 2, 30, 8)) * scale
+    df = VAR.variance_correlation_table(list(h))
+    assert df["layer"].tolist() == [1, 2]
+    assert df.loc[0, "mean_rho"] > 0.7 and df.loc[1, "mean_rho"] < -0.7
+
+
+# --------------------------------------------------------------------------------------------
+# a variant job on a tiny real GPT-2 (training + scoring + hidden states)
+# --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    pytest.importorskip("peft")
+    from model_fixtures import build_tiny_gpt2
+
+    # one set of weights for every checkpoint: the job logic, not the model, is under test
+    path = str(build_tiny_gpt2(tmp_path_factory.mktemp("tiny") / "m", seed=0))
+    paths = {c: path for c in TR + EV}
+    return {"name": "tiny", "backend": "hf", "path": paths["C1"],
+            "checkpoints": [{"name": c, "path": p} for c, p in paths.items()]}
+
+
+def _write_sc(tmp, ckpts, split, n=12):
+    rng = np.random.default_rng(0)
+    paths = {}
+    for c in ckpts:
+        ids = [f"q{i}" for i in range(n)]
+        corr = list(rng.random(n) < 0.5)
+        df = _sc_frame(ids, list(rng.random(n)), corr, [f"the cat {i}" for i in range(n)])
+        df["group_answers"] = [[a, "the dog"] for a in df["prediction"]]
+        df["group_probs"] = [[p, 0.1] for p in df["confidence"]]
+        df["group_correct"] = [[c2, False] for c2 in corr]
+        p = tmp / f"{c}_{split}.parquet"
+        df.to_parquet(p)
+        paths[f"{split}:{c}"] = str(p)
+    return paths
+
+
+def test_variant_job_trains_scores_and_saves_hidden_states(tmp_path, tiny_model):
+    tr, ck = ["C1"], ["C1"] + EV
+    sc = {**_write_sc(tmp_path, ck, "train", n=8), **_write_sc(tmp_path, ck, "test", n=8)}
+    out = J.variant_job("transfer", tiny_model, tr, EV, sc, str(tmp_path / "ad"), str(tmp_path / "conf.parquet"),
+                        seed=0, cache_dir=str(tmp_path / "cache"), hidden_out=str(tmp_path / "h.npz"),
+                        variance_items=5)
+    conf = pd.read_parquet(tmp_path / "conf.parquet")
+    assert out["adapters"] == 3 and len(conf) == 9 * 8
+    assert conf["confidence"].between(0, 1).all()
+    assert sorted(p.name for p in (tmp_path / "ad").iterdir()) == ck
+    with np.load(tmp_path / "h.npz") as z:
+        assert z["hidden"].shape == (3, 2, 5, 64)  # checkpoints, layers, questions, width
+    # a second seed gives other adapters -> the statistics of Table 19 are defined
+    J.variant_job("transfer", tiny_model, tr, EV, sc, str(tmp_path / "ad1"), str(tmp_path / "conf1.parquet"),
+                  seed=1, cache_dir=str(tmp_path / "cache"), hidden_out=str(tmp_path / "h1.npz"), variance_items=5)
+    tab = T.table19_job([str(tmp_path / "h.npz"), str(tmp_path / "h1.npz")], str(tmp_path / "t19.csv"),
+                        str(tmp_path / "t19.md"), title="t")
+    assert tab == {"layers": 2, "seeds": 2}
+    t19 = pd.read_csv(tmp_path / "t19.csv")
+    assert t19["mean_rho"].between(-1, 1).all()
+
+
+# --------------------------------------------------------------------------------------------
+# workflow: the paper config dry-runs every persistent rule with GPU resources
+# --------------------------------------------------------------------------------------------
+def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
+    if shutil.which("snakemake") is None and not (Path(sys.executable).parent / "snakemake").exists():
+        pytest.skip("snakemake not installed")
+    snakefile = tmp_path / "Snakefile"
+    snakefile.write_text("\n".join([
+        f'configfile: "{REPO}/config/paper.yaml"',
+        f'include: "{REPO}/rules/common.smk"',
+        f'include: "{REPO}/rules/world.smk"',
+        f'include: "{REPO}/rules/data.smk"',
+        f'include: "{REPO}/rules/persistent_common.smk"',
+        f'include: "{REPO}/rules/persistent.smk"',
+        "rule all:",
+        "    input: persistent_table_files()",
+    ]) + "\n")
+    exe = str(Path(sys.executable).parent / "snakemake")
+    res = subprocess.run([exe, "-n", "--snakefile", str(snakefile), "--directory", str(REPO), "--config",
+                          f"results={tmp_path}/results"], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = res.stdout + res.stderr
+    jobs = {}  # rule -> resource lines of its jobs
+    rule = None
+    for ln in map(str.strip, text.splitlines()):
+        if ln.startswith(("rule ", "localrule ")):
+            rule = ln.split()[1].rstrip(":")
+            jobs.setdefault(rule, [])
+        elif ln.startswith("resources:") and rule:
+            jobs[rule].append(ln)
+    for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant", "persistent_gcm",
+                 "persistent_metrics", "persistent_table", "persistent_figure3", "persistent_table19"):
+        assert rule in jobs, rule
+    # the models' GPU requests (Olmo 3 32B: 2, the others 1) reach every model-loading job
+    # (persistent_gcm asks for its own model's GPUs: see rules/persistent_common.smk get_gcm_gpus)
+    for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant"):
+        assert jobs[rule] and all("gpu=1" in r or "gpu=2" in r for r in jobs[rule]), rule
+    assert any("gpu=2" in r for r in jobs["persistent_variant"])
+    assert not any("gpu=1" in r or "gpu=2" in r for r in jobs["persistent_metrics"])
