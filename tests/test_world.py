@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -112,12 +113,13 @@ def test_train_family_writes_loadable_deterministic_checkpoints(world, tmp_path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from selfknow.world.probe import evaluate_checkpoints
-    from selfknow.world.trainer import train_family
+    from selfknow.world.trainer import checkpoint_name, train_family
 
     train_family(world, TINY_FAMILY, tmp_path / "a")
     train_family(world, TINY_FAMILY, tmp_path / "b")
     ckpts = sorted(p.name for p in (tmp_path / "a").iterdir() if p.is_dir())
-    assert ckpts == ["step00003", "step00006", "step00009"]
+    assert json.loads((tmp_path / "a" / "family.json").read_text())["checkpoints"] == ckpts
+    assert ckpts == [checkpoint_name(k) for k in range(SMALL["n_phases"])] == ["phase1", "phase2", "phase3"]
     assert not any(p.name.startswith(".") for p in (tmp_path / "a").iterdir())
     log = pd.read_csv(tmp_path / "a" / "train_log.csv")
     assert list(log.columns[:3]) == ["step", "phase", "loss"] and len(log) == 9
@@ -137,3 +139,11 @@ def test_train_family_writes_loadable_deterministic_checkpoints(world, tmp_path)
     qa = pd.read_parquet(world / "qa.parquet").head(10)
     res = evaluate_checkpoints([tmp_path / "a" / c for c in ckpts[-2:]], qa, n_shots=2)
     assert len(res) == 20 and res["correct"].dtype == bool
+
+
+def test_checkpoint_name_is_known_before_training():
+    from selfknow.world.trainer import checkpoint_name
+
+    assert [checkpoint_name(k) for k in range(3)] == ["phase1", "phase2", "phase3"]
+    with pytest.raises(ValueError, match="phase_index"):
+        checkpoint_name(-1)
