@@ -106,15 +106,17 @@ def test_stage2_base_error_probability_is_the_digit_expectation():
     items = _items()
     stage1 = pd.DataFrame({"item_id": items.item_id, "strategy": "standard", "answer": ["B", "C", "A"]})
 
-    def nt(prompt, cands):
-        if cands[0] == " 0":  # all mass on " 9" -> error probability 1; on " 0" when IDS shown
-            target = " 0" if "Difficulty signal" in prompt else " 9"
-            return [0.0 if c == target else -50.0 for c in cands]
-        return [0.0 if c == " Fast" else -1.0 for c in cands]
+    def loglik(context, continuation):
+        if continuation.strip().isdigit():  # all mass on " 9" -> error probability 1; on " 0" when IDS shown
+            target = " 0" if "Difficulty signal" in context else " 9"
+            return 0.0 if continuation == target else -50.0
+        return 0.0 if continuation == " Fast" else -1.0
 
-    lm = ScriptedLM(lambda p: "", next_token=nt)
+    lm = ScriptedLM(lambda p: "", loglik=loglik)
     ie = {"q1": 0.1, "q2": 0.5, "q3": 0.9}
     base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0)
     ids = assess(lm, items, stage1, "ids", ie, chat=False, repeat=0)
     assert np.allclose(base["error_p"], 1.0) and np.allclose(ids["error_p"], 0.0, atol=1e-12)
     assert base["correct_final"].all()
+    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0)
+    assert (dpr["mode"] == "fast").all()  # " Fast" is the likelier route

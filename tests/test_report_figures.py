@@ -185,8 +185,9 @@ def test_transfer_heatmap_and_its_random_label_panel(tmp_path):
     assert s2.suptitle == "Figure 3, wm-small"
     assert [a.n_texts for a in s2.axes] == [16, 12]
     assert (tmp_path / "figure3.json").exists()
-    with pytest.raises(ValueError, match="NaN"):
-        F.transfer_heatmap(m * np.nan, tmp_path / "nan.png", title="x")
+    # checkpoints that answer nothing right have no AUC: the map is drawn (empty cells), not refused
+    s3 = F.transfer_heatmap(m * np.nan, tmp_path / "nan.png", title="x")
+    assert (tmp_path / "nan.png").stat().st_size > 0 and s3.axes[0].n_texts >= 0
 
 
 def test_ability_lcae_ce_keeps_its_contract(tmp_path):

@@ -12,10 +12,11 @@ Instruct models answer in JSON; a reply that cannot be parsed is recorded (error
 `parsed` False), counted, and keeps its Stage-1 answer.
 
 Base LMs (the mini world) are asked the same things in completion form and read off their
-next-token distributions: the error probability is the expectation over the digit tokens
+continuation likelihoods: the error probability is the expectation over the digits
 " 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9; the Fast/Slow
-route compares the next-token probabilities of " Fast" and " Slow"; the Slow reflection is the
+route compares the likelihoods of " Fast" and " Slow"; the Slow reflection is the
 model's free recall of the question, after which the letter is chosen again (the revision).
+Both read log-likelihoods of the continuations, so multi-token " 7" or " Slow" work too.
 """
 from __future__ import annotations
 
@@ -114,8 +115,8 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
     reflections = [""] * len(ids)
     if cond in ("dpr", "ids_dpr"):
         route_prompts = [base_mcq_prompt(q, c) + f" {a}\n{d}Mode (Fast or Slow):" for q, c, a, d in zip(qs, chs, final, diff)]
-        lp = lm.next_token_logprobs(route_prompts, [" Fast", " Slow"])
-        modes = ["slow" if s > f else "fast" for f, s in lp]
+        ll = np.array(lm.loglikelihood([(p, w) for p in route_prompts for w in (" Fast", " Slow")])).reshape(-1, 2)
+        modes = ["slow" if s > f else "fast" for f, s in ll]
         slow = [k for k, m in enumerate(modes) if m == "slow"]
         if slow:
             recall = lm.generate([f"Question: {qs[k]}\nAnswer:" for k in slow], max_new_tokens=max_new_tokens, stop=["\n"])
@@ -128,7 +129,8 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
                 final[k] = LETTERS[int(np.argmax(row))]
     prompts = [f"{r}{base_mcq_prompt(q, c)} {a}\n{d}Probability that this answer is wrong (0-9):"
                for q, c, a, d, r in zip(qs, chs, final, diff, reflections)]
-    lp = lm.next_token_logprobs(prompts, _DIGITS)
+    # log-likelihoods, not next-token log-probs: a small model's tokenizer may split " 7" in two
+    lp = np.array(lm.loglikelihood([(p, d) for p in prompts for d in _DIGITS])).reshape(len(prompts), 10)
     w = np.exp(lp - lp.max(axis=1, keepdims=True))
     w /= w.sum(axis=1, keepdims=True)
     error_p = (w * np.arange(10)).sum(axis=1) / 9
