@@ -7,23 +7,13 @@ directly, batches prompts with left padding.
 from __future__ import annotations
 
 import os
-import re
-import string
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from selfknow.judge import normalise_answer
 from selfknow.world.generator import LETTERS, mcq_prompt, qa_prompt
-
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation)
-
-
-def normalize_answer(s: str) -> str:
-    """TriviaQA-style normalisation: lowercase, drop punctuation and articles, squeeze spaces."""
-    s = _ARTICLES.sub(" ", s.lower().translate(_PUNCT))
-    return " ".join(s.split())
 
 
 def default_shots(qa: pd.DataFrame, n_shots: int = 5, seed: int = 0) -> list[tuple[str, str]]:
@@ -77,7 +67,7 @@ def evaluate_checkpoints(ckpt_dirs: Sequence[str | os.PathLike], qa: pd.DataFram
     """
     shots = list(shots) if shots is not None else default_shots(qa, n_shots)
     prompts = [qa_prompt(q, shots) for q in qa["question"]]
-    alias_sets = [{normalize_answer(a) for a in al} for al in qa["aliases"]]
+    alias_sets = [{normalise_answer(a) for a in al} for al in qa["aliases"]]
     frames = []
     for ck in ckpt_dirs:
         preds = greedy_answers(ck, prompts, batch_size=batch_size)
@@ -85,7 +75,7 @@ def evaluate_checkpoints(ckpt_dirs: Sequence[str | os.PathLike], qa: pd.DataFram
             "checkpoint": os.path.basename(os.path.normpath(ck)), "checkpoint_dir": str(ck),
             "item_id": qa["item_id"].to_numpy(), "domain": qa["domain"].to_numpy(),
             "split": qa["split"].to_numpy(), "prediction": preds,
-            "correct": [normalize_answer(p) in s for p, s in zip(preds, alias_sets)]}))
+            "correct": [normalise_answer(p) in s for p, s in zip(preds, alias_sets)]}))
     return pd.concat(frames, ignore_index=True)
 
 
