@@ -37,6 +37,7 @@ def tiny_run(tmp_path_factory) -> Path:
     """The results directory of one local run of the whole DAG on config/test.yaml, shared by
     every test that checks the workflow's outputs (the workflow, report and SLURM tests)."""
     results = tmp_path_factory.mktemp("tiny") / "results"
-    run_snakemake("--profile", "profiles/local", "--configfile", "config/test.yaml",
-                  "--config", f"results={results}", "all_tables")
+    # the target first: --configfile and --config each take every value that follows them
+    run_snakemake("all_tables", "--profile", "profiles/local", "--configfile", "config/test.yaml",
+                  "--config", f"results={results}")
     return results

@@ -25,7 +25,7 @@ def snakemake(*args, cwd=REPO, check=True) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("configfile", ["config.yaml", "config/test.yaml", "config/paper.yaml"])
 def test_dry_run(configfile, tmp_path):
-    out = snakemake("-n", "--configfile", configfile, "--config", f"results={tmp_path}/results", "all_tables")
+    out = snakemake("all_tables", "-n", "--configfile", configfile, "--config", f"results={tmp_path}/results")
     assert "all_tables" in out.stdout
 
 
@@ -55,5 +55,5 @@ def test_tiny_run_builds_every_table(tiny_run):
 
 @pytest.mark.slow
 def test_tiny_rerun_runs_nothing(tiny_run):
-    proc = snakemake("-n", "--configfile", "config/test.yaml", "--config", f"results={tiny_run}", "all_tables")
+    proc = snakemake("all_tables", "-n", "--configfile", "config/test.yaml", "--config", f"results={tiny_run}")
     assert "Nothing to be done" in proc.stdout + proc.stderr
