@@ -85,10 +85,20 @@ def test_openai_needs_base_url(cfg):
 
 def test_world_checkpoints_and_spec(cfg):
     names = checkpoint_names(cfg, "wm-small")
-    assert names[0] == "step00300" and len(names) == len(cfg["world"]["families"]["wm-small"]["save_steps"])
+    assert names == ["phase1", "phase2", "phase3", "phase4", "phase5", "phase6"]  # one per curriculum phase
+    cfg["world"]["generator"]["n_phases"] = 4
+    assert checkpoint_names(cfg, "wm-small")[-1] == "phase4"
     spec = model_spec(cfg, "wm-small", "out")
-    assert spec["checkpoints"][0]["path"] == "out/world/models/wm-small/step00300"
+    assert spec["checkpoints"][0]["path"] == "out/world/models/wm-small/phase1"
     assert "source" not in spec
+
+
+def test_world_typo_keys(cfg):
+    cfg["world"]["families"]["wm-small"]["n_layers"] = 3
+    assert "unknown key 'world.families.wm-small.n_layers'" in _err(cfg)
+    del cfg["world"]["families"]["wm-small"]["n_layers"]
+    cfg["world"]["generator"]["n_domain"] = 3
+    assert "unknown key 'world.generator.n_domain'" in _err(cfg)
 
 
 def test_bad_yaml(tmp_path):

@@ -59,8 +59,26 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
     return cfg
 
 
+def _check_world(world: dict, source: str) -> None:
+    """The world generator's and trainer's own keys, so a typo there stops the run too."""
+    from selfknow.world.generator import DEFAULT_WORLD
+    from selfknow.world.trainer import DEFAULT_FAMILY
+
+    for k in world.get("generator", {}):
+        if k not in DEFAULT_WORLD or k == "seed":
+            raise ConfigError(f"{source}: unknown key 'world.generator.{k}' (a typo?); allowed here: "
+                              f"{', '.join(sorted(set(DEFAULT_WORLD) - {'seed'}))}")
+    for fam, fcfg in world["families"].items():
+        for k in fcfg:
+            if k not in DEFAULT_FAMILY:
+                raise ConfigError(f"{source}: unknown key 'world.families.{fam}.{k}' (a typo?); allowed here: "
+                                  f"{', '.join(sorted(DEFAULT_FAMILY))}")
+
+
 def _check_references(cfg: dict, source: str) -> None:
     names: dict[str, int] = {}
+    if "world" in cfg:
+        _check_world(cfg["world"], source)
     families = (cfg.get("world") or {}).get("families", {})
     for i, m in enumerate(cfg["models"]):
         key = f"models[{i}]"
@@ -155,12 +173,12 @@ def checkpoint_names(cfg: dict, name: str) -> list[str]:
     """The ordered checkpoints of a model; a model without checkpoints has one, 'final'."""
     m = model_entry(cfg, name)
     if m.get("source") == "world":
-        return [world_checkpoint_name(s) for s in cfg["world"]["families"][name]["save_steps"]]
+        from selfknow.world.generator import DEFAULT_WORLD
+        from selfknow.world.trainer import checkpoint_name
+
+        n_phases = cfg["world"].get("generator", {}).get("n_phases", DEFAULT_WORLD["n_phases"])
+        return [checkpoint_name(k) for k in range(n_phases)]
     return [c["name"] for c in m.get("checkpoints", [])] or ["final"]
-
-
-def world_checkpoint_name(step: int) -> str:
-    return f"step{step:05d}"
 
 
 def model_spec(cfg: dict, name: str, results: str = "results") -> dict:
