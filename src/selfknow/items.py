@@ -6,7 +6,6 @@ generator. Each row normaliser is a pure function, so the formats are tested wit
 """
 from __future__ import annotations
 
-import json
 import logging
 import re
 import string
@@ -16,7 +15,7 @@ from typing import Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from selfknow.records import ITEM_COLUMNS
+from selfknow.records import ITEM_COLUMNS, read_json_file
 
 LETTERS = string.ascii_uppercase
 log = logging.getLogger(__name__)
@@ -153,11 +152,9 @@ def _read_bioasq(path: Path, name: str) -> list[dict]:
     """The items of one BioASQ training JSON; any malformation raises an ItemError naming the
     file and the question (index and id)."""
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ItemError(f"{name}: {path}: not UTF-8 (invalid byte at offset {err.start})") from None
-    except json.JSONDecodeError as err:
-        raise ItemError(f"{name}: {path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+        data = read_json_file(path)
+    except ValueError as err:
+        raise ItemError(f"{name}: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
         raise ItemError(f"{name}: {path}: expected an object with a 'questions' list")
     rows, skipped = [], 0

@@ -34,11 +34,12 @@ leave `decoded_category` / `decoded_label` empty.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from selfknow.records import read_json_file
 
 from .feedback import decode_feedback
 
@@ -99,12 +100,7 @@ def _check_turn_types(t: dict, where: str) -> None:
 def read_released_sessions(path: str | Path) -> pd.DataFrame:
     """Turn one released `capbound_sessions_<model>_<ts>.json` into session-turn records."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as err:
-        raise ValueError(f"{path}: not UTF-8 (invalid byte at offset {err.start})") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    doc = read_json_file(path)
     if not isinstance(doc, dict) or "sessions" not in doc:
         raise ValueError(f"{path}: no 'sessions' key")
     if not isinstance(doc["sessions"], list):
