@@ -55,6 +55,14 @@ def _score_stream(df: pd.DataFrame, est: str, authors_rounding: bool, s: Stream 
     return round_like_authors(row) if authors_rounding else row
 
 
+def _prepared(turns: pd.DataFrame, estimators: list[str] | None, rules: str) -> tuple[pd.DataFrame, list[str]]:
+    """Validated turns with decoded labels in session/turn order, and the estimators' canonical
+    names (default: every offline one)."""
+    validate_turns(turns)
+    names = [resolve(e) for e in (estimators or OFFLINE_ESTIMATORS)]
+    return _ordered(with_decoded_labels(turns, rules)), names
+
+
 def score_sessions(turns: pd.DataFrame, estimators: list[str] | None = None, rules: str = "frozen",
                    authors_rounding: bool = False) -> pd.DataFrame:
     """Per-session metrics of each estimator.
@@ -67,9 +75,7 @@ def score_sessions(turns: pd.DataFrame, estimators: list[str] | None = None, rul
     shape_error, kendall_tau, n_domains, accuracy, ECE, Brier, AUROC, HR, norm_HR, conf_gap,
     n_turns, n_labels.
     """
-    validate_turns(turns)
-    names = [resolve(e) for e in (estimators or OFFLINE_ESTIMATORS)]
-    df = _ordered(with_decoded_labels(turns, rules))
+    df, names = _prepared(turns, estimators, rules)
     rows = []
     for (model, sid), g in df.groupby(["model", "session_id"], sort=False):
         s = Stream.from_frame(g)
@@ -83,9 +89,7 @@ def score_pooled(turns: pd.DataFrame, estimators: list[str] | None = None,
                  rules: str = "frozen") -> pd.DataFrame:
     """Pooled scores: each estimator fitted once on all of a model's records (sessions in
     order), scored against the model's pooled domain accuracies (paper §4.1)."""
-    validate_turns(turns)
-    names = [resolve(e) for e in (estimators or OFFLINE_ESTIMATORS)]
-    df = _ordered(with_decoded_labels(turns, rules))
+    df, names = _prepared(turns, estimators, rules)
     rows = []
     for model, g in df.groupby("model", sort=False):
         s = Stream.from_frame(g)
@@ -98,9 +102,7 @@ def session_profiles(turns: pd.DataFrame, estimators: list[str] | None = None,
                      rules: str = "frozen") -> pd.DataFrame:
     """Long table of end-of-session profiles: model, session_id, estimator, domain, p_hat,
     accuracy, n (all domains of the session; eligibility is n >= 2)."""
-    validate_turns(turns)
-    names = [resolve(e) for e in (estimators or OFFLINE_ESTIMATORS)]
-    df = _ordered(with_decoded_labels(turns, rules))
+    df, names = _prepared(turns, estimators, rules)
     rows = []
     for (model, sid), g in df.groupby(["model", "session_id"], sort=False):
         s = Stream.from_frame(g)
