@@ -23,7 +23,8 @@
 #   memory is a consumable resource, so a job's --mem is honoured and jobs queue when full;
 # - no slurmdbd: `sacct` cannot answer, so the Snakemake profile polls with `squeue`, and
 #   MinJobAge keeps finished jobs visible to squeue for 10 minutes (longer than the executor
-#   plugin's longest polling interval, 180 s);
+#   plugin's longest polling interval, 180 s); the final state of every job is also appended
+#   to $STATE/log/jobcomp.log (jobcomp/filetxt), which keeps it after MinJobAge;
 # - munged runs on its own socket and key under the state dir, so a system munge (if any) is
 #   left alone;
 # - /etc/slurm/slurm.conf is linked to the config in the state dir while the cluster runs (and
@@ -129,7 +130,9 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/none
+# Every finished job gets a line here (no slurmdbd, and scontrol forgets jobs after MinJobAge).
+JobCompType=jobcomp/filetxt
+JobCompLoc=$STATE/log/jobcomp.log
 MpiDefault=none
 MailProg=/bin/true
 # CPUs and memory are both consumable, so --mem and --cpus-per-task are enforced by scheduling.

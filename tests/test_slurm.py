@@ -74,9 +74,20 @@ class Cluster:
         return subprocess.run(args, env=self.env, capture_output=True, text=True, check=check, timeout=60)
 
     def show_job(self, jobid: str) -> dict[str, str]:
-        """`scontrol show job -o`, parsed into its Key=Value fields."""
-        out = self.run("scontrol", "show", "job", "-o", jobid).stdout
-        return dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", out))
+        """`scontrol show job -o`, parsed into its Key=Value fields; once slurmctld has purged a
+        finished job (MinJobAge), its line in the cluster's job-completion log instead."""
+        proc = self.run("scontrol", "show", "job", "-o", jobid, check=False)
+        if proc.returncode == 0:
+            return _key_values(proc.stdout)
+        for line in (self.state / "log" / "jobcomp.log").read_text().splitlines():
+            if line.startswith(f"JobId={jobid} "):
+                return _key_values(line)
+        raise AssertionError(f"SLURM job {jobid} is neither known to scontrol ({proc.stderr.strip()}) "
+                             f"nor in {self.state / 'log' / 'jobcomp.log'}")
+
+
+def _key_values(line: str) -> dict[str, str]:
+    return dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", line))
 
 
 @pytest.fixture(scope="session")
@@ -330,6 +341,10 @@ def test_failed_job_is_reported_not_awaited(slurm_cluster, work_dir):
     info = slurm_cluster.show_job(jobid)
     # The batch script's status is that of Snakemake inside the job, not the rule's 3.
     assert info["JobState"] == "FAILED" and info["ExitCode"] != "0:0"
+    # the job-completion log keeps the same final state for after slurmctld purges the job
+    record, = [line for line in (slurm_cluster.state / "log" / "jobcomp.log").read_text().splitlines()
+               if line.startswith(f"JobId={jobid} ")]
+    assert _key_values(record)["JobState"] == "FAILED"
 
 
 # --- the profile itself ---------------------------------------------------------------------
