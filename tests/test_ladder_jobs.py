@@ -3,7 +3,6 @@ scripted LM, the controls (noise x coverage, partitions, held-out split), R4 sel
 table assembly with hand-checkable cells."""
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 
@@ -11,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import ladder_fixtures
 from fakes import ScriptedLM
 from selfknow.protocols.ladder import controls as C
 from selfknow.protocols.ladder import jobs as J
@@ -22,33 +22,14 @@ from selfknow.world.generator import domain_names
 DOMAINS = domain_names(20)
 
 
-def _h(s: str) -> int:
-    return int(hashlib.sha256(s.encode()).hexdigest(), 16)
-
-
 def make_items(n_per_domain: int = 6) -> pd.DataFrame:
-    rows = []
-    for d in DOMAINS:
-        for j in range(n_per_domain):
-            rows.append({"item_id": f"{d}/{j}", "dataset": "toy", "domain": d,
-                         "question": f"Question {j} about {d}?", "choices": ["w", "x", "y", "z"],
-                         "answer": "ABCD"[(j * 7 + len(d)) % 4], "aliases": ["x"], "split": "test"})
-    return pd.DataFrame(rows)
+    return ladder_fixtures.make_items(DOMAINS, n_per_domain, aliases=["x"])
 
 
 def answering_lm(items: pd.DataFrame) -> ScriptedLM:
-    """Letter log-probabilities: right on a hash-chosen share that rises with the domain."""
-    ref = {f"Question: {q}": a for q, a in zip(items["question"], items["answer"])}
-    acc = {d: 0.1 + 0.04 * i for i, d in enumerate(DOMAINS)}
-
-    def next_token(prompt, cands):
-        q = prompt.split("\n")[0]
-        dom = re.search(r"about (\S+)\?", q).group(1)
-        h = _h(prompt)
-        gold = ref[q]
-        pick = gold if (h % 1000) / 1000 < acc[dom] else "ABCD"[("ABCD".index(gold) + 1) % 4]
-        return [-0.2 if c.strip() == pick else -2.5 for c in cands]
-    return ScriptedLM(lambda p: "", next_token=next_token, model_id="answerer")
+    """Accuracy rising with the domain."""
+    return ladder_fixtures.answering_lm(items, {d: 0.1 + 0.04 * i for i, d in enumerate(DOMAINS)},
+                                        model_id="answerer")
 
 
 def prompted_lm() -> ScriptedLM:

@@ -2,7 +2,6 @@
 levels (L1 ZS prior, L2 LSA, L4 GT-SelfStats)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 
@@ -10,9 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import ladder_fixtures
 from fakes import ScriptedLM
 from selfknow.protocols.ladder import records
-from selfknow.protocols.ladder.answering import (answer_by_json, answer_by_logprobs,
+from selfknow.protocols.ladder.answering import (answer_by_cloze, answer_by_json,
                                                  extract_json_object, parse_answer_reply,
                                                  parse_probability)
 from selfknow.protocols.ladder.personas import (AUTHOR_TEMPLATES, EXPLICITNESS, STYLES,
@@ -31,52 +31,31 @@ DOMAINS = [f"dom_{i}" for i in range(6)]
 
 
 def make_items(n_per_domain: int = 25) -> pd.DataFrame:
-    rows = []
-    for d in DOMAINS:
-        for j in range(n_per_domain):
-            rows.append({"item_id": f"{d}/{j}", "dataset": "toy", "domain": d,
-                         "question": f"Question {j} about {d}?", "choices": ["w", "x", "y", "z"],
-                         "answer": "ABCD"[(j * 7 + len(d)) % 4], "aliases": None,
-                         "split": "test"})
-    return pd.DataFrame(rows)
-
-
-def _h(s: str) -> int:
-    return int(hashlib.sha256(s.encode()).hexdigest(), 16)
+    return ladder_fixtures.make_items(DOMAINS, n_per_domain)
 
 
 def answering_lm(items: pd.DataFrame) -> ScriptedLM:
-    """Log-prob answering whose accuracy rises with the domain index (dom_0 weakest)."""
-    ref = {f"Question: {q}": a for q, a in zip(items["question"], items["answer"])}
-    acc = {d: 0.15 + 0.14 * i for i, d in enumerate(DOMAINS)}
-
-    def next_token(prompt, cands):
-        q = prompt.split("\n")[0]
-        gold = ref[q]
-        dom = re.search(r"about (dom_\d)", q).group(1)
-        h = _h(prompt)
-        right = (h % 1000) / 1000 < acc[dom]
-        pick = gold if right else "ABCD"[("ABCD".index(gold) + 1 + h % 3) % 4]
-        return [-0.3 if c.strip() == pick else -2.0 - (h >> (8 + i)) % 3
-                for i, c in enumerate(cands)]
-    return ScriptedLM(lambda p: "", next_token=next_token)
+    """Accuracy rising with the domain index (dom_0 weakest)."""
+    return ladder_fixtures.answering_lm(items, {d: 0.15 + 0.14 * i for i, d in enumerate(DOMAINS)})
 
 
 # ----------------------------------------------------------------------------- answering
-def test_logprob_answering_matches_hand_softmax():
+def test_cloze_answering_matches_hand_softmax():
     items = make_items(2).head(3)
-    lps = {0: [-1.0, -2.0, -3.0, -0.5], 1: [-0.1, -4.0, -4.0, -4.0], 2: [-2.0, -1.5, -2.0, -2.0]}
+    lls = {0: [-1.0, -2.0, -3.0, -0.5], 1: [-0.1, -4.0, -4.0, -4.0], 2: [-2.0, -1.5, -2.0, -2.0]}
     order = {q: i for i, q in enumerate(items["question"])}
+    choices = {q: list(c) for q, c in zip(items["question"], items["choices"])}
 
-    def nt(prompt, cands):
-        assert cands == [" A", " B", " C", " D"]
-        assert prompt.endswith("Correct option:")  # the world's MCQ prompt format
-        return lps[order[prompt.split("\n")[0].removeprefix("Question: ")]]
-    out = answer_by_logprobs(ScriptedLM(lambda p: "", next_token=nt), items)
+    def loglik(context, continuation):
+        q = context.removeprefix("Question: ").removesuffix("\nAnswer:")  # the cloze prompt
+        assert continuation.startswith(" ")
+        return lls[order[q]][choices[q].index(continuation[1:])]
+    out = answer_by_cloze(ScriptedLM(lambda p: "", loglik=loglik), items)
     assert list(out["answer"]) == ["D", "A", "B"]
     for i, row in out.iterrows():
-        p = np.exp(lps[i]) / np.exp(lps[i]).sum()
+        p = np.exp(lls[i]) / np.exp(lls[i]).sum()
         assert row["confidence"] == pytest.approx(p.max(), rel=1e-12)
+        assert json.loads(row["answer_raw"]) == pytest.approx(dict(zip("ABCD", p)), abs=1e-6)
     assert (out["answer_status"] == "ok").all()
 
 
@@ -257,7 +236,7 @@ def test_llm_user_prompts_and_batching():
 @pytest.fixture(scope="module")
 def pool():
     items = make_items()
-    return items, answer_by_logprobs(answering_lm(items), items)
+    return items, answer_by_cloze(answering_lm(items), items)
 
 
 def test_session_schema_tiers_and_composition(pool):
@@ -437,7 +416,7 @@ def test_real_smollm2_session_and_profile(pytestconfig):
     # CPU-shared machine: a handful of short calls only (SmolLM2-135M rarely follows the
     # JSON formats; what matters here is that real replies flow through and are counted)
     items = make_items(2).head(4)
-    lp = answer_by_logprobs(lm, items)
+    lp = answer_by_cloze(lm, items)
     assert lp["answer"].isin(list("ABCD")).all() and lp["confidence"].between(0.25, 1).all()
     user = LLMUser(lm, temperature=0.0, max_new_tokens=12)
     df = run_sessions(items, None, user, n_sessions=1, n_turns=2, seed=0, answers=lp,
@@ -453,7 +432,6 @@ def test_lsa_query_confidence_on_no_turns_is_empty():
     """An empty turn table (e.g. no sessions selected for per-turn LSA queries) yields no rows."""
     import pandas as pd
 
-    from fakes import ScriptedLM
     from selfknow.protocols.ladder.prompted import lsa_query_confidence
 
     empty = pd.DataFrame(columns=["model", "session_id", "turn", "domain", "question", "correct",

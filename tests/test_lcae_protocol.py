@@ -49,22 +49,30 @@ def test_chat_strategies_parse_and_count_unparsed():
         assert len(out) == 3
 
 
-def test_base_standard_picks_the_most_likely_letter():
-    # " C" most likely for every prompt
-    lm = ScriptedLM(lambda p: "x", next_token=lambda p, c: [0.0 if x == " C" else -3.0 for x in c])
-    out = answer_items(lm, _items(), "standard", chat=False, max_new_tokens=8)
+def test_base_standard_picks_the_most_likely_option():
+    # the option text "c" is the likeliest continuation of every cloze prompt
+    seen = []
+
+    def loglik(context, continuation):
+        seen.append((context, continuation))
+        return 0.0 if continuation == " c" else -3.0
+
+    out = answer_items(ScriptedLM(lambda p: "x", loglik=loglik), _items(), "standard", chat=False, max_new_tokens=8)
     assert list(out["answer"]) == ["C"] * 3 and list(out["correct"]) == [False, True, False]
+    assert sorted(seen)[:4] == [("Question: Q one?\nAnswer:", f" {c}") for c in "abcd"]
+    p = np.exp([-3.0, -3.0, 0.0, -3.0]) / np.exp([-3.0, -3.0, 0.0, -3.0]).sum()
+    assert out["raw"][0] == " ".join(f"{L}={x:.3f}" for L, x in zip("ABCD", p))
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_base_strategies_use_the_recall(strategy):
-    # the letter follows the recalled text: recall "gamma" -> C, otherwise A
-    def nt(prompt, cands):
-        letter = " C" if "gamma" in prompt else " A"
-        return [0.0 if c == letter else -5.0 for c in cands]
+    # the option follows the recalled text: recall "gamma" -> option "c", otherwise "a"
+    def loglik(context, continuation):
+        option = " c" if "gamma" in context else " a"
+        return 0.0 if continuation == option else -5.0
 
     lm = ScriptedLM(lambda p: " gamma", beams=lambda p: [(" gamma", -0.1), (" gamma", -0.2), (" gamma", -0.3)],
-                    next_token=nt)
+                    loglik=loglik)
     out = answer_items(lm, _items(), strategy, chat=False, max_new_tokens=8)
     expected = "A" if strategy == "standard" else "C"
     assert list(out["answer"]) == [expected] * 3

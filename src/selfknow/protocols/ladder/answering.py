@@ -2,9 +2,9 @@
 
 The answering model sees ONLY the current question (no history, no feedback). Two mechanisms:
 
-* base LMs (the offline default's small GPT-2-style models): the next-token log-probabilities
-  of " A".." D" after an MCQ prompt; answer = argmax, confidence = its probability renormalised
-  over the option letters (`answer_by_logprobs`).
+* base LMs (the offline default's small GPT-2-style models): cloze scoring of the options'
+  text after the question (`selfknow.mcq`); answer = the most likely option, confidence = its
+  probability renormalised over the options (`answer_by_cloze`).
 * instruct / API models: a prompted JSON reply {"answer": "B", "confidence": 0.8}, parsed
   robustly (`answer_by_json`). A reply with no recoverable option letter gets answer None
   (scored wrong downstream, as the authors' parser does) and is counted in `answer_status`,
@@ -27,6 +27,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.mcq import option_probabilities
 from selfknow.models.base import LM
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
@@ -34,8 +35,6 @@ LETTERS = "ABCDEFGHIJ"
 #: Confidence recorded when a reply states no usable confidence (the authors' runner uses 0.5).
 DEFAULT_CONFIDENCE = 0.5
 ANSWER_COLUMNS = ["item_id", "answer", "confidence", "answer_status", "answer_raw"]
-
-PromptFn = Callable[[str, Sequence[str]], str]
 
 
 # ----------------------------------------------------------------------------- prompt files
@@ -73,24 +72,6 @@ def load_sections(name: str) -> dict[str, tuple[str, ...]]:
 def format_choices(choices: Sequence[str]) -> str:
     """'A. first\\nB. second ...' (the authors' choice format)."""
     return "\n".join(f"{LETTERS[i]}. {c}" for i, c in enumerate(choices))
-
-
-def default_mcq_prompt(question: str, choices: Sequence[str]) -> str:
-    """Our fallback base-LM MCQ prompt (prompts/answer_mcq_base.txt), ending in "Answer:"."""
-    return load_prompt("answer_mcq_base").substitute(question=question,
-                                                      choices=format_choices(choices))
-
-
-def resolve_mcq_prompt(prompt_fn: PromptFn | None) -> PromptFn:
-    """The mini world's `mcq_prompt` when it exists (so answers match the world's own scoring
-    prompt), else our template."""
-    if prompt_fn is not None:
-        return prompt_fn
-    try:
-        from selfknow.world.generator import mcq_prompt  # type: ignore[attr-defined]
-    except ImportError:
-        return default_mcq_prompt
-    return mcq_prompt
 
 
 # ----------------------------------------------------------------------------- parsing
@@ -229,37 +210,21 @@ def _choices(row) -> list[str]:
     return [str(c) for c in list(ch)]
 
 
-def answer_by_logprobs(lm: LM, items: pd.DataFrame, prompt_fn: PromptFn | None = None,
-                       batch_size: int = 32) -> pd.DataFrame:
-    """Answer each MCQ item from next-token log-probabilities of " A", " B", ...
-
-    answer = argmax over the option letters; confidence = its probability renormalised over
-    the letters (softmax of the letter log-probabilities). Returns ANSWER_COLUMNS, one row per
-    item in input order; `answer_raw` holds the renormalised letter probabilities as JSON."""
-    prompt_fn = resolve_mcq_prompt(prompt_fn)
-    out: list[dict | None] = [None] * len(items)
-    by_k: dict[int, list[int]] = {}
+def answer_by_cloze(lm: LM, items: pd.DataFrame, batch_size: int = 32) -> pd.DataFrame:
+    """Answer each MCQ item by cloze scoring of its options (`selfknow.mcq`): answer = the
+    most likely option's letter, confidence = its probability renormalised over the options.
+    Returns ANSWER_COLUMNS, one row per item in input order; `answer_raw` holds the option
+    probabilities by letter as JSON."""
     recs = items.to_dict("records")
-    for i, r in enumerate(recs):
-        by_k.setdefault(len(_choices(r)), []).append(i)
-    for k, idx in by_k.items():
-        cands = [f" {L}" for L in LETTERS[:k]]
-        for s in range(0, len(idx), batch_size):
-            chunk = idx[s:s + batch_size]
-            prompts = [prompt_fn(str(recs[i]["question"]), _choices(recs[i])) for i in chunk]
-            lp = np.asarray(lm.next_token_logprobs(prompts, cands), dtype=float)
-            if lp.shape != (len(chunk), k):
-                raise ValueError(f"next_token_logprobs returned shape {lp.shape}, "
-                                 f"expected {(len(chunk), k)}")
-            lp = lp - lp.max(axis=1, keepdims=True)
-            p = np.exp(lp)
-            p /= p.sum(axis=1, keepdims=True)
-            for j, i in enumerate(chunk):
-                best = int(np.argmax(p[j]))
-                out[i] = {"item_id": recs[i]["item_id"], "answer": LETTERS[best],
-                          "confidence": float(p[j, best]), "answer_status": "ok",
-                          "answer_raw": json.dumps({LETTERS[c]: round(float(p[j, c]), 6)
-                                                    for c in range(k)})}
+    out = []
+    for s in range(0, len(recs), batch_size):
+        chunk = recs[s:s + batch_size]
+        probs = option_probabilities(lm, [str(r["question"]) for r in chunk], [_choices(r) for r in chunk])
+        for r, p in zip(chunk, probs):
+            best = int(np.argmax(p))
+            out.append({"item_id": r["item_id"], "answer": LETTERS[best], "confidence": float(p[best]),
+                        "answer_status": "ok",
+                        "answer_raw": json.dumps({LETTERS[c]: round(float(p[c]), 6) for c in range(len(p))})})
     return pd.DataFrame(out, columns=ANSWER_COLUMNS)
 
 
@@ -287,11 +252,10 @@ def answer_by_json(lm: LM, items: pd.DataFrame, *, max_new_tokens: int = 64,
 AnswerFn = Callable[[pd.DataFrame], pd.DataFrame]
 
 
-def make_answer_fn(lm: LM, mode: str = "logprob", prompt_fn: PromptFn | None = None,
-                   **kwargs) -> AnswerFn:
-    """items -> ANSWER_COLUMNS frame. mode "logprob" (base LMs) or "json" (instruct/API)."""
-    if mode == "logprob":
-        return lambda items: answer_by_logprobs(lm, items, prompt_fn, **kwargs)
+def make_answer_fn(lm: LM, mode: str = "cloze", **kwargs) -> AnswerFn:
+    """items -> ANSWER_COLUMNS frame. mode "cloze" (base LMs) or "json" (instruct/API)."""
+    if mode == "cloze":
+        return lambda items: answer_by_cloze(lm, items, **kwargs)
     if mode == "json":
         return lambda items: answer_by_json(lm, items, **kwargs)
-    raise ValueError(f"unknown answer mode {mode!r}: expected 'logprob' or 'json'")
+    raise ValueError(f"unknown answer mode {mode!r}: expected 'cloze' or 'json'")

@@ -2,8 +2,8 @@
 atomically, and returns a summary dict for the job log.
 
 Per answering model (its last checkpoint):
-* `sessions_job`   the item pool (n per domain), answers (base LM: next-token letter
-                   log-probabilities; chat/API model: JSON), `n_sessions` sessions with the
+* `sessions_job`   the item pool (n per domain), answers (base LM: cloze scoring of
+                   the options; chat/API model: JSON), `n_sessions` sessions with the
                    configured simulated user, and the first `alt_sessions` sessions again with
                    the other user (rule <-> LLM) for the simulator comparison (§E.8-§E.9).
                    Resumable: one chunk per session under `parts_dir`.
@@ -96,7 +96,7 @@ def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_
     if pool["choices"].isna().any():
         raise ValueError(f"{items_path}: LADDER needs multiple-choice items; some rows have no choices")
     lm = load_lm(spec, None, cache_dir=cache_dir)
-    mode = "json" if is_chat(spec) else "logprob"
+    mode = "json" if is_chat(spec) else "cloze"
     answers = make_answer_fn(lm, mode)(pool)
     alt = "llm" if user == "rule" else "rule"
     user_lm = None

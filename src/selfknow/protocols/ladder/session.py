@@ -143,7 +143,7 @@ def _answers(items: pd.DataFrame, answer_fn: AnswerFn | LM | None,
     if answer_fn is None:
         raise ValueError("pass answer_fn (or an LM) or precomputed answers")
     if isinstance(answer_fn, LM):
-        answer_fn = make_answer_fn(answer_fn, "logprob")
+        answer_fn = make_answer_fn(answer_fn, "cloze")
     return answer_fn(items)
 
 

@@ -3,16 +3,17 @@
 Instruct (chat) models get the strategy's prompt and their reply is parsed for the final
 option letter. Base language models (the offline default's mini-world checkpoints) cannot
 follow instructions, so each strategy becomes the nearest thing a base model can do, always
-choosing by the next-token probabilities of " A".." D" after a completion-style MCQ prompt:
+choosing by cloze scoring of the options (`selfknow.mcq`: the likelihood of each option's text
+after "Question: q\\nAnswer:", softmax over the options) after a strategy-specific context:
 
-- standard:  the MCQ prompt alone (zero-shot letter choice);
+- standard:  no context (zero-shot cloze choice);
 - knowledge: generated-knowledge prompting: the model's own free recall of the question
              ("Question: q\\nAnswer:" greedily decoded) is prepended as "Knowledge: ...";
 - cot:       answer-then-choose: the model's free recall is written as its reasoning line
-             before the options are shown;
+             before the question is asked again;
 - self_ask:  the Self-Ask scaffold with the question as the follow-up and the model's recall as
              the intermediate answer;
-- tot:       three thoughts (the top-3 beams of free recall) each prepended in turn; the letter
+- tot:       three thoughts (the top-3 beams of free recall) each prepended in turn; the option
              distributions are averaged (a vote of the branches).
 """
 from __future__ import annotations
@@ -24,9 +25,9 @@ import numpy as np
 import pandas as pd
 
 from selfknow.judge import letter_match, parse_option_letter
+from selfknow.mcq import cloze_prompt, option_probabilities
 from selfknow.models.base import LM
 from selfknow.protocols.lcae.prompting import LETTERS, fill
-from selfknow.world.generator import mcq_prompt
 
 STRATEGIES = ("standard", "knowledge", "cot", "self_ask", "tot")
 _FINAL = re.compile(r"(?:answer\s*(?:is)?\s*[:=]?|final answer is:?)\s*\(?([A-Z])\b", re.IGNORECASE)
@@ -41,58 +42,42 @@ def parse_final_letter(text: str | None, n_choices: int) -> str | None:
     return hits[-1] if hits else parse_option_letter(text, n_choices)
 
 
-def base_mcq_prompt(question: str, choices: Sequence[str], context: str = "") -> str:
-    """The completion-style MCQ prompt the mini world's models were trained on, after `context`."""
-    return context + mcq_prompt(question, choices)
-
-
 def _recall_prompt(question: str) -> str:
-    return f"Question: {question}\nAnswer:"
-
-
-def _letter_probs(lm: LM, prompts: list[str], n_choices: int) -> np.ndarray:
-    lp = lm.next_token_logprobs(prompts, [f" {L}" for L in LETTERS[:n_choices]])
-    p = np.exp(lp - lp.max(axis=1, keepdims=True))
-    return p / p.sum(axis=1, keepdims=True)
+    return cloze_prompt(question)
 
 
 def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int = 16) -> pd.DataFrame:
     """Stage-1 answers of a base LM under `strategy` (see the module docstring)."""
     qs, chs = list(items["question"]), [list(c) for c in items["choices"]]
-    n = len(chs[0]) if chs else 4
     if strategy == "standard":
-        prompts = [base_mcq_prompt(q, c) for q, c in zip(qs, chs)]
-        probs = _letter_probs(lm, prompts, n)
+        contexts = [""] * len(qs)
+        probs = option_probabilities(lm, qs, chs)
         tokens_out = [0] * len(qs)
     elif strategy == "tot":
         beams = lm.beam_search([_recall_prompt(q) for q in qs], num_beams=3, max_new_tokens=max_new_tokens)
-        probs = np.zeros((len(qs), n))
-        prompts = []
-        for k in range(3):
-            ctx = [f"Thought: {b[min(k, len(b) - 1)].text.strip()}\n" for b in beams]
-            pk = [base_mcq_prompt(q, c, x) for q, c, x in zip(qs, chs, ctx)]
-            probs += _letter_probs(lm, pk, n) / 3
-            prompts = pk if k == 0 else prompts
+        branches = [[f"Thought: {b[min(k, len(b) - 1)].text.strip()}\n" for b in beams] for k in range(3)]
+        votes = [option_probabilities(lm, qs, chs, ctx) for ctx in branches]
+        probs = [sum(v[i] for v in votes) / 3 for i in range(len(qs))]
+        contexts = branches[0]
         tokens_out = [sum(len(b.text.split()) for b in bb[:3]) for bb in beams]
     else:
         recall = lm.generate([_recall_prompt(q) for q in qs], max_new_tokens=max_new_tokens, stop=["\n"])
         texts = [g.text.strip() for g in recall]
         if strategy == "knowledge":
-            prompts = [base_mcq_prompt(q, c, f"Knowledge: {t}\n") for q, c, t in zip(qs, chs, texts)]
+            contexts = [f"Knowledge: {t}\n" for t in texts]
         elif strategy == "cot":
-            prompts = [base_mcq_prompt(q, c, f"Reasoning: {t}\n") for q, c, t in zip(qs, chs, texts)]
+            contexts = [f"Reasoning: {t}\n" for t in texts]
         elif strategy == "self_ask":
-            prompts = [base_mcq_prompt(q, c, f"Follow up: {q}\nIntermediate answer: {t}\n") for q, c, t in zip(qs, chs, texts)]
+            contexts = [f"Follow up: {q}\nIntermediate answer: {t}\n" for q, t in zip(qs, texts)]
         else:
             raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
-        probs = _letter_probs(lm, prompts, n)
+        probs = option_probabilities(lm, qs, chs, contexts)
         tokens_out = [g.tokens_out for g in recall]
-    choice = probs.argmax(axis=1)
-    answers = [LETTERS[i] for i in choice]
+    prompts = [cloze_prompt(q, c) for q, c in zip(qs, contexts)]
     return pd.DataFrame({
         "item_id": items["item_id"].values, "strategy": strategy, "prompt": prompts,
-        "raw": [" ".join(f"{LETTERS[j]}={p[j]:.3f}" for j in range(n)) for p in probs],
-        "answer": answers, "unparsed": False,
+        "raw": [" ".join(f"{LETTERS[j]}={p[j]:.3f}" for j in range(len(p))) for p in probs],
+        "answer": [LETTERS[int(np.argmax(p))] for p in probs], "unparsed": False,
         "tokens_in": [len(p.split()) for p in prompts], "tokens_out": tokens_out,
     })
 

@@ -15,7 +15,9 @@ Base LMs (the mini world) are asked the same things in completion form and read 
 continuation likelihoods: the error probability is the expectation over the digits
 " 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9; the Fast/Slow
 route compares the likelihoods of " Fast" and " Slow"; the Slow reflection is the
-model's free recall of the question, after which the letter is chosen again (the revision).
+model's free recall of the question, after which the option is chosen again by cloze scoring
+(the revision). The answer is shown as the chosen option's text after the question, the form
+in which the model learnt its facts (`selfknow.mcq`).
 Both read log-likelihoods of the continuations, so multi-token " 7" or " Slow" work too.
 """
 from __future__ import annotations
@@ -27,8 +29,9 @@ import numpy as np
 import pandas as pd
 
 from selfknow.judge import letter_match
+from selfknow.mcq import cloze_prompt, option_probabilities
 from selfknow.models.base import LM
-from selfknow.protocols.lcae.examinees import base_mcq_prompt, parse_final_letter
+from selfknow.protocols.lcae.examinees import parse_final_letter
 from selfknow.protocols.lcae.prompting import LETTERS, fill, template
 
 CONDITIONS = ("baseline", "ids", "dpr", "ids_dpr")
@@ -105,6 +108,12 @@ def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
 _DIGITS = [f" {d}" for d in range(10)]
 
 
+def _answered(question: str, choices: list[str], letter: str | None, context: str = "") -> str:
+    """The cloze prompt completed with the chosen option's text (what the base model "said")."""
+    said = choices[LETTERS.index(letter)] if letter in LETTERS[:len(choices)] else ""
+    return f"{cloze_prompt(question, context)} {said}\n"
+
+
 def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
                 *, max_new_tokens: int = 16, **_) -> pd.DataFrame:
     ans = dict(zip(stage1["item_id"], stage1["answer"]))
@@ -114,20 +123,19 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
     modes = ["fast"] * len(ids)
     reflections = [""] * len(ids)
     if cond in ("dpr", "ids_dpr"):
-        route_prompts = [base_mcq_prompt(q, c) + f" {a}\n{d}Mode (Fast or Slow):" for q, c, a, d in zip(qs, chs, final, diff)]
+        route_prompts = [_answered(q, c, a) + f"{d}Mode (Fast or Slow):" for q, c, a, d in zip(qs, chs, final, diff)]
         ll = np.array(lm.loglikelihood([(p, w) for p in route_prompts for w in (" Fast", " Slow")])).reshape(-1, 2)
         modes = ["slow" if s > f else "fast" for f, s in ll]
         slow = [k for k, m in enumerate(modes) if m == "slow"]
         if slow:
-            recall = lm.generate([f"Question: {qs[k]}\nAnswer:" for k in slow], max_new_tokens=max_new_tokens, stop=["\n"])
-            re_prompts = []
+            recall = lm.generate([cloze_prompt(qs[k]) for k in slow], max_new_tokens=max_new_tokens, stop=["\n"])
             for k, g in zip(slow, recall):
                 reflections[k] = f"Reflection: {g.text.strip()}\n"
-                re_prompts.append(base_mcq_prompt(qs[k], chs[k], reflections[k]))
-            lp2 = lm.next_token_logprobs(re_prompts, [f" {L}" for L in LETTERS[:len(chs[0])]])
-            for k, row in zip(slow, lp2):
-                final[k] = LETTERS[int(np.argmax(row))]
-    prompts = [f"{r}{base_mcq_prompt(q, c)} {a}\n{d}Probability that this answer is wrong (0-9):"
+            revised = option_probabilities(lm, [qs[k] for k in slow], [chs[k] for k in slow],
+                                           [reflections[k] for k in slow])
+            for k, p in zip(slow, revised):
+                final[k] = LETTERS[int(np.argmax(p))]
+    prompts = [_answered(q, c, a, r) + f"{d}Probability that this answer is wrong (0-9):"
                for q, c, a, d, r in zip(qs, chs, final, diff, reflections)]
     # log-likelihoods, not next-token log-probs: a small model's tokenizer may split " 7" in two
     lp = np.array(lm.loglikelihood([(p, d) for p in prompts for d in _DIGITS])).reshape(len(prompts), 10)
