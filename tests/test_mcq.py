@@ -31,3 +31,17 @@ def test_option_probabilities_reject_bad_input():
         option_probabilities(lm, ["a", "b"], [["x", "y"], ["z"]])
     with pytest.raises(ValueError, match="2 questions, 1 choice lists"):
         option_probabilities(lm, ["a", "b"], [["x", "y"]])
+
+
+def test_shared_generation_stage_answers_base_mcq_by_cloze():
+    import pandas as pd
+
+    from selfknow.generation import greedy_answers
+
+    items = pd.DataFrame({"item_id": ["a", "b"], "domain": "d", "question": ["Q1?", "Q2?"],
+                          "choices": [["w", "x", "y", "z"]] * 2, "answer": ["C", "A"], "aliases": None})
+    lm = ScriptedLM(lambda p: "", loglik=lambda c, x: 0.0 if x == " y" else -2.0)
+    out = greedy_answers(lm, items, shots=[], chat=False, max_new_tokens=4)
+    assert list(out["answer"]) == ["C", "C"] and list(out["correct"]) == [True, False]
+    assert list(out["prompt"]) == ["Question: Q1?\nAnswer:", "Question: Q2?\nAnswer:"]
+    assert not out["unparsed"].any()

@@ -1,7 +1,8 @@
 """Answer generation, the shared stage (SPEC §0.2): greedy short answers and MCQ letters.
 
-Base LMs get the few-shot completion prompt they were trained on ("Question: q\\nAnswer: a");
-instruct models get the same question as a chat turn asking for a short answer. Each record
+Base LMs get the few-shot completion prompt they were trained on ("Question: q\\nAnswer: a")
+and answer MCQs by cloze scoring of the options (`selfknow.mcq`); instruct models get the same
+question as a chat turn asking for a short answer or the option letter. Each record
 keeps the prompt, the raw text, the parsed answer (None = unparsed) and token counts.
 """
 from __future__ import annotations
@@ -10,8 +11,8 @@ import numpy as np
 import pandas as pd
 
 from selfknow.judge import exact_match, letter_match, parse_option_letter
+from selfknow.mcq import cloze_prompt, option_probabilities
 from selfknow.models.base import LM
-from selfknow.world.generator import mcq_prompt
 
 CHAT_QA = "Answer the question with a short answer only (a few words), no explanation.\n\nQuestion: {question}"
 CHAT_MCQ = "Answer the multiple-choice question with the letter of the correct option only.\n\nQuestion: {question}\n{options}"
@@ -37,10 +38,11 @@ def greedy_answers(lm: LM, items: pd.DataFrame, *, shots: list[tuple[str, str]],
     """Greedy answers to short-answer or MCQ items, judged against the references."""
     is_mcq = items["choices"].notna().all()
     if is_mcq and not chat:
-        prompts = [mcq_prompt(q, c) for q, c in zip(items["question"], items["choices"])]
-        lp = lm.next_token_logprobs(prompts, [f" {chr(65 + i)}" for i in range(len(items["choices"].iloc[0]))])
-        raw = [chr(65 + int(np.argmax(r))) for r in lp]
-        answers, t_in, t_out = raw, [len(p.split()) for p in prompts], [1] * len(prompts)
+        probs = option_probabilities(lm, list(items["question"]), [list(c) for c in items["choices"]])
+        prompts = [cloze_prompt(q) for q in items["question"]]
+        raw = [" ".join(f"{chr(65 + j)}={x:.3f}" for j, x in enumerate(p)) for p in probs]
+        answers = [chr(65 + int(np.argmax(p))) for p in probs]
+        t_in, t_out = [len(p.split()) for p in prompts], [0] * len(prompts)
     else:
         if chat:
             tmpl = CHAT_MCQ if is_mcq else CHAT_QA
