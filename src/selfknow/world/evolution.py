@@ -39,7 +39,7 @@ def accuracy_by_checkpoint(judged: pd.DataFrame, checkpoints: list[str]) -> pd.S
 
 
 def write_evolution_table(generation_paths: dict[str, str], checkpoints: dict[str, list[str]], n_train: int,
-                          csv_path: str, md_path: str) -> dict:
+                          csv_path: str, md_path: str, provenance: dict | None = None) -> dict:
     """The world report table for every family; `generation_paths` maps "model@ckpt" to a
     greedy generation file."""
     from selfknow.records import read_parquet
@@ -54,6 +54,6 @@ def write_evolution_table(generation_paths: dict[str, str], checkpoints: dict[st
         acc = accuracy_by_checkpoint(judged, cks)
         notes.append(f"{model} exact match per checkpoint: " + ", ".join(f"{c} {a:.3f}" for c, a in acc.items()))
     table = pd.concat(frames, ignore_index=True)
-    write_table(table, csv_path, md_path, notes="\n\n".join(notes),
+    write_table(table, csv_path, md_path, notes="\n\n".join(notes), provenance=provenance,
                 title="World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs")
     return {"pairs": len(table), "min_contrast": int(table["contrast_size"].min())}

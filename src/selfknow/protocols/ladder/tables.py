@@ -191,10 +191,10 @@ NOTES = {
 
 
 def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
-                 figures: Mapping[str, str]) -> dict:
+                 figures: Mapping[str, str], provenance: dict | None = None) -> dict:
     """Read every model's score parts (`parts[name]` = list of parquet paths) and write each
     table in TABLES to `tables["<name>_csv"]` / `tables["<name>_md"]` and each figure in
-    FIGURES to `figures[name]`."""
+    FIGURES to `figures[name]`; with `provenance`, each gets its sidecar."""
     from selfknow.report.figures import accuracy_vs_cbf, cbf_matrix, ladder_plot, reliability_bins
     from selfknow.report.tables import write_table
 
@@ -220,15 +220,16 @@ def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
     }
     for name in TABLES:
         write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"],
-                    title=f"LADDER {name.replace('_', ' ')}", notes=NOTES.get(name, ""))
-    ladder_plot(ladder_frame(main), figures["figure4"])
+                    title=f"LADDER {name.replace('_', ' ')}", notes=NOTES.get(name, ""), provenance=provenance)
+    ladder_plot(ladder_frame(main), figures["figure4"], provenance=provenance)
     acc = P["answers"].set_index("model")["accuracy"]
     f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]
     accuracy_vs_cbf(pd.DataFrame({"model": f5["model"], "estimator": f5["estimator"],
-                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), figures["figure5"])
+                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), figures["figure5"],
+                    provenance=provenance)
     cbf_matrix(main.rename(columns={"estimator": "baseline", "CBF": "cbf"})[["model", "baseline", "cbf"]],
-               figures["figure6"])
-    reliability_bins(P["reliability"], figures["figure7"])
+               figures["figure6"], provenance=provenance)
+    reliability_bins(P["reliability"], figures["figure7"], provenance=provenance)
     return {"tables": len(TABLES), "figures": len(FIGURES), "models": int(main["model"].nunique())}
 
 
@@ -239,12 +240,19 @@ IMPORT_ESTIMATORS = ["NoMemory", "OraclePDC", "UF-PDC", "Platt-Online", "HistBin
                      "Bayes-Domain", "EM-Joint", "Global", "Count"]
 
 
-def import_job(import_dir: str, out_csv: str, estimators: Sequence[str] | None = None) -> dict:
+def import_job(import_dir: str, out_csv: str, out_md: str, estimators: Sequence[str] | None = None, *,
+               provenance: dict | None = None) -> dict:
     """The released-session importer (SPEC §2): estimators that need no live model call, per
-    released file, averaged over sessions -> model, baseline, CBF, ECE, Brier, AUROC, HR."""
+    released file, averaged over sessions -> model, baseline, CBF, ECE, Brier, AUROC, HR;
+    written as a table (`selfknow.report.tables.write_table`)."""
+    from selfknow.report.tables import write_table
+
     from .aggregate import import_aggregates
 
     if not Path(import_dir).is_dir():
         raise FileNotFoundError(f"ladder_import_dir: {import_dir} is not a directory")
-    agg = import_aggregates(import_dir, out_csv, list(estimators or IMPORT_ESTIMATORS))
+    agg = import_aggregates(import_dir, None, list(estimators or IMPORT_ESTIMATORS))
+    write_table(agg, out_csv, out_md, title="LADDER released sessions: aggregates per model and baseline",
+                notes=f"Recomputed from the released sessions in {import_dir} (estimators that need no live model call), "
+                      "averaged over sessions.", provenance=provenance)
     return {"models": int(agg["model"].nunique()), "rows": len(agg)}

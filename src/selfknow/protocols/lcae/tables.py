@@ -63,8 +63,9 @@ def figure2_frame(stage3: pd.DataFrame, prices: dict[str, list[float]], conditio
 
 
 def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], figure2: str,
-                 prices: dict[str, list[float]]) -> dict:
-    """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths."""
+                 prices: dict[str, list[float]], provenance: dict | None = None) -> dict:
+    """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths; with
+    `provenance`, every table and the figure get its sidecar."""
     from selfknow.records import read_parquet
     from selfknow.report.figures import ability_lcae_ce
     from selfknow.report.tables import write_table
@@ -72,16 +73,16 @@ def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], fig
     s3 = read_parquet(stage3_path)
     items = read_parquet(items_path)
     t1, n1 = per_condition_table(s3, "lcae")
-    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=n1,
+    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=n1, provenance=provenance,
                 title="Table I: LCAE (BCE) per condition, mean over repeats")
     t2, n2 = per_condition_table(s3, "theta")
-    write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=n2,
+    write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=n2, provenance=provenance,
                 title="Table II: ability θ re-estimated from final answers (Stage 3), per condition")
-    write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"],
+    write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"], provenance=provenance,
                 title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]")
     fit, nf = item_fit_summary(items)
-    write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf,
+    write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf, provenance=provenance,
                 title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")
     f2 = figure2_frame(s3, prices)
-    ability_lcae_ce(f2, figure2, title="Ability x LCAE x cost efficiency (IDS+DPR)")
+    ability_lcae_ce(f2, figure2, title="Ability x LCAE x cost efficiency (IDS+DPR)", provenance=provenance)
     return {"examinees": int(s3["examinee"].nunique()), "figure_points": len(f2)}

@@ -264,9 +264,11 @@ def load_metric_file(metrics: str, replicates: str) -> MetricFile:
 
 
 def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], datasets: Sequence[str],
-              transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int) -> dict:
+              transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
+              provenance: dict | None = None) -> dict:
     """Write one table (`TABLES`) from `metrics_job` outputs: `files` maps
-    (kind, model, dataset, evalset) -> path, kind "metrics" | "replicates" | "contrast"."""
+    (kind, model, dataset, evalset) -> path, kind "metrics" | "replicates" | "contrast";
+    with `provenance`, its sidecar too (`selfknow.report.provenance`)."""
     from selfknow.report.tables import write_table
 
     if name in ("table8", "table9", "table10"):
@@ -281,7 +283,8 @@ def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], data
         n = int(next(iter(sizes.values()))["n_items"].iloc[0])
         write_table(df, csv, md, title=f"Table {name[5:]}: {shown} contrast-set sizes per pair of evaluation checkpoints",
                     notes=(f"Full-set size {n}. Cell: contrast-set size (questions the row checkpoint gets wrong and "
-                           f"the column checkpoint right); * = below the minimum size {mc}, not used."))
+                           f"the column checkpoint right); * = below the minimum size {mc}, not used."),
+                    provenance=provenance)
         return {"rows": len(df), "unused_pairs": int(df.apply(lambda r: r.astype(str).str.endswith("*").sum(), axis=1).sum())}
     loaded = {}
     for m in models:
@@ -290,30 +293,31 @@ def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], data
             loaded[(m, d, shown)] = load_metric_file(files[("metrics", m, d, evalset)],
                                                      files[("replicates", m, d, evalset)])
     values, marks, title, notes = method_table(name, loaded, models, datasets, transfer)
-    write_table(values, csv, md, title=title, notes=notes, marks=marks)
+    write_table(values, csv, md, title=title, notes=notes, marks=marks, provenance=provenance)
     numeric = values.select_dtypes("number")
     return {"rows": len(values), "nan_cells": int(numeric.isna().sum().sum())}
 
 
 def figure3_job(transfer_conf: str, random_conf: str, order: Sequence[str], png: str, csv: str, md: str,
-                *, title: str) -> dict:
-    """Figure 3 (both panels) and its data as a table."""
+                *, title: str, provenance: dict | None = None) -> dict:
+    """Figure 3 (both panels) and its data as a table (with `provenance`, a sidecar beside each)."""
     from selfknow.report.figures import transfer_heatmap_random_label
     from selfknow.report.tables import write_table
 
     left, right = transfer_matrices(pd.read_parquet(transfer_conf), pd.read_parquet(random_conf), order)
-    transfer_heatmap_random_label(left, right, png, title=title)
+    transfer_heatmap_random_label(left, right, png, title=title, provenance=provenance)
     data = pd.concat([left.reset_index().rename(columns={left.index.name: "trained on"}).assign(panel="transfer"),
                       right.reset_index().rename(columns={right.index.name: "trained on"}).assign(panel="random labels")],
                      ignore_index=True)
     data = data[["panel", "trained on", *order]]
     write_table(data, csv, md, title=title,
                 notes="Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer, first seed), "
-                      "evaluated on the column checkpoint's own test answers.")
+                      "evaluated on the column checkpoint's own test answers.", provenance=provenance)
     return {"rows": len(data), "nan_cells": int(data[list(order)].isna().sum().sum())}
 
 
-def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, title: str) -> dict:
+def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, title: str,
+                provenance: dict | None = None) -> dict:
     """Table 19 from the per-seed hidden-state files of the `transfer` variant."""
     from selfknow.report.tables import write_table
 
@@ -331,5 +335,5 @@ def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, title: str) -
     write_table(df, csv, md, title=title,
                 notes=(f"Per question and layer: Spearman ρ between checkpoint index ({', '.join(map(str, ckpts))}) "
                        f"and the total variance of the last-token hidden state across {len(arrays)} adapter seeds; "
-                       "mean and median over questions (undefined ρ left out)."))
+                       "mean and median over questions (undefined ρ left out)."), provenance=provenance)
     return {"layers": len(df), "seeds": len(arrays)}
