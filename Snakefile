@@ -12,6 +12,11 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
+# `snakemake --report results/report.html`: every table and figure, captioned from
+# workflow_report/ (see its catalog.yaml), under this description.
+report: "workflow_report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/world.smk"
 include: "rules/data.smk"

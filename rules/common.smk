@@ -1,6 +1,7 @@
 # Config validation, the global wildcard constraints and the input functions.
 import re
 
+import yaml
 from snakemake.exceptions import WorkflowError
 
 from selfknow.config import (
@@ -85,9 +86,52 @@ def table_targets(paper, names):
     return [f"{R}/tables/{paper}/{n}.{ext}" for n in names for ext in ("csv", "md")]
 
 
+# The Snakemake report (`snakemake --report`): workflow_report/catalog.yaml names every table
+# and figure with its caption, category, subcategory and label. Captions find the provenance
+# sidecar through the output keys used below ("<table>_csv", "<figure>").
+with open(workflow.source_path("../workflow_report/catalog.yaml"), encoding="utf-8") as _f:
+    REPORT_CATALOG = yaml.safe_load(_f)["items"]
+
+
+def report_item(key, path):
+    """`path` flagged for the report as the catalog entry `key` ("<paper>/<name>"). Called from
+    rules/*.smk, so the caption path is relative to rules/."""
+    item = REPORT_CATALOG[key]
+    return report(path, caption=f"../workflow_report/{item['caption']}", category=item["category"],
+                  subcategory=item["subcategory"], labels={"result": item["label"]})
+
+
+TABLE_EXTS = ("csv", "md", "tex", "html", "json")
+
+
 def named_table_targets(paper, names):
-    """Table outputs named "<table>_csv" / "<table>_md", for `output: **named_table_targets(...)`."""
-    return {f"{n}_{ext}": f"{R}/tables/{paper}/{n}.{ext}" for n in names for ext in ("csv", "md")}
+    """Every file `selfknow.report.tables.write_table` writes for each table, named
+    "<table>_<ext>" (csv, md, tex, html and the provenance sidecar json), for
+    `output: **named_table_targets(...)`; the HTML page goes into the report when the catalog
+    lists the table "<paper>/<table>" (a figure's data table, tables/persistent/figure3.*, is not
+    shown: its figure is)."""
+    out = {}
+    for n in names:
+        shown = REPORT_CATALOG.get(f"{paper}/{n}", {}).get("kind") == "table"
+        for ext in TABLE_EXTS:
+            path = f"{R}/tables/{paper}/{n}.{ext}"
+            out[f"{n}_{ext}"] = report_item(f"{paper}/{n}", path) if ext == "html" and shown else path
+    return out
+
+
+def figure_target(key):
+    """The PNG of the catalog figure `key`, flagged for the report (wildcards stay wildcards)."""
+    return report_item(key, f"{R}/{REPORT_CATALOG[key]['output']}")
+
+
+def named_figure_targets(paper, names):
+    """Each figure's PNG, named "<figure>" (as its caption expects) and flagged for the report,
+    and its provenance sidecar, named "<figure>_sidecar"."""
+    out = {}
+    for n in names:
+        out[n] = figure_target(f"{paper}/{n}")
+        out[f"{n}_sidecar"] = f"{R}/{REPORT_CATALOG[f'{paper}/{n}']['output'][:-len('.png')]}.json"
+    return out
 
 
 def all_table_files():

@@ -122,7 +122,7 @@ if config.get("ladder_import_dir"):
 
     rule ladder_import:
         output:
-            f"{R}/tables/ladder/import_aggregates.csv",
+            **named_table_targets("ladder", ["import_aggregates"]),
         params:
             import_dir=config["ladder_import_dir"],
             estimators=LAD.get("import_estimators", []),

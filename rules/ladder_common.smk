@@ -66,7 +66,8 @@ def get_ladder_score_parts(wildcards):
 
 
 def ladder_figure_targets():
-    return {f: f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES}
+    """Figures 4-7: the PNGs (named "<figure>", flagged for the report) and their sidecars."""
+    return named_figure_targets("ladder", LADDER_FIGURES)
 
 
 def ladder_table_files():
@@ -75,7 +76,7 @@ def ladder_table_files():
     files = []
     if LADDER_MODELS:
         files += table_targets("ladder", LADDER_TABLES)
-        files += list(ladder_figure_targets().values())
+        files += [f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES]
     if config.get("ladder_import_dir"):
-        files.append(f"{R}/tables/ladder/import_aggregates.csv")
+        files += table_targets("ladder", ["import_aggregates"])
     return files

@@ -117,7 +117,7 @@ rule lcae_tables:
         item_params=rules.lcae_irt.output.item_params,
     output:
         **named_table_targets("lcae", ["table1", "table2", "table3", "item_fit"]),
-        figure2=f"{R}/figures/lcae/figure2.png",
+        **named_figure_targets("lcae", ["figure2"]),
     params:
         prices=LC.get("prices", {}),
     conda:

@@ -5,7 +5,6 @@
 
 
 localrules:
-    persistent_table,
     persistent_figure3,
     persistent_table19,
 
@@ -147,24 +146,31 @@ rule persistent_metrics:
         "../scripts/persistent_metrics.py"
 
 
-rule persistent_table:
-    input:
-        unpack(get_table_inputs),
-    output:
-        csv=f"{R}/tables/persistent/{{table}}.csv",
-        md=f"{R}/tables/persistent/{{table}}.md",
-    params:
-        models=P_MODELS,
-        datasets=P_DATASETS,
-        transfer=P_TRANSFER or "",
-        min_contrast=PC.get("min_contrast", 500),
-        min_contrast_transfer=PC.get("min_contrast_transfer", 300),
-    conda:
-        "../envs/selfknow.yaml"
-    log:
-        f"{R}/logs/persistent/tables/{{table}}.log",
-    script:
-        "../scripts/persistent_table.py"
+# One rule per table (persistent_table1, ...), so that each table's page in the report has its
+# own caption, label and place (workflow_report/catalog.yaml).
+for _table in persistent_table_names():
+
+    rule:
+        name:
+            f"persistent_{_table}"
+        input:
+            **persistent_table_inputs(_table),
+        output:
+            **named_table_targets("persistent", [_table]),
+        localrule: True
+        params:
+            table=_table,
+            models=P_MODELS,
+            datasets=P_DATASETS,
+            transfer=P_TRANSFER or "",
+            min_contrast=PC.get("min_contrast", 500),
+            min_contrast_transfer=PC.get("min_contrast_transfer", 300),
+        conda:
+            "../envs/selfknow.yaml"
+        log:
+            f"{R}/logs/persistent/tables/{_table}.log",
+        script:
+            "../scripts/persistent_table.py"
 
 
 rule persistent_figure3:
@@ -172,7 +178,7 @@ rule persistent_figure3:
         transfer=p_conf(P_MODELS[0], P_DATASETS[0], "transfer", P_VAR_SEEDS[0]) if P_MODELS else [],
         random_label=p_conf(P_MODELS[0], P_DATASETS[0], "random_label", P_SEEDS[0]) if P_MODELS else [],
     output:
-        png=f"{R}/figures/persistent/figure3.png",
+        **named_figure_targets("persistent", ["figure3"]),
         **named_table_targets("persistent", ["figure3"]),
     params:
         order=persistent_ckpt_order(),

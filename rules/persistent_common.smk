@@ -27,7 +27,6 @@ wildcard_constraints:
     variant=_alt(P_VARIANTS),
     evalset=f"{MAIN}|{TRANSFER}",
     seed=r"\d+",
-    table=_alt(TABLES),
 
 
 def p_train_ckpts(model):
@@ -145,9 +144,9 @@ def get_metrics_inputs(wildcards):
     return files
 
 
-def get_table_inputs(wildcards):
+def persistent_table_inputs(table):
     """Named "<kind>__<model>__<dataset>__<evalset>" metric, replicate and contrast files."""
-    evalsets = [TRANSFER] if wildcards.table in ("table10", "table18") else [MAIN]
+    evalsets = [TRANSFER] if table in ("table10", "table18") else [MAIN]
     files = {}
     for m in P_MODELS:
         for d in P_DATASETS:

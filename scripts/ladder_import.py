@@ -1,7 +1,11 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.protocols.ladder.tables import import_job
+from selfknow.report.provenance import job_provenance
 from selfknow.runlog import job_log
 
+p, out, cfg = snakemake.params, snakemake.output, snakemake.config
 with job_log(snakemake.log[0], "ladder_import") as summary:
-    summary.update(import_job(snakemake.params.import_dir, snakemake.output[0],
-                              list(snakemake.params.estimators) or None))
+    # the released sessions are this job's input: their directory is fingerprinted
+    prov = job_provenance(cfg, [p.import_dir], sections=["ladder_import_dir", *(["ladder"] if "ladder" in cfg else [])])
+    summary.update(import_job(p.import_dir, out.import_aggregates_csv, out.import_aggregates_md,
+                              list(p.estimators) or None, provenance=prov))

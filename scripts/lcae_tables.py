@@ -1,7 +1,11 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.protocols.lcae.tables import write_tables
+from selfknow.report.provenance import job_provenance
 from selfknow.runlog import job_log
 
+lc = snakemake.config["lcae"]
 with job_log(snakemake.log[0], "lcae_tables") as summary:
+    prov = job_provenance(snakemake.config, snakemake.input, sections=["lcae"], models=lc["examinee_models"],
+                          datasets=[lc["dataset"]])
     summary.update(write_tables(snakemake.input.stage3, snakemake.input.item_params, dict(snakemake.output.items()),
-                                snakemake.output.figure2, dict(snakemake.params.prices)))
+                                snakemake.output.figure2, dict(snakemake.params.prices), provenance=prov))

@@ -410,7 +410,7 @@ def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
         elif ln.startswith("resources:") and rule:
             jobs[rule].append(ln)
     for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant", "persistent_gcm",
-                 "persistent_metrics", "persistent_table", "persistent_figure3", "persistent_table19"):
+                 "persistent_metrics", "persistent_table1", "persistent_figure3", "persistent_table19"):
         assert rule in jobs, rule
     # the models' GPU requests (Olmo 3 32B: 2, the others 1) reach every model-loading job
     # (persistent_gcm asks for its own model's GPUs: see rules/persistent_common.smk get_gcm_gpus)
