@@ -10,6 +10,7 @@ pc = cfg.get("persistent", {})
 with job_log(snakemake.log[0], "judge_audit_table"):
     # the judge, and the models whose answers it graded (the last checkpoints of the persistent models)
     prov = job_provenance(cfg, snakemake.input, sections=["judge"],
-                          models=[cfg["judge"]["llm_judge"], *pc.get("models", [])], datasets=pc.get("datasets", [])[:1])
+                          models=list(dict.fromkeys([cfg["judge"]["llm_judge"], *pc.get("models", [])])),
+                          datasets=pc.get("datasets", [])[:1])
     write_table(judge_audit_table(read_parquet(snakemake.input[0])), snakemake.output.audit_csv,
                 snakemake.output.audit_md, title="Judge audit: exact match vs the LLM judge", provenance=prov)
