@@ -9,6 +9,7 @@ rule knowledge_card:
     params:
         models=MODELS,
         last_ckpt=card_last_checkpoints(),
+        report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"
     log:

@@ -22,6 +22,10 @@ MODELS = [m["name"] for m in config["models"]]
 DATASETS = list(config["datasets"])
 CHECKPOINTS = sorted({c for m in MODELS for c in checkpoint_names(config, m)})
 
+# Rendering-only settings (config `report`) with their defaults: only the rules that write
+# tables and figures take them as params, so changing one reruns those jobs and nothing else.
+REPORT_SETTINGS = {"decimals": 3, **config.get("report", {})}
+
 
 def _alt(values):
     return "|".join(sorted(re.escape(v) for v in values)) or "NONE"

@@ -31,6 +31,8 @@ rule judge_audit_table:
         rules.llm_judge.output[0],
     output:
         **named_table_targets("judge", ["audit"]),
+    params:
+        report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"
     log:

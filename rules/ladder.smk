@@ -109,6 +109,8 @@ rule ladder_tables:
     output:
         **named_table_targets("ladder", LADDER_TABLES),
         **ladder_figure_targets(),
+    params:
+        report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -126,6 +128,7 @@ if config.get("ladder_import_dir"):
         params:
             import_dir=config["ladder_import_dir"],
             estimators=LAD.get("import_estimators", []),
+            report=REPORT_SETTINGS,
         conda:
             "../envs/selfknow.yaml"
         log:

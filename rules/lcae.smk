@@ -120,6 +120,7 @@ rule lcae_tables:
         **named_figure_targets("lcae", ["figure2"]),
     params:
         prices=LC.get("prices", {}),
+        report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"
     log:

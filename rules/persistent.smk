@@ -165,6 +165,7 @@ for _table in persistent_table_names():
             transfer=P_TRANSFER or "",
             min_contrast=PC.get("min_contrast", 500),
             min_contrast_transfer=PC.get("min_contrast_transfer", 300),
+            report=REPORT_SETTINGS,
         conda:
             "../envs/selfknow.yaml"
         log:
@@ -182,6 +183,7 @@ rule persistent_figure3:
         **named_table_targets("persistent", ["figure3"]),
     params:
         order=persistent_ckpt_order(),
+        report=REPORT_SETTINGS,
         title=f"Figure 3: transfer between checkpoints ({P_MODELS[0] if P_MODELS else ''}, "
               f"{P_DATASETS[0] if P_DATASETS else ''})",
     conda:
@@ -198,6 +200,7 @@ rule persistent_table19:
     output:
         **named_table_targets("persistent", ["table19"]),
     params:
+        report=REPORT_SETTINGS,
         title=f"Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance across seeds "
               f"({P_MODELS[0] if P_MODELS else ''}, {P_DATASETS[0] if P_DATASETS else ''})",
     conda:

@@ -67,6 +67,7 @@ rule world_evolution_table:
     params:
         checkpoints={m: checkpoint_names(config, m) for m in world_models()},
         n_train=config.get("persistent", {}).get("train_checkpoints", 2),
+        report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"
     log:

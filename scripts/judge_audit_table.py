@@ -2,11 +2,12 @@
 from selfknow.jobs import judge_audit_table
 from selfknow.records import read_parquet
 from selfknow.report.provenance import job_provenance
-from selfknow.report.tables import write_table
+from selfknow.report.tables import set_decimals, write_table
 from selfknow.runlog import job_log
 
 cfg = snakemake.config
 pc = cfg.get("persistent", {})
+set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "judge_audit_table"):
     # the judge, and the models whose answers it graded (the last checkpoints of the persistent models)
     prov = job_provenance(cfg, snakemake.input, sections=["judge"],

@@ -1,12 +1,14 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.report.card import card_job
 from selfknow.report.provenance import job_provenance
+from selfknow.report.tables import set_decimals
 from selfknow.runlog import job_log
 
 cfg = snakemake.config
 inp = dict(snakemake.input.items())
 persistent = {k.split("__", 1)[1]: (v, inp[f"persistent_reps__{k.split('__', 1)[1]}"])
               for k, v in inp.items() if k.startswith("persistent_points__")}
+set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "knowledge_card") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=[s for s in ("lcae", "ladder", "persistent") if s in cfg],
                           models=list(snakemake.params.models))

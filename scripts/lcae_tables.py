@@ -1,9 +1,11 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.protocols.lcae.tables import write_tables
 from selfknow.report.provenance import job_provenance
+from selfknow.report.tables import set_decimals
 from selfknow.runlog import job_log
 
 lc = snakemake.config["lcae"]
+set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "lcae_tables") as summary:
     prov = job_provenance(snakemake.config, snakemake.input, sections=["lcae"], models=lc["examinee_models"],
                           datasets=[lc["dataset"]])

@@ -16,13 +16,28 @@ import pandas as pd
 from selfknow.records import write_csv, write_text
 
 
-def _fmt(v, digits: int) -> str:
+#: Decimals of floats in the rendered tables (Markdown, LaTeX, HTML; the CSV keeps full
+#: precision) when a writer is not given `digits`. A table job sets it from the config's
+#: rendering-only `report.decimals` (`set_decimals`), so changing it reruns only the table jobs.
+DECIMALS = 3
+
+
+def set_decimals(n: int) -> None:
+    """The default decimals of every table this process writes from now on."""
+    global DECIMALS
+    if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+        raise ValueError(f"report.decimals must be a non-negative integer, got {n!r}")
+    DECIMALS = n
+
+
+def _fmt(v, digits: int | None) -> str:
+    digits = DECIMALS if digits is None else digits
     if isinstance(v, float):
         return "" if math.isnan(v) else f"{v:.{digits}f}"
     return str(v)
 
 
-def to_markdown(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int = 3,
+def to_markdown(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int | None = None,
                 marks: pd.DataFrame | None = None) -> str:
     cols = list(df.columns)
     lines = [f"### {title}", ""] if title else []
@@ -39,7 +54,7 @@ def to_markdown(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: i
     return "\n".join(lines) + "\n"
 
 
-def to_latex(df: pd.DataFrame, *, title: str = "", digits: int = 3, marks: pd.DataFrame | None = None) -> str:
+def to_latex(df: pd.DataFrame, *, title: str = "", digits: int | None = None, marks: pd.DataFrame | None = None) -> str:
     def esc(s: str) -> str:
         return s.replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%").replace("&", r"\&")
 
@@ -75,7 +90,7 @@ div.provenance p { margin: 0.1em 0; font-family: ui-monospace, monospace; }
 """
 
 
-def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int = 3,
+def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int | None = None,
             marks: pd.DataFrame | None = None, provenance: dict | None = None) -> str:
     """A standalone HTML page: the table (best in bold, not-significantly-worse underlined),
     the notes, and the provenance summary in a footer."""
@@ -115,7 +130,7 @@ def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int =
 
 
 def write_table(df: pd.DataFrame, csv_path: str | Path, md_path: str | Path, *, title: str = "",
-                notes: str = "", digits: int = 3, marks: pd.DataFrame | None = None,
+                notes: str = "", digits: int | None = None, marks: pd.DataFrame | None = None,
                 provenance: dict | None = None) -> None:
     """Write `df` as CSV, Markdown (with marks), LaTeX (`.tex` beside the Markdown) and HTML
     (`.html` beside the Markdown, for the report); with `provenance`, also its sidecar
