@@ -38,3 +38,4 @@ rule all_tables:
     default_target: True
     input:
         all_table_files(),
+        generation_files(),

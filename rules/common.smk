@@ -181,6 +181,17 @@ def get_audit_generations(wildcards):
             for m in config.get("persistent", {}).get("models", [])]
 
 
+def generation_files():
+    """The shared stage's generations that tables read (world evolution, judge audit). The
+    default target lists them: Snakemake does not rebuild a deleted file while the files built
+    from it are newer, so deleting a model's generations would otherwise rerun nothing; listed,
+    that model's generation jobs rerun, and then the tables that read them."""
+    files = list(get_world_generations(None).values()) if "world" in config else []
+    if JUDGE.get("llm_judge"):
+        files += [f for f in get_audit_generations(None) if f not in files]
+    return files
+
+
 def get_judge_model_files(wildcards):
     return model_files(JUDGE["llm_judge"])
 
