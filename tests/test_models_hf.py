@@ -147,6 +147,35 @@ def test_sampling_is_seeded_per_prompt_and_sample_index(tiny):
     assert any(t != a[2].text for t in others)
 
 
+def test_batched_sampling_equals_a_per_prompt_reference(tiny):
+    """Each prompt of a batch is sampled exactly as alone: softmax(logits / T), one draw per
+    step from a generator seeded by (prompt, sample index), until EOS or the token limit."""
+    from selfknow.models.hf import sample_seed
+
+    got = tiny.generate(PROMPTS, max_new_tokens=10, temperature=0.8, sample_index=3)
+    for prompt, g in zip(PROMPTS, got):
+        ids = tiny.tokenizer(prompt)["input_ids"]
+        gen = torch.Generator().manual_seed(sample_seed(prompt, 3))
+        out = []
+        for _ in range(10):
+            with torch.no_grad():
+                logits = tiny.model(input_ids=torch.tensor([ids + out])).logits[0, -1]
+            out.append(int(torch.multinomial(torch.softmax(logits.float() / 0.8, -1), 1, generator=gen)))
+            if out[-1] in tiny.eos_ids:
+                break
+        assert g.text == tiny.tokenizer.decode(out, skip_special_tokens=True)
+        assert g.tokens_out == len(out)
+
+
+def test_greedy_repeats_share_one_cached_call(tiny_spec, tmp_path):
+    lm = load_lm(tiny_spec, "step1", cache_dir=tmp_path)
+    a = lm.generate(PROMPTS[:2], max_new_tokens=4, sample_index=0)
+    b = lm.generate(PROMPTS[:2], max_new_tokens=4, sample_index=2)
+    assert a == b and lm.stats.misses == 2 and lm.stats.hits == 2
+    lm.generate(PROMPTS[:2], max_new_tokens=4, temperature=0.7, sample_index=2)
+    assert lm.stats.misses == 4  # a sampled repeat is its own call
+
+
 def test_chat_without_template_is_a_clear_error(tiny):
     with pytest.raises(ValueError, match="no chat template"):
         tiny.generate(["hi"], max_new_tokens=2, chat=True)

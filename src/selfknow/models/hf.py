@@ -136,6 +136,31 @@ def _register_prefix_attention() -> None:
         AttentionMaskInterface.register(_PREFIX_ATTN, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
 
 
+def sample_seed(prompt: str, sample_index: int) -> int:
+    """The sampling seed of one (prompt, sample index)."""
+    return int(hashlib.sha256(f"{sample_index}\0{prompt}".encode()).hexdigest()[:15], 16)
+
+
+class _SeededSampler:
+    """A logits processor that draws each row's next token from softmax(logits / T) with that
+    row's own generator and leaves only the drawn token finite (so greedy decoding takes it)."""
+
+    def __init__(self, temperature: float, seeds: Sequence[tuple[str, int]]):
+        import torch
+
+        self.temperature = temperature
+        self.generators = [torch.Generator().manual_seed(sample_seed(p, k)) for p, k in seeds]
+
+    def __call__(self, input_ids, scores):
+        import torch
+
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1).cpu()
+        drawn = [torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(self.generators)]
+        out = torch.full_like(scores, float("-inf"))
+        out[torch.arange(len(drawn)), torch.cat(drawn).to(scores.device)] = 0.0
+        return out
+
+
 @register_backend("hf")
 class HFLM(LM):
     """A transformers causal LM at one checkpoint (see module docstring)."""
@@ -332,7 +357,9 @@ class HFLM(LM):
             return self._generate_ids(ids, max_new_tokens, stop, float(temperature),
                                       [(prompts[i], sample_index) for i in idx])
 
-        out = self._calls.run("generate", payloads, params, compute, sample_index=sample_index)
+        # a greedy answer does not depend on the sample index: repeats share one cached call
+        out = self._calls.run("generate", payloads, params, compute,
+                              sample_index=sample_index if temperature > 0 else 0)
         return [Generation(**o) for o in out]
 
     def _generate_ids(self, ids: list[list[int]], max_new_tokens: int, stop: list[str],
@@ -347,35 +374,29 @@ class HFLM(LM):
         cfg = dict(max_new_tokens=max_new_tokens, num_beams=1, pad_token_id=self.pad_id,
                    eos_token_id=eos or None, repetition_penalty=1.0, no_repeat_ngram_size=0,
                    min_new_tokens=0)
-        if temperature > 0:
-            cfg.update(do_sample=True, temperature=temperature, top_p=1.0, top_k=0)
-        else:
-            cfg.update(do_sample=False)
+        # Sampling runs as greedy decoding over logits that a seeded sampler has reduced to the
+        # drawn token: each row draws from its own generator, seeded by (prompt, sample index),
+        # so a sample does not depend on the batch it ran in and prompts batch like greedy ones.
+        cfg.update(do_sample=False)
         if stop:
             cfg["stop_strings"] = stop
         gen_cfg = GenerationConfig(**cfg)
         results: list[dict | None] = [None] * len(ids)
-        if temperature > 0:
-            # one prompt at a time, seeded from (prompt, sample index): batch-independent
-            groups = [[i] for i in range(len(ids))]
-        else:
-            order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-            groups = list(self._batches(order))
-        for group in groups:
+        order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+        for group in self._batches(order):
             width = max(len(ids[i]) for i in group)
             inp = torch.full((len(group), width), self.pad_id, dtype=torch.long)
             mask = torch.zeros((len(group), width), dtype=torch.long)
             for r, i in enumerate(group):  # left padding: every prompt ends at the same column
                 inp[r, width - len(ids[i]):] = torch.tensor(ids[i])
                 mask[r, width - len(ids[i]):] = 1
-            with torch.inference_mode(), torch.random.fork_rng(devices=[]):
-                if temperature > 0:
-                    p, k = seeds[group[0]]
-                    digest = hashlib.sha256(f"{k}\0{p}".encode()).hexdigest()
-                    torch.manual_seed(int(digest[:15], 16))
+            extra = {}
+            if temperature > 0:
+                extra["logits_processor"] = [_SeededSampler(temperature, [seeds[i] for i in group])]
+            with torch.inference_mode():
                 out = model.generate(input_ids=inp.to(model.device),
                                      attention_mask=mask.to(model.device),
-                                     generation_config=gen_cfg, tokenizer=tok)
+                                     generation_config=gen_cfg, tokenizer=tok, **extra)
             for r, i in enumerate(group):
                 gen = out[r, width:].tolist()
                 results[i] = self._finish(gen, len(ids[i]), stop)
