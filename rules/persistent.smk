@@ -194,6 +194,34 @@ rule persistent_figure3:
         "../scripts/persistent_figure3.py"
 
 
+# Reliability diagrams (beyond the paper; workflow_report/persistent/reliability.rst): one
+# figure per (model, training dataset), a panel per confidence method of the main tables, from
+# the confidences persistent_metrics assembles (first seed). Not a local rule: with an NLI
+# `equivalence` the surrogate method loads the NLI model, as persistent_metrics does.
+rule persistent_reliability:
+    input:
+        unpack(get_reliability_inputs),
+    output:
+        **named_figure_targets("persistent", ["reliability"]),
+    params:
+        train_ckpts=get_train_ckpts,
+        eval_ckpts=get_eval_ckpts,
+        train_seed=P_SEEDS[0],
+        seed=config["seed"],
+        equivalence=PC.get("equivalence", "normalised"),
+        report=REPORT_SETTINGS,  # the rendering settings every table and figure rule takes
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/reliability/{{model}}/{{dataset}}.log",
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    script:
+        "../scripts/persistent_reliability.py"
+
+
 rule persistent_table19:
     input:
         [p_hidden(P_MODELS[0], P_DATASETS[0], s) for s in P_VAR_SEEDS] if P_MODELS else [],

@@ -2,6 +2,7 @@
 # holds the rules). Checkpoints come from the model registry: the first
 # `persistent.train_checkpoints` of a model are its non-oracle training checkpoints, the rest
 # its evaluation checkpoints.
+from selfknow.protocols.persistent.jobs import RELIABILITY_VARIANTS
 from selfknow.protocols.persistent.tables import SECOND_DATASET_TABLES, TABLES
 from selfknow.protocols.persistent.variants import (
     MAIN,
@@ -144,6 +145,24 @@ def get_metrics_inputs(wildcards):
     return files
 
 
+def get_reliability_inputs(wildcards):
+    """What `persistent_metrics` reads for the main test set, restricted to the methods the
+    reliability diagrams show (`RELIABILITY_VARIANTS`, the GCM) and their first seed."""
+    m, d = wildcards.model, wildcards.dataset
+    tr, ev = p_train_ckpts(m), p_eval_ckpts(m)
+    files = _sc_inputs(m, d, train=tr, test=ev + tr[-1:])
+    files.update({f"variant__{v}": p_conf(m, d, v, P_SEEDS[0]) for v in RELIABILITY_VARIANTS})
+    if P_GCM:
+        files["gcm"] = p_gcm(m, d, P_SEEDS[0])
+    return files
+
+
+def persistent_reliability_files():
+    """The reliability diagrams of every persistent model on every training dataset."""
+    pattern = f"{R}/{REPORT_CATALOG['persistent/reliability']['output']}"
+    return [pattern.format(model=m, dataset=d) for m in P_MODELS for d in P_DATASETS]
+
+
 def persistent_table_inputs(table):
     """Named "<kind>__<model>__<dataset>__<evalset>" metric, replicate and contrast files."""
     evalsets = [TRANSFER] if table in ("table10", "table18") else [MAIN]
@@ -177,4 +196,4 @@ def persistent_table_files():
         return []
     files = table_targets("persistent", persistent_table_names() + ["figure3", "table19"])
     files.append(f"{R}/figures/persistent/figure3.png")
-    return files
+    return files + persistent_reliability_files()

@@ -191,7 +191,9 @@ def expected_after_adding(dag: set[Job], new: str, protocols: set[str]) -> set[J
     def reruns(j: Job) -> bool:
         if j.model == new or j.family == new:
             return True
-        if "persistent" in protocols and j.rule not in FIRST_PERSISTENT_MODEL_ONLY \
+        # the persistent tables are over every model; the per-model figures (reliability
+        # diagrams, `model` wildcard) of the other models are not
+        if "persistent" in protocols and j.rule not in FIRST_PERSISTENT_MODEL_ONLY and j.model is None \
                 and j.writes_only_under("tables/persistent/", "figures/persistent/"):
             return True
         return j.rule in rules

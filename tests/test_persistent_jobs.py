@@ -4,6 +4,7 @@ and metrics, table assembly with hand-checkable cells and marks, Table 19's stat
 scipy, and the dry-run of the paper config."""
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import subprocess
@@ -272,6 +273,90 @@ def test_write_table_and_figure3_from_synthetic_files(tmp_path):
         assert out["rows"] > 0 and out.get("nan_cells", 0) == 0
     md = Path(f"{R}/table18.md").read_text()
     assert "d → t" in md and "**0.500**" in md
+
+
+def test_reliability_frame_takes_the_first_seed_pooled_over_checkpoints_in_panel_order():
+    y = np.array([[0, 1, 1], [1, 0, 0]], dtype=float)
+    sc = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])[None]
+    oracle = np.stack([np.full((2, 3), 0.7), np.full((2, 3), 0.9)])  # seeds 0 and 1
+    df = J.reliability_frame(y, {"oracle": oracle, "sc": sc, "nonoracle_multi_n1": sc})  # an ablation: no panel
+    assert list(pd.unique(df["panel"])) == ["Self-consistency", "Oracle training"]
+    got = df[df["panel"] == "Self-consistency"]
+    assert got["confidence"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    assert got["correct"].tolist() == [0, 1, 1, 1, 0, 0]
+    assert df.loc[df["panel"] == "Oracle training", "confidence"].tolist() == pytest.approx([0.7] * 6)
+    with pytest.raises(ValueError, match="no method"):
+        J.reliability_frame(y, {"nonoracle_multi_n1": sc})
+    with pytest.raises(ValueError, match="'sc'"):
+        J.reliability_frame(y, {"sc": sc[:, :1]})
+
+
+def _reliability_inputs(tmp_path, n: int = 60) -> tuple[dict, list, list]:
+    """SC tables, the two variants and the GCM that `reliability_job` reads, for checkpoints
+    TR (training) and EV (evaluation), with confidences that track correctness."""
+    from selfknow.records import write_parquet
+
+    rng = np.random.default_rng(7)
+    ids = [f"i{k:02d}" for k in range(n)]
+    sc_paths, frames = {}, {}
+    for split, ckpts in (("train", TR), ("test", TR[-1:] + EV)):
+        for c in ckpts:
+            correct = rng.random(n) < 0.5
+            conf = np.clip(0.3 + 0.4 * correct + rng.normal(0, 0.15, n), 0.01, 0.99)
+            pred = [f"a{k}" if ok else f"w{k}{c}" for k, ok in enumerate(correct)]
+            frames[f"{split}:{c}"] = _sc_frame(ids, conf.tolist(), correct.tolist(), pred)
+            path = tmp_path / "sc" / f"{split}_{c}.parquet"
+            write_parquet(frames[f"{split}:{c}"], path)
+            sc_paths[f"{split}:{c}"] = str(path)
+    last = TR[-1]
+    variant_paths = []
+    for variant, pairs in (("nonoracle_multi", [(c, c) for c in EV] + [(last, c) for c in EV] + [(last, last)]),
+                           ("oracle_multi", [(c, c) for c in EV])):
+        rows = []
+        for scorer, target in pairs:
+            t = frames[f"test:{target}"]
+            rows.append(pd.DataFrame({"variant": variant, "seed": 0, "adapter": "multi", "scorer": scorer,
+                                      "target": target, "dataset": "main", "item_id": t["item_id"],
+                                      "answer": t["prediction"], "correct": t["correct"],
+                                      "confidence": np.clip(t["confidence"] + rng.normal(0, 0.05, n), 0, 1)}))
+        variant_paths.append(str(tmp_path / f"{variant}.parquet"))
+        write_parquet(pd.concat(rows, ignore_index=True), variant_paths[-1])
+    gcm = pd.concat([frames[f"{split}:{c}"][["item_id", "correct", "confidence"]].assign(seed=0, target=c, split=split)
+                     for split, ckpts in (("test", EV), ("train", TR)) for c in ckpts], ignore_index=True)
+    write_parquet(gcm, tmp_path / "gcm.parquet")
+    return sc_paths, variant_paths, [str(tmp_path / "gcm.parquet")]
+
+
+def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path, monkeypatch):
+    from selfknow.report import figures as F
+
+    drawn = []  # the summaries of what the job drew (taken before the figure is closed)
+    grid = F.reliability_grid
+    monkeypatch.setattr(F, "reliability_grid", lambda *a, **k: drawn.append(grid(*a, **k)) or drawn[-1])
+    sc_paths, variant_paths, gcm_paths = _reliability_inputs(tmp_path)
+    png = tmp_path / "figures" / "reliability" / "M" / "d.png"
+    out = J.reliability_job(EV, TR, sc_paths, variant_paths, gcm_paths, str(png), title="Reliability: M on d",
+                            seed=0, n_boot=20, provenance={"config_hash": "abc"})
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+    assert json.loads(png.with_suffix(".json").read_text())["config_hash"] == "abc"
+    labels = list(J.RELIABILITY_PANELS.values())
+    assert out["panels"] == len(labels) == 11 and out["items"] == 60 and out["checkpoints"] == len(EV)
+    assert list(out["smooth_ece"]) == labels and all(0 <= v <= 1 for v in out["smooth_ece"].values())
+    # every panel labelled and non-empty, in panel order, on all the pooled answers, each with
+    # four series: the diagonal, the SmoothECE curve, its bootstrap band and the binned points
+    (s,) = drawn
+    assert s.path == str(png) and s.suptitle == "Reliability: M on d"
+    assert [a.title for a in s.axes] == [f"{label} (n={len(EV) * 60})" for label in labels]
+    for a in s.axes:
+        assert a.has_data and a.xlabel == "confidence" and a.ylabel == "accuracy"
+        assert len(a.series) == 4 and a.n_lines >= 2 and a.n_collections >= 2, a
+        assert any(x.startswith("smoothed, SmoothECE") for x in a.series)
+        assert any(x.startswith("95 % bootstrap band (20 resamples)") for x in a.series)
+    # without the GCM (no `persistent.gcm_model`) its two panels are left out
+    out = J.reliability_job(EV, TR, sc_paths, variant_paths, [], str(tmp_path / "no_gcm.png"), title="t", seed=0,
+                            n_boot=5)
+    assert out["panels"] == 9 and not {"GCM", "GCM post-hoc"} & set(out["smooth_ece"])
 
 
 def test_transfer_matrices_auc():

@@ -12,6 +12,9 @@ exactly one of them.
 - `metrics_job`  assembles every method's confidences into (seeds, checkpoints, items)
                  arrays, contrast sets, the ten metrics (Eq. 1 and the fitted §B.1
                  normalisation) and the paired bootstrap replicates of §A.8.
+- `reliability_job` the reliability diagrams (beyond the paper) of one (model, dataset):
+                 one panel per confidence method of the main tables on the full test set,
+                 with its SmoothECE curve and bootstrap band.
 """
 from __future__ import annotations
 
@@ -436,6 +439,19 @@ def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_con
     return pd.DataFrame(rows), reps, pairs
 
 
+def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc: Mapping[str, pd.DataFrame],
+                          variant_frames: Sequence[pd.DataFrame], gcm_frames: Sequence[pd.DataFrame],
+                          equivalence: str = "normalised") -> tuple[np.ndarray, np.ndarray, dict]:
+    """`assemble_methods` on the main dataset's test split: `sc` keyed "test:<c>" (the
+    evaluation checkpoints and the last training checkpoint, the surrogate) and "train:<c>"
+    (the training checkpoints, for post-hoc calibration)."""
+    ev, tr = list(eval_ckpts), list(train_ckpts)
+    eval_sc = {c: sc[f"test:{c}"] for c in ev}
+    return assemble_methods(eval_sc, ev, train_sc={c: sc[f"train:{c}"] for c in tr},
+                            surrogate_sc=sc[f"test:{tr[-1]}"], variant_frames=variant_frames,
+                            gcm_frames=gcm_frames, dataset=V.MAIN, equivalence=make_equivalence(equivalence))
+
+
 def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[str, str],
                 variant_paths: Sequence[str], gcm_paths: Sequence[str], out_metrics: str,
                 out_replicates: str, out_contrast: str, *, evalset: str, min_contrast: int, n_boot: int,
@@ -450,11 +466,8 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
     sc = {k: read_sc(p) for k, p in sc_paths.items()}
     variant_frames = [read_parquet(p) for p in variant_paths]
     if evalset == V.MAIN:
-        eval_sc = {c: sc[f"test:{c}"] for c in ev}
-        items, y, methods = assemble_methods(
-            eval_sc, ev, train_sc={c: sc[f"train:{c}"] for c in tr}, surrogate_sc=sc[f"test:{tr[-1]}"],
-            variant_frames=variant_frames, gcm_frames=[read_parquet(p) for p in gcm_paths],
-            dataset=V.MAIN, equivalence=make_equivalence(equivalence))
+        items, y, methods = assemble_main_methods(ev, tr, sc, variant_frames, [read_parquet(p) for p in gcm_paths],
+                                                  equivalence)
     elif evalset == V.TRANSFER:
         eval_sc = {c: pd.concat([d for k, d in sc.items() if k.startswith(f"transfer:{c}:")], ignore_index=True)
                    for c in ev}
@@ -475,3 +488,64 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
     return {"items": int(items.size), "methods": len(methods), "pairs_used": len(pairs),
             "pair_sizes": [p.size for p in pairs], "accuracy": [round(float(a), 3) for a in y.mean(axis=1)],
             "seconds": round(time.time() - t0, 1)}
+
+
+# ----------------------------------------------------------------------------------------------
+# reliability diagrams (beyond the paper)
+# ----------------------------------------------------------------------------------------------
+#: the variants whose methods the reliability diagrams show (Tables 1, 2, 11, 13: "nonoracle"
+#: with its surrogate and copy, "oracle"); the other variants are ablations
+RELIABILITY_VARIANTS = ("nonoracle_multi", "oracle_multi")
+#: method -> panel title, in panel order (the methods of the main tables, `tables.METHOD_LABELS`)
+RELIABILITY_PANELS = {
+    "end_correct": "End-correct baseline", "sc": "Self-consistency", "sc_posthoc": "SC post-hoc",
+    "sc_surrogate": "SC surrogate", "sc_copy": "SC copy", "nonoracle": "Non-oracle training",
+    "nonoracle_surrogate": "Non-oracle surrogate", "nonoracle_copy": "Non-oracle copy",
+    "oracle": "Oracle training", "gcm": "GCM", "gcm_posthoc": "GCM post-hoc",
+}
+
+
+def reliability_frame(y: np.ndarray, methods: Mapping[str, np.ndarray],
+                      panels: Mapping[str, str] = RELIABILITY_PANELS) -> pd.DataFrame:
+    """`reliability_grid`'s input (panel, confidence, correct): per method of `panels` that
+    `methods` has, in `panels`' order, its first seed's confidences on every (evaluation
+    checkpoint, item) answer, pooled over the checkpoints. `y`: (n_eval, n) correctness;
+    `methods`: method -> (n_seeds, n_eval, n) confidences, as `assemble_methods` returns."""
+    frames = []
+    for m, label in panels.items():
+        if m not in methods:
+            continue
+        conf = np.asarray(methods[m], dtype=float)
+        if conf.ndim != 3 or conf.shape[1:] != y.shape:
+            raise ValueError(f"method {m!r}: confidences of shape {conf.shape}, correctness {y.shape}")
+        frames.append(pd.DataFrame({"panel": label, "confidence": conf[0].ravel(), "correct": y.ravel()}))
+    if not frames:
+        raise ValueError(f"no method of {list(panels)} among {list(methods)}")
+    return pd.concat(frames, ignore_index=True)
+
+
+def reliability_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[str, str],
+                    variant_paths: Sequence[str], gcm_paths: Sequence[str], png: str, *, title: str,
+                    seed: int, equivalence: str = "normalised", n_bins: int = 10, n_boot: int = 200,
+                    provenance: dict | None = None) -> dict:
+    """Reliability diagrams of one (model, training dataset) on the full main test set: the
+    confidences `metrics_job` assembles (`assemble_main_methods`; same inputs, `sc_paths` keyed
+    "test:<c>" and "train:<c>"), one panel per method of `RELIABILITY_PANELS` present (first
+    training seed; answers pooled over the evaluation checkpoints), each with `n_bins` binned
+    points and the SmoothECE curve with its `n_boot`-resample band (`report.figures.
+    reliability_grid`, bootstrap seeded by `seed`). Writes the PNG (and, with `provenance`,
+    its sidecar)."""
+    from selfknow.report.figures import reliability_grid
+    from selfknow.stats.smooth_ece import smooth_ece
+
+    t0 = time.time()
+    ev, tr = list(eval_ckpts), list(train_ckpts)
+    sc = {k: read_sc(p) for k, p in sc_paths.items()}
+    items, y, methods = assemble_main_methods(ev, tr, sc, [read_parquet(p) for p in variant_paths],
+                                              [read_parquet(p) for p in gcm_paths], equivalence)
+    df = reliability_frame(y, methods)
+    fig = reliability_grid(df, png, title=title, n_bins=n_bins, n_boot=n_boot, seed=seed, provenance=provenance)
+    smece = {p: round(smooth_ece(d["confidence"].to_numpy(float), d["correct"].to_numpy(float)), 4)
+             for p, d in df.groupby("panel", sort=False)}
+    return {"panels": len(fig.axes), "items": int(items.size), "checkpoints": len(ev),
+            "accuracy": round(float(y.mean()), 4), "smooth_ece": smece, "seconds": round(time.time() - t0, 1)}
