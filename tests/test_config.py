@@ -83,6 +83,12 @@ def test_openai_needs_base_url(cfg):
     assert "needs 'base_url'" in _err(cfg)
 
 
+def test_gcm_model_must_have_weights(cfg):
+    cfg["models"].append({"name": "api", "backend": "openai", "model": "gpt", "base_url": "http://x/v1"})
+    cfg["persistent"]["gcm_model"] = "api"
+    assert "persistent.gcm_model: 'api' is an openai model" in _err(cfg)
+
+
 def test_world_checkpoints_and_spec(cfg):
     names = checkpoint_names(cfg, "wm-small")
     assert names == ["phase1", "phase2", "phase3", "phase4", "phase5", "phase6"]  # one per curriculum phase

@@ -135,6 +135,11 @@ def _check_references(cfg: dict, source: str) -> None:
             need_dataset("persistent.transfer_dataset", p["transfer_dataset"])
         if "gcm_model" in p:
             need_model("persistent.gcm_model", p["gcm_model"])
+            gcm_backend = cfg["models"][names[p["gcm_model"]]]["backend"]
+            if gcm_backend != "hf":
+                raise ConfigError(f"{source}: persistent.gcm_model: '{p['gcm_model']}' is an "
+                                  f"{gcm_backend} model; the GCM trains a LoRA "
+                                  f"adapter on its weights, so it must be an hf model")
     lad = cfg.get("ladder")
     if lad:
         for i, n in enumerate(lad["models"]):
