@@ -4,6 +4,7 @@ number of series, and a sidecar when provenance is given."""
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pandas as pd
@@ -105,7 +106,8 @@ def test_reliability_diagram(tmp_path):
     assert any("SmoothECE" in lab for lab in main.series) and any("ECE" in lab for lab in main.series)
     assert main.n_lines == 2 and main.n_collections == 2
     assert s.axes[1].xlabel == "confidence" and s.axes[1].n_patches == 20
-    assert json.loads((tmp_path / "rel.json").read_text()) == {"config_hash": "abc"}
+    # the sidecar keeps the provenance and, after it, what the figure drew
+    assert json.loads((tmp_path / "rel.json").read_text()) == {"config_hash": "abc", "figure": asdict(s)}
     s2 = F.reliability_diagram(f, y, tmp_path / "rel2.png", title="binned only", smooth=False)
     assert len(s2.axes[0].series) == 2
     with pytest.raises(ValueError, match="one non-zero length"):

@@ -112,10 +112,12 @@ def test_every_caption_renders_with_its_provenance(configfile, tmp_path, monkeyp
             side = Path(f"results/{png}").with_suffix(".json")
         side.parent.mkdir(parents=True, exist_ok=True)
         side.write_text(json.dumps({"schema": "selfknow.provenance/1", "config_hash": f"hash-{name}",
-                                    "packages": {"numpy": "2"}, "config": {"secret_fragment": 1}}, indent=2))
+                                    "packages": {"numpy": "2"}, "config": {"secret_fragment": 1},
+                                    "figure": {"axes": [{"series": ["summary_series"]}]}}, indent=2))
         html = _render_caption(item["caption"], config, outputs, {"model": "wm-small", "dataset": "world_qa"})
         assert f"hash-{name}" in html, key  # the sidecar is included ...
         assert "secret_fragment" not in html, key  # ... up to the config fragment
+        assert "summary_series" not in html, key  # (a figure's summary follows the config)
         assert "system-message" not in html, key
         assert len(html) > 400, key
     desc = REPORT_DIR / "workflow.rst"

@@ -3,7 +3,9 @@
 Every figure function draws from a DataFrame or arrays (no model, no file other than its PNG
 and optional provenance sidecar), labels its axes, titles itself, and returns a
 `FigureSummary` of what it drew (taken before the figure is closed) so that tests can check
-for empty axes, missing labels and the number of series without decoding the PNG.
+for empty axes, missing labels and the number of series without decoding the PNG. With a
+provenance record, the summary is also kept in the figure's sidecar (key "figure", after the
+provenance keys), so that the figures a workflow run produced can be checked after the fact.
 
 Heat-maps use `cividis`, a colour map designed to read the same under colour-vision
 deficiency; series beyond the eight Okabe-Ito colours repeat a colour with another marker and
@@ -11,7 +13,7 @@ line style rather than fall back to an unsafe palette.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import matplotlib
@@ -46,6 +48,7 @@ class AxesSummary:
     n_patches: int
     n_texts: int
     has_data: bool
+    image_shapes: list[list[int]] = field(default_factory=list)  # (rows, columns) of each image (heat-map)
 
 
 @dataclass
@@ -64,7 +67,8 @@ def _axes_summary(ax) -> AxesSummary:
     return AxesSummary(title=ax.get_title(), xlabel=ax.get_xlabel(), ylabel=ax.get_ylabel(), series=list(labels),
                        n_lines=len(lines), n_collections=len(collections), n_images=len(images),
                        n_patches=len(patches), n_texts=len(ax.texts),
-                       has_data=bool(lines or collections or images or patches))
+                       has_data=bool(lines or collections or images or patches),
+                       image_shapes=[list(np.shape(im.get_array())[:2]) for im in images])
 
 
 def _collection_size(c) -> int:
@@ -82,8 +86,9 @@ def figure_summary(fig, path: str | Path = "") -> FigureSummary:
 
 
 def save(fig, path: str | Path, *, provenance: dict | None = None) -> FigureSummary:
-    """Write `fig` as PNG atomically (and the provenance sidecar `<stem>.json` if given),
-    close it, and return its summary."""
+    """Write `fig` as PNG atomically (and the provenance sidecar `<stem>.json` if given, with
+    the figure's summary under "figure" after the provenance keys: report captions include
+    the sidecar only up to its "config" key), close it, and return its summary."""
     summary = figure_summary(fig, path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", bbox_inches="tight")
@@ -91,7 +96,7 @@ def save(fig, path: str | Path, *, provenance: dict | None = None) -> FigureSumm
     if provenance is not None:
         from selfknow.report.provenance import write_sidecar
 
-        write_sidecar(provenance, path)
+        write_sidecar({**provenance, "figure": asdict(summary)}, path)
     return summary
 
 
