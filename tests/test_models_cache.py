@@ -73,6 +73,19 @@ def test_hits_misses_and_rerun_makes_zero_calls(tmp_path):
     assert other.computed == ["a"]
 
 
+def test_sample_index_separates_sampled_calls_only(tmp_path):
+    stats = CallStats()
+    calls = CachedCalls(tmp_path, lambda: dict(IDENTITY), stats)
+
+    def run(temperature, k):
+        return calls.run("generate", [{"prompt": "p"}], {"temperature": temperature},
+                         lambda idx: [{"text": f"t={temperature} k={k}"}], sample_index=k)
+
+    assert run(0.0, 0) == run(0.0, 3)  # greedy repeats share one entry
+    assert run(0.7, 1) != run(0.7, 2)  # sampled repeats do not
+    assert (stats.misses, stats.hits) == (3, 1)
+
+
 def test_no_cache_dir_computes_every_time(tmp_path):
     lm = CountingBackend(None)
     lm.generate(["a"], max_new_tokens=1)

@@ -237,7 +237,10 @@ class CachedCalls:
         sample_index: int = 0,
     ) -> list[Any]:
         """Answer `call` for each payload (one prompt or pair each) from the cache, computing
-        the misses with `compute(miss_indices)`."""
+        the misses with `compute(miss_indices)`. `sample_index` tells sampled repeats apart; a
+        call without a positive `temperature` param is deterministic, so its repeats share one
+        entry."""
+        sampled = float(params.get("temperature") or 0) > 0
         requests = [{**self.identity, "call": call, "payload": p, "params": params,
-                     "sample_index": int(sample_index)} for p in payloads]
+                     "sample_index": int(sample_index) if sampled else 0} for p in payloads]
         return self.cache.map(requests, compute, self.stats)

@@ -357,9 +357,7 @@ class HFLM(LM):
             return self._generate_ids(ids, max_new_tokens, stop, float(temperature),
                                       [(prompts[i], sample_index) for i in idx])
 
-        # a greedy answer does not depend on the sample index: repeats share one cached call
-        out = self._calls.run("generate", payloads, params, compute,
-                              sample_index=sample_index if temperature > 0 else 0)
+        out = self._calls.run("generate", payloads, params, compute, sample_index=sample_index)
         return [Generation(**o) for o in out]
 
     def _generate_ids(self, ids: list[list[int]], max_new_tokens: int, stop: list[str],

@@ -231,9 +231,7 @@ class OpenAILM(LM):
         params = {"max_new_tokens": int(max_new_tokens), "stop": stop, "chat": use_chat,
                   "system": system, "temperature": float(temperature)}
         out = self._calls.run("generate", [{"prompt": p} for p in prompts], params,
-                              lambda idx: self._map(one, idx),
-                              # temperature 0 asks for the greedy answer: repeats share one call
-                              sample_index=sample_index if temperature > 0 else 0)
+                              lambda idx: self._map(one, idx), sample_index=sample_index)
         return [Generation(**o) for o in out]
 
     def _choice(self, data: dict, endpoint: str, i: int) -> dict:
