@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.judge import exact_match, letter_match, parse_option_letter
-from selfknow.mcq import cloze_prompt, option_probabilities
+from selfknow.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
 from selfknow.models.base import LM
 
 CHAT_QA = "Answer the question with a short answer only (a few words), no explanation.\n\nQuestion: {question}"
@@ -40,8 +40,8 @@ def greedy_answers(lm: LM, items: pd.DataFrame, *, shots: list[tuple[str, str]],
     if is_mcq and not chat:
         probs = option_probabilities(lm, list(items["question"]), [list(c) for c in items["choices"]])
         prompts = [cloze_prompt(q) for q in items["question"]]
-        raw = [" ".join(f"{chr(65 + j)}={x:.3f}" for j, x in enumerate(p)) for p in probs]
-        answers = [chr(65 + int(np.argmax(p))) for p in probs]
+        raw = [describe(p) for p in probs]
+        answers = [chosen_letter(p) for p in probs]
         t_in, t_out = [len(p.split()) for p in prompts], [0] * len(prompts)
     else:
         if chat:

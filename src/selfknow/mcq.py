@@ -14,6 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
+from selfknow.items import LETTERS
 from selfknow.models.base import LM
 
 
@@ -46,3 +47,13 @@ def option_probabilities(lm: LM, questions: Sequence[str], choices: Sequence[Seq
         out.append(p / p.sum())
         start += k
     return out
+
+
+def chosen_letter(probs: np.ndarray) -> str:
+    """The option letter of the most likely option."""
+    return LETTERS[int(np.argmax(probs))]
+
+
+def describe(probs: np.ndarray) -> str:
+    """The option probabilities as the raw record of an answer: "A=0.125 B=0.700 ..."."""
+    return " ".join(f"{LETTERS[j]}={x:.3f}" for j, x in enumerate(probs))

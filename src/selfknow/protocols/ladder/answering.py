@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.mcq import option_probabilities
+from selfknow.mcq import chosen_letter, option_probabilities
 from selfknow.models.base import LM
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
@@ -221,8 +221,7 @@ def answer_by_cloze(lm: LM, items: pd.DataFrame, batch_size: int = 32) -> pd.Dat
         chunk = recs[s:s + batch_size]
         probs = option_probabilities(lm, [str(r["question"]) for r in chunk], [_choices(r) for r in chunk])
         for r, p in zip(chunk, probs):
-            best = int(np.argmax(p))
-            out.append({"item_id": r["item_id"], "answer": LETTERS[best], "confidence": float(p[best]),
+            out.append({"item_id": r["item_id"], "answer": chosen_letter(p), "confidence": float(p.max()),
                         "answer_status": "ok",
                         "answer_raw": json.dumps({LETTERS[c]: round(float(p[c]), 6) for c in range(len(p))})})
     return pd.DataFrame(out, columns=ANSWER_COLUMNS)

@@ -19,13 +19,11 @@ after "Question: q\\nAnswer:", softmax over the options) after a strategy-specif
 from __future__ import annotations
 
 import re
-from typing import Sequence
 
-import numpy as np
 import pandas as pd
 
 from selfknow.judge import letter_match, parse_option_letter
-from selfknow.mcq import cloze_prompt, option_probabilities
+from selfknow.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
 from selfknow.models.base import LM
 from selfknow.protocols.lcae.prompting import LETTERS, fill
 
@@ -42,10 +40,6 @@ def parse_final_letter(text: str | None, n_choices: int) -> str | None:
     return hits[-1] if hits else parse_option_letter(text, n_choices)
 
 
-def _recall_prompt(question: str) -> str:
-    return cloze_prompt(question)
-
-
 def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int = 16) -> pd.DataFrame:
     """Stage-1 answers of a base LM under `strategy` (see the module docstring)."""
     qs, chs = list(items["question"]), [list(c) for c in items["choices"]]
@@ -54,14 +48,14 @@ def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int 
         probs = option_probabilities(lm, qs, chs)
         tokens_out = [0] * len(qs)
     elif strategy == "tot":
-        beams = lm.beam_search([_recall_prompt(q) for q in qs], num_beams=3, max_new_tokens=max_new_tokens)
+        beams = lm.beam_search([cloze_prompt(q) for q in qs], num_beams=3, max_new_tokens=max_new_tokens)
         branches = [[f"Thought: {b[min(k, len(b) - 1)].text.strip()}\n" for b in beams] for k in range(3)]
         votes = [option_probabilities(lm, qs, chs, ctx) for ctx in branches]
         probs = [sum(v[i] for v in votes) / 3 for i in range(len(qs))]
         contexts = branches[0]
         tokens_out = [sum(len(b.text.split()) for b in bb[:3]) for bb in beams]
     else:
-        recall = lm.generate([_recall_prompt(q) for q in qs], max_new_tokens=max_new_tokens, stop=["\n"])
+        recall = lm.generate([cloze_prompt(q) for q in qs], max_new_tokens=max_new_tokens, stop=["\n"])
         texts = [g.text.strip() for g in recall]
         if strategy == "knowledge":
             contexts = [f"Knowledge: {t}\n" for t in texts]
@@ -76,8 +70,7 @@ def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int 
     prompts = [cloze_prompt(q, c) for q, c in zip(qs, contexts)]
     return pd.DataFrame({
         "item_id": items["item_id"].values, "strategy": strategy, "prompt": prompts,
-        "raw": [" ".join(f"{LETTERS[j]}={p[j]:.3f}" for j in range(len(p))) for p in probs],
-        "answer": [LETTERS[int(np.argmax(p))] for p in probs], "unparsed": False,
+        "raw": [describe(p) for p in probs], "answer": [chosen_letter(p) for p in probs], "unparsed": False,
         "tokens_in": [len(p.split()) for p in prompts], "tokens_out": tokens_out,
     })
 

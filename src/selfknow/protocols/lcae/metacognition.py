@@ -29,7 +29,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.judge import letter_match
-from selfknow.mcq import cloze_prompt, option_probabilities
+from selfknow.mcq import chosen_letter, cloze_prompt, option_probabilities
 from selfknow.models.base import LM
 from selfknow.protocols.lcae.examinees import parse_final_letter
 from selfknow.protocols.lcae.prompting import LETTERS, fill, template
@@ -134,7 +134,7 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
             revised = option_probabilities(lm, [qs[k] for k in slow], [chs[k] for k in slow],
                                            [reflections[k] for k in slow])
             for k, p in zip(slow, revised):
-                final[k] = LETTERS[int(np.argmax(p))]
+                final[k] = chosen_letter(p)
     prompts = [_answered(q, c, a, r) + f"{d}Probability that this answer is wrong (0-9):"
                for q, c, a, d, r in zip(qs, chs, final, diff, reflections)]
     # log-likelihoods, not next-token log-probs: a small model's tokenizer may split " 7" in two
