@@ -29,6 +29,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -435,7 +437,8 @@ def test_profile_rule_classes_exist():
 @pytest.mark.skipif(not TINY_CONFIG.exists(), reason="config/test.yaml (the tiny config) does not exist yet")
 def test_tiny_config_on_slurm_equals_local(slurm_cluster, work_dir, tiny_run):
     """The tiny config through `--profile profiles/slurm` gives the same tables as a local run
-    (the session's shared local run of the tiny config)."""
+    (the session's shared local run of the tiny config): the same files, rows and text, and
+    numbers equal up to float rounding."""
     results = {"local": (tiny_run, "")}
     out = work_dir / "tiny" / "slurm"
     out.mkdir(parents=True)
@@ -461,4 +464,27 @@ def test_tiny_config_on_slurm_equals_local(slurm_cluster, work_dir, tiny_run):
     assert names, "the local run made no tables"
     assert names == tables(slurm_tables)
     _, mismatch, errors = filecmp.cmpfiles(local_tables, slurm_tables, names, shallow=False)
-    assert not mismatch and not errors, f"tables differ between the local and the SLURM run: {mismatch or errors}"
+    assert not errors, f"unreadable tables: {errors}"
+    # A model call is cached by whichever job asks first (LADDER, LCAE and generation share
+    # cloze scores), and batched float arithmetic differs in the last bits with the batch it
+    # ran in; SLURM runs jobs in another order than a local run, so numbers may differ there.
+    differing = [n for n in mismatch if n.endswith(".csv")]
+    for name in differing:
+        _assert_same_table(local_tables / name, slurm_tables / name)
+    rendered = {n for n in mismatch if n.endswith(".md")}
+    assert rendered <= {n[:-4] + ".md" for n in differing}, \
+        f"rendered tables differ although their CSVs are identical: {sorted(rendered)}"
+
+
+def _assert_same_table(a: Path, b: Path) -> None:
+    """Same columns, rows and text cells; numeric cells equal to float32 rounding (1e-6)."""
+    x, y = pd.read_csv(a), pd.read_csv(b)
+    assert list(x.columns) == list(y.columns) and x.shape == y.shape, f"{a.name}: shapes differ"
+    for col in x.columns:
+        if pd.api.types.is_numeric_dtype(x[col]) and pd.api.types.is_numeric_dtype(y[col]):
+            close = np.isclose(x[col].to_numpy(float), y[col].to_numpy(float), rtol=1e-6, atol=1e-9,
+                               equal_nan=True)
+            assert close.all(), f"{a.name}: column {col!r} differs beyond float rounding in rows " \
+                                f"{np.flatnonzero(~close).tolist()}"
+        else:
+            assert x[col].equals(y[col]), f"{a.name}: column {col!r} differs"
