@@ -69,6 +69,10 @@ rule persistent_variant:
         "../scripts/persistent_variant.py"
 
 
+# The respective-checkpoint adapters of Figure 3 and Table 19: with the first variance seed
+# they score every checkpoint's answers (the transfer matrix) and save hidden states; with the
+# other variance seeds only the hidden states are needed, so persistent_variance_adapters
+# trains the adapters and scores nothing.
 use rule persistent_variant as persistent_transfer_variant with:
     input:
         unpack(get_transfer_variant_inputs),
@@ -77,6 +81,8 @@ use rule persistent_variant as persistent_transfer_variant with:
         conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
         adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
         hidden=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
+    wildcard_constraints:
+        seed=str(P_VAR_SEEDS[0]),
     params:
         spec=get_model_spec,
         train_ckpts=get_train_ckpts,
@@ -88,6 +94,14 @@ use rule persistent_variant as persistent_transfer_variant with:
         f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/transfer/seed{{seed}}.log",
     benchmark:
         f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/transfer/seed{{seed}}.tsv"
+
+
+use rule persistent_transfer_variant as persistent_variance_adapters with:
+    output:
+        adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
+        hidden=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
+    wildcard_constraints:
+        seed=_alt([str(s) for s in P_VAR_SEEDS[1:]]),
 
 
 rule persistent_gcm:

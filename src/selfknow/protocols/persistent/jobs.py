@@ -184,7 +184,7 @@ def adapter_examples(plan: V.AdapterPlan, train_sc: Mapping[str, pd.DataFrame], 
 
 
 def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str],
-                sc_paths: Mapping[str, str], adapters_dir: str, out: str, *, seed: int,
+                sc_paths: Mapping[str, str], adapters_dir: str, out: str | None, *, seed: int,
                 cache_dir: str, threads: int = 1, pair_mode: str = "consecutive",
                 hparams: Mapping | None = None, hidden_out: str | None = None,
                 variance_items: int = 0) -> dict:
@@ -194,7 +194,8 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
     `sc_paths`: "train:<ckpt>", "test:<ckpt>" and, for the transfer scorings,
     "transfer:<ckpt>" (one or more comma-free keys "transfer:<ckpt>:<split>") -> SC tables.
     With `hidden_out` (the `transfer` variant) also save, per checkpoint's own adapter, the
-    hidden states on the first `variance_items` test questions (sorted ids) for Table 19."""
+    hidden states on the first `variance_items` test questions (sorted ids) for Table 19.
+    With `out` None nothing is scored (adapters and hidden states only)."""
     import torch
 
     from selfknow.models import load_lm
@@ -221,7 +222,7 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
     t_train = time.time() - t0
     frames = []
     lms = {}
-    for s in plan.scorings:
+    for s in (plan.scorings if out is not None else []):
         tgt = answers[s.dataset].get(s.target)
         if tgt is None:
             raise KeyError(f"variant {variant}: no {s.dataset} test answers of checkpoint {s.target!r}")
@@ -234,9 +235,10 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
                                     "target": s.target, "dataset": s.dataset, "item_id": tgt["item_id"].to_numpy(),
                                     "answer": tgt["prediction"].to_numpy(), "correct": tgt["correct"].to_numpy(),
                                     "confidence": conf}))
-    df = pd.concat(frames, ignore_index=True)[CONF_COLUMNS]
-    write_parquet(df, out)
-    summary = {"adapters": len(plan.adapters), "scorings": len(plan.scorings), "rows": len(df),
+    df = pd.concat(frames, ignore_index=True)[CONF_COLUMNS] if frames else pd.DataFrame(columns=CONF_COLUMNS)
+    if out is not None:
+        write_parquet(df, out)
+    summary = {"adapters": len(plan.adapters), "scorings": len(frames), "rows": len(df),
                "train_seconds": round(t_train, 1), "score_seconds": round(time.time() - t0 - t_train, 1),
                "model_calls": sum(lm.stats.misses for lm in lms.values())}
     if hidden_out:
