@@ -176,7 +176,8 @@ NOTES = {
              "prompted (the answering model itself if it is a chat model, else the configured "
              "prompted model); `unparsable` = share of sessions whose JSON profile could not be "
              "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
-             "clean verdicts."),
+             "clean verdicts. kendall_tau is empty where a profile is constant across domains "
+             "(NoMemory, Global): τ is undefined there (the paper's §D.4)."),
     "noise_grid": "Clean labels thinned to the coverage and flipped at the flip rate (exact shares per session).",
     "partitions": ("domain: the 20 domains; semantic: 4 subject categories (MMLU's, or the mini "
                    "world's fields grouped by subject); random: seeded random groups of the "
