@@ -223,7 +223,6 @@ rule persistent_reliability:
         train_seed=P_SEEDS[0],
         seed=config["seed"],
         equivalence=PC.get("equivalence", "normalised"),
-        report=REPORT_SETTINGS,  # the rendering settings every table and figure rule takes
     threads: 1
     conda:
         "../envs/selfknow.yaml"

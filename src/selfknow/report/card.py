@@ -110,7 +110,8 @@ def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_person
     write_table(card, csv, md, provenance=provenance,
                 title="Self-knowledge card: what the three protocols say about each model (95 % intervals)",
                 notes="Ability: Rasch θ ± 1.96 SE (LCAE Stage 1, Standard prompting, last checkpoint). "
-                      "LCAE: mean over repeats, t-interval. CBF: LADDER session mean, session-bootstrap "
+                      "LCAE: mean over repeats, t-interval (a point when the repeats agree: local models "
+                      "decode deterministically at temperature 0, the paper's setting). CBF: LADDER session mean, session-bootstrap "
                       "interval. Persistent: self-consistency, paired-bootstrap percentile interval. "
                       "Empty: the config does not run that protocol for the model.")
     return {"models": len(card), "columns": card.shape[1] - 1}

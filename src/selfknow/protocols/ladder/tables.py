@@ -178,10 +178,16 @@ NOTES = {
              "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
              "clean verdicts. kendall_tau is empty where a profile is constant across domains "
              "(NoMemory, Global): τ is undefined there (the paper's §D.4)."),
-    "noise_grid": "Clean labels thinned to the coverage and flipped at the flip rate (exact shares per session).",
+    "controls": ("Matched input: observed = the decoded labels; corrected = every decoded "
+                 "label replaced by the true outcome (missing stays missing); clean = the true "
+                 "outcome on every turn. The estimators are refitted under each; LSA is prompted "
+                 "per session on the observed and the clean history only (the paper's Table 24), "
+                 "so its corrected and pooled cells are empty."),
     "partitions": ("domain: the 20 domains; semantic: 4 subject categories (MMLU's, or the mini "
                    "world's fields grouped by subject); random: seeded random groups of the "
-                   "semantic sizes, mean over repeats."),
+                   "semantic sizes, mean over repeats (random_sd: their sd; empty for the fixed "
+                   "partitions)."),
+    "noise_grid": "Clean labels thinned to the coverage and flipped at the flip rate (exact shares per session).",
     "r4": ("R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
            "(outcome-informed selection); held-out: selection on the train half, value = 1 − "
            "MAE on the test half. best_of_two is a reference, not a predictor."),

@@ -79,7 +79,10 @@ def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], fig
     write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=n2, provenance=provenance,
                 title="Table II: ability θ re-estimated from final answers (Stage 3), per condition")
     write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"], provenance=provenance,
-                title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]")
+                title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
+                notes="An interval is a point when the repeats agree: local models decode "
+                      "deterministically at temperature 0 (the paper's setting); hosted APIs may "
+                      "still vary between repeats.")
     fit, nf = item_fit_summary(items)
     write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf, provenance=provenance,
                 title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")
