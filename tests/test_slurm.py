@@ -29,7 +29,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -478,13 +477,5 @@ def test_tiny_config_on_slurm_equals_local(slurm_cluster, work_dir, tiny_run):
 
 def _assert_same_table(a: Path, b: Path) -> None:
     """Same columns, rows and text cells; numeric cells equal to float32 rounding (1e-6)."""
-    x, y = pd.read_csv(a), pd.read_csv(b)
-    assert list(x.columns) == list(y.columns) and x.shape == y.shape, f"{a.name}: shapes differ"
-    for col in x.columns:
-        if pd.api.types.is_numeric_dtype(x[col]) and pd.api.types.is_numeric_dtype(y[col]):
-            close = np.isclose(x[col].to_numpy(float), y[col].to_numpy(float), rtol=1e-6, atol=1e-9,
-                               equal_nan=True)
-            assert close.all(), f"{a.name}: column {col!r} differs beyond float rounding in rows " \
-                                f"{np.flatnonzero(~close).tolist()}"
-        else:
-            assert x[col].equals(y[col]), f"{a.name}: column {col!r} differs"
+    pd.testing.assert_frame_equal(pd.read_csv(a), pd.read_csv(b), check_dtype=False, check_exact=False,
+                                  rtol=1e-6, atol=1e-9, obj=a.name)
