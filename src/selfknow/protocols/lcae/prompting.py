@@ -1,13 +1,13 @@
 """Prompt templates of the LCAE protocol (kept as text files beside this module)."""
 from __future__ import annotations
 
-import string
 from functools import cache
 from pathlib import Path
 from typing import Sequence
 
+from selfknow.items import LETTERS
+
 PROMPTS = Path(__file__).with_name("prompts")
-LETTERS = string.ascii_uppercase
 
 
 @cache
