@@ -93,6 +93,47 @@ def test_smooth_ece_batch_counts_equal_repeated_samples():
         assert abs(vals[b] - ref) < 1e-9
 
 
+def test_smooth_ece_batch_on_many_rows_equals_relplot():
+    """Enough rows for the dense operator, the cosine screen and its precise variant: every
+    row's bandwidth is relplot's exactly, its value to 1e-9. The three data sets select wide
+    (truncated-kernel) and narrow (exponentially converging) bandwidths."""
+    rng = np.random.default_rng(12)
+    for n, power in ((400, 2.5), (1500, 1.0), (3000, 1.0)):
+        f = rng.uniform(size=n)
+        y = (rng.uniform(size=n) < f ** power).astype(float)
+        counts = rng.multinomial(n, np.full(n, 1 / n), size=24)
+        vals, sigmas = smooth_ece_batch(f, y, counts, return_sigma=True)
+        for b in range(24):
+            ref, ref_sigma = relplot.smECE(np.repeat(f, counts[b]), np.repeat(y, counts[b]), return_width=True)
+            assert sigmas[b] == ref_sigma
+            assert abs(vals[b] - ref) < 1e-9
+
+
+@pytest.mark.parametrize("sigma", [0.5, 0.2, 0.125, 0.07, 0.04, 0.02, 0.012])
+def test_cosine_screen_error_bound_holds(sigma):
+    """The screen's value lies within its stated bound of the dense float64 value, and the
+    precise expansion (where it exists) within 1e-12 relative."""
+    from selfknow.stats.smooth_ece import _Batch
+
+    rng = np.random.default_rng(int(sigma * 1000))
+    n = 800
+    f = rng.uniform(size=n) ** 1.4
+    y = (rng.uniform(size=n) < f).astype(float)
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=16).astype(float)
+    batch = _Batch([(f, y, counts)])
+    rows = np.arange(16)
+    exact, _ = batch.at(sigma, rows)
+    screen, err = batch.at(sigma, rows, screen=True)
+    assert np.all(np.abs(screen - exact) <= err)
+    # Tight enough to decide a bisection step unless smECE is within a few % of sigma (wide
+    # bandwidths, slow tails) or within 1e-6 (narrow ones).
+    assert np.all(err < (0.05 * sigma if sigma > 0.07 else 1e-6 * exact))
+    precise, perr = batch.at(sigma, rows, precise=True)
+    assert np.all(np.abs(precise - exact) <= np.maximum(perr, 1e-15 * exact))
+    if sigma <= 0.07:  # the narrow bandwidths' tails fall to rounding within 192 terms
+        assert np.all(perr <= 1e-12 * exact)
+
+
 def test_smooth_ece_rejects_bad_input():
     with pytest.raises(ValueError, match="row 1"):
         smooth_ece([0.2, 1.5], [0, 1])
@@ -318,6 +359,40 @@ def test_vectorised_replicates_equal_literal_walk_and_keep_strata():
             assert np.all(counts[:, j, classes[j] == c].sum(axis=1) == quotas[j, c])
         assert np.all(counts[:, j, classes[j] == -1] == 0)
     assert default_block(classes) >= classes.shape[1]
+
+
+def test_replicates_with_a_shared_head_equal_literal_walk(monkeypatch):
+    """At n = 1000 the first draws (no quota can plausibly fill there) are tallied once for
+    all components; replicates still equal the literal walk. Forcing the head almost to the
+    block's end makes quotas fill inside it: those replicates are redone draw by draw."""
+    import selfknow.stats.bootstrap as bootstrap
+
+    conf, correct = _small_world(seed=5, n=1000, k=3)
+    pairs = contrast_pairs(correct, min_size=20)
+    classes = component_classes(correct, pairs)
+    quotas = np.stack([(classes == 0).sum(1), (classes == 1).sum(1)], axis=1)
+    block = default_block(classes)
+    assert 0 < bootstrap.head_length(classes) < block
+    rngs = replicate_rngs(8, 12)
+    literal = [_literal_replicate(rngs[r], classes, quotas, block) for r in range(12)]
+    counts = np.concatenate(list(replicate_counts(classes, 12, seed=8, chunk=5)))
+    for r in range(12):
+        np.testing.assert_array_equal(counts[r], literal[r])
+    monkeypatch.setattr(bootstrap, "head_length", lambda classes: block - 5)
+    forced = np.concatenate(list(replicate_counts(classes, 12, seed=8, chunk=5)))
+    np.testing.assert_array_equal(forced, counts)
+
+
+def test_packed_counts_fall_back_when_a_multiplicity_overflows_its_field():
+    from selfknow.stats.bootstrap import _counts_from_accepted
+
+    seq = np.array([[0] * 40 + [1, 2]], dtype=np.int32)  # item 0 taken 40 times (> 31)
+    accepted = np.ones((2, 1, 42), dtype=bool)
+    accepted[1, 0, :3] = False
+    member = np.ones((2, 3), dtype=bool)
+    out = _counts_from_accepted(seq, accepted, member)
+    assert out[:3, 0].tolist() == [40, 1, 1]
+    assert out[3:, 0].tolist() == [37, 1, 1]
 
 
 def test_bootstrap_metrics_equal_metrics_of_the_expanded_replicate():

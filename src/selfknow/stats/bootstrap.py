@@ -15,12 +15,16 @@ authors' choice: the §B.1 map is not refitted per replicate).
 
 Vectorisation. Each replicate has its own random stream (``SeedSequence(seed).spawn``), read
 in blocks of ``block`` draws; a (B, L) matrix of draws gives, per component and class, the
-accepted positions by a cumulative count, and the replicate becomes a (B, n) matrix of
-multiplicities per component. All ten metrics are then computed from multiplicities for all
-replicates at once: AUC as a weighted Mann-Whitney statistic (each positive's rank among the
-negatives is fixed, so only a cumulative sum of negative multiplicities per replicate is
-needed; ties count 1/2), Brier and Δ by matrix-vector products, SmoothECE by
-``smooth_ece_batch``. Multiplicities are stored item-major, (C, n, B).
+accepted positions by a cumulative count, and the replicate becomes multiplicities per
+component. The first draws, where no quota can plausibly fill, are tallied once for all
+components (``head_length``), and all components' multiplicities come from one bincount with
+5-bit fields packed into a float64 weight; both shortcuts check themselves and fall back to
+the literal walk for a replicate where they would not hold. All ten metrics are then
+computed from multiplicities for all replicates at once: AUC as a weighted Mann-Whitney
+statistic (each positive's rank among the negatives is fixed, so only a cumulative sum of
+negative multiplicities per replicate is needed; ties count 1/2), Brier and Δ by
+matrix-vector products, SmoothECE by ``smooth_ece_multi``. Multiplicities are stored
+item-major, each component's members only (a contrast pair's questions), stacked.
 """
 from __future__ import annotations
 
@@ -73,13 +77,15 @@ def default_block(classes: np.ndarray) -> int:
     return int(np.ceil(n + 6 * sd + 64))
 
 
-def select_from_sequence(sequence: np.ndarray, classes: np.ndarray, quotas: np.ndarray):
+def select_from_sequence(sequence: np.ndarray, classes: np.ndarray, quotas: np.ndarray,
+                         seen_before: np.ndarray | None = None):
     """Apply the §A.8 quota rule to sequences of drawn questions.
 
     ``sequence``: (B, L) item indices; ``classes``: (C, n) stratum labels; ``quotas``: (C, 2)
-    class sizes. Returns (accepted (C, B, L) bool, filled (B,) bool: every quota met within L).
-    Position t is accepted for component j when the question's class c in j has been seen at
-    most quotas[j, c] times up to and including t."""
+    class sizes; ``seen_before``: optional (C, 2, B) class tallies of earlier draws, when
+    ``sequence`` continues them. Returns (accepted (C, B, L) bool, filled (B,) bool: every
+    quota met within L). Position t is accepted for component j when the question's class c
+    in j has been seen at most quotas[j, c] times up to and including t."""
     n_comp = classes.shape[0]
     accepted = np.zeros((n_comp,) + sequence.shape, dtype=bool)
     filled = np.ones(sequence.shape[0], dtype=bool)
@@ -91,45 +97,122 @@ def select_from_sequence(sequence: np.ndarray, classes: np.ndarray, quotas: np.n
                 continue
             member = cls == c
             seen = np.cumsum(member, axis=1, dtype=np.int32)
+            if seen_before is not None:
+                seen += seen_before[j, c][:, None].astype(np.int32)
             accepted[j] |= member & (seen <= q)
             filled &= seen[:, -1] >= q
     return accepted, filled
 
 
-def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, n_items: int) -> np.ndarray:
-    """(C, n, B) float multiplicities: item-major, so per-item gathers and cumulative sums
-    over items run along contiguous replicate rows."""
-    n_comp, n_rep, _ = accepted.shape
+def head_length(classes: np.ndarray) -> int:
+    """Draws before which no quota can plausibly be met: 8 sd (of the draws a class needs,
+    see ``default_block``) before the earliest expected fill. Every in-class draw there is
+    accepted, so the head is tallied and counted once for all components; a replicate that
+    meets a quota inside it anyway is redone draw by draw."""
+    n = classes.shape[1]
+    sizes = np.array([(classes == c).sum(axis=1) for c in (0, 1)]).ravel()
+    sizes = sizes[sizes > 0]
+    if sizes.size == 0:
+        return 0
+    return max(0, int(n - 8 * np.sqrt(n * (n - sizes) / sizes).max()))
+
+
+def _class_tally(head: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """(C, 2, B) draws of each class of each component among ``head`` (B, P)."""
+    n_rep = head.shape[0]
+    n_comp, n_items = classes.shape
+    keys = (np.multiply(head, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
+    hist = np.bincount(keys, minlength=n_items * n_rep).reshape(n_items, n_rep).astype(float)
+    indicator = np.stack([classes == 0, classes == 1], axis=1).reshape(2 * n_comp, n_items)
+    return (indicator.astype(float) @ hist).reshape(n_comp, 2, n_rep)
+
+
+# Multiplicities of up to _FIELDS components are packed into one float64 weight per draw,
+# _FIELD_BITS bits each (50 bits: float64 sums stay exact), so one weighted bincount counts
+# them all; random scatter dominates a bincount, and this does it once instead of per component.
+_FIELD_BITS = 5
+_FIELDS = 10
+
+
+def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np.ndarray,
+                          head_accepted: np.ndarray | None = None) -> np.ndarray:
+    """Multiplicities, stacked component by component: rows offset[j]:offset[j+1] of the
+    (sum_j n_j, B) result hold component j's n_j members (items with a class in j, ascending;
+    ``offsets(member)``). Item-major, so per-item gathers and cumulative sums over items run
+    along contiguous replicate rows.
+
+    ``member``: (C, n) bool; ``accepted`` (C, B, L - P) covers the last L - P draws; the first
+    P are accepted by every component whose classes hold the item (when P > 0,
+    ``head_accepted`` (C, B) says how many of them each component accepts)."""
+    n_comp, n_rep, n_tail = accepted.shape
+    n_items = member.shape[1]
+    head = sequence.shape[1] - n_tail
+    offset = offsets(member)
     keys = (np.multiply(sequence, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
-    out = np.empty((n_comp, n_items, n_rep))
-    for j in range(n_comp):
-        out[j] = np.bincount(keys[accepted[j].ravel()],
-                             minlength=n_items * n_rep).reshape(n_items, n_rep)
+    out = np.empty((offset[-1], n_rep))
+    mask = (1 << _FIELD_BITS) - 1
+    weight = np.empty(sequence.shape)
+    for start in range(0, n_comp, _FIELDS):
+        group = list(enumerate(range(start, min(start + _FIELDS, n_comp))))
+        weight[:] = 0
+        if head:
+            code = sum(member[j] * float(1 << (_FIELD_BITS * f)) for f, j in group)
+            weight[:, :head] = code[sequence[:, :head]]
+        for f, j in group:
+            weight[:, head:] += accepted[j] * float(1 << (_FIELD_BITS * f))
+        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep).astype(np.int64)
+        field = np.empty_like(packed)
+        for f, j in group:
+            np.right_shift(packed, _FIELD_BITS * f, out=field)
+            np.bitwise_and(field, mask, out=field)
+            grid = field.reshape(n_items, n_rep)
+            out[offset[j]:offset[j + 1]] = grid if member[j].all() else grid[member[j]]
+    # A multiplicity above 31 spills into the next field and leaves its own component short:
+    # such replicates (never seen in practice) are counted component by component.
+    expected = accepted.sum(axis=2)
+    if head:
+        expected += head_accepted.astype(np.int64)
+    totals = np.stack([out[a:b].sum(axis=0) for a, b in zip(offset[:-1], offset[1:])])
+    for r in np.flatnonzero((totals != expected).any(axis=0)):
+        for j in range(n_comp):
+            taken = sequence[r][np.concatenate([member[j][sequence[r, :head]], accepted[j, r]])
+                                if head else accepted[j, r]]
+            out[offset[j]:offset[j + 1], r] = np.bincount(taken, minlength=n_items)[member[j]]
     return out
+
+
+def offsets(member: np.ndarray) -> np.ndarray:
+    """Row offsets of the components in the stacked multiplicities (``_counts_from_accepted``)."""
+    return np.concatenate([[0], np.cumsum(member.sum(axis=1))])
 
 
 def _replicate_counts_t(classes: np.ndarray, n_boot: int, seed: int, chunk: int,
                         block: int | None) -> Iterator[np.ndarray]:
-    """Successive chunks of (C, n, b) multiplicities (see ``replicate_counts``)."""
+    """Successive chunks of stacked (sum_j n_j, b) multiplicities (``_counts_from_accepted``)."""
     classes = np.asarray(classes, dtype=np.int8)
     n_items = classes.shape[1]
     quotas = np.stack([(classes == 0).sum(axis=1), (classes == 1).sum(axis=1)], axis=1)
     block = default_block(classes) if block is None else int(block)
+    head = min(head_length(classes), block)
+    member = classes >= 0
     rngs = replicate_rngs(seed, n_boot)
     for start in range(0, n_boot, chunk):
         gens = rngs[start: start + chunk]
         seq = np.stack([draw_block(g, n_items, block) for g in gens])
-        accepted, filled = select_from_sequence(seq, classes, quotas)
-        counts = _counts_from_accepted(seq, accepted, n_items)
-        for r in np.flatnonzero(~filled):
-            # Rare: this replicate's quotas need more draws; continue its own stream.
+        tally = _class_tally(seq[:, :head], classes)
+        accepted, filled = select_from_sequence(seq[:, head:], classes, quotas, seen_before=tally)
+        counts = _counts_from_accepted(seq, accepted, member, tally.sum(axis=1))
+        in_head = (tally > quotas[:, :, None]).any(axis=(0, 1))
+        for r in np.flatnonzero(~filled | in_head):
+            # Rare: a quota met inside the head, or not within the block (then the
+            # replicate's own stream continues): redo this replicate draw by draw.
             row = seq[r]
             while True:
-                row = np.concatenate([row, draw_block(gens[r], n_items, block)])
                 acc_r, ok = select_from_sequence(row[None], classes, quotas)
                 if ok[0]:
                     break
-            counts[:, :, r] = _counts_from_accepted(row[None], acc_r, n_items)[:, :, 0]
+                row = np.concatenate([row, draw_block(gens[r], n_items, block)])
+            counts[:, r] = _counts_from_accepted(row[None], acc_r, member)[:, 0]
         yield counts
 
 
@@ -137,8 +220,13 @@ def replicate_counts(classes: np.ndarray, n_boot: int = N_BOOT, seed: int = SEED
                      chunk: int = 256, block: int | None = None) -> Iterator[np.ndarray]:
     """Yield (b, C, n) multiplicities of successive chunks of replicates (b <= ``chunk``):
     counts[r, j, i] = how many times item i enters component j in replicate r."""
-    for counts_t in _replicate_counts_t(classes, n_boot, seed, chunk, block):
-        yield np.moveaxis(counts_t, 2, 0)
+    member = np.asarray(classes) >= 0
+    offset = offsets(member)
+    for stacked in _replicate_counts_t(classes, n_boot, seed, chunk, block):
+        out = np.zeros((stacked.shape[1],) + member.shape)
+        for j in range(member.shape[0]):
+            out[:, j, member[j]] = stacked[offset[j]:offset[j + 1]].T
+        yield out
 
 
 # ------------------------------------------------------------------------------------------
@@ -147,29 +235,40 @@ def replicate_counts(classes: np.ndarray, n_boot: int = N_BOOT, seed: int = SEED
 
 @dataclass(frozen=True)
 class _AucPoints:
-    """Positive and negative points, with each positive's rank among the sorted negatives."""
+    """Positive and negative points, with each positive's rank among the sorted negatives.
+    Point p takes the multiplicity of row p % ``fold`` (a contrast pair's two checkpoints
+    share their questions' multiplicities)."""
 
-    pos: np.ndarray  # indices of positive points
-    neg_order: np.ndarray  # indices of negative points, by increasing score
+    pos: np.ndarray  # weight rows of the positive points, by increasing score
+    neg_order: np.ndarray  # weight rows of the negative points, by increasing score
     below: np.ndarray  # per positive: number of negatives with a lower score
-    below_or_tied: np.ndarray  # ... with a lower or equal score
+    tied: np.ndarray  # positives that tie some negative
+    below_or_tied: np.ndarray  # per tied positive: negatives with a lower or equal score
 
     @classmethod
-    def of(cls, score: np.ndarray, label: np.ndarray) -> "_AucPoints":
+    def of(cls, score: np.ndarray, label: np.ndarray, fold: int | None = None) -> "_AucPoints":
         pos = np.flatnonzero(label == 1)
+        pos = pos[np.argsort(score[pos], kind="stable")]  # monotone gathers in ``auc``
         neg = np.flatnonzero(label != 1)
         neg_order = neg[np.argsort(score[neg], kind="stable")]
         neg_sorted = score[neg_order]
-        return cls(pos, neg_order, np.searchsorted(neg_sorted, score[pos], side="left"),
-                   np.searchsorted(neg_sorted, score[pos], side="right"))
+        below = np.searchsorted(neg_sorted, score[pos], side="left")
+        below_or_tied = np.searchsorted(neg_sorted, score[pos], side="right")
+        tied = np.flatnonzero(below_or_tied > below)
+        fold = score.size if fold is None else fold
+        return cls(pos % fold, neg_order % fold, below, tied, below_or_tied[tied])
 
     def auc(self, weights_t: np.ndarray) -> np.ndarray:
         """Weighted Mann-Whitney AUC (ties count 1/2) for each column of (N, B) multiplicities:
         sum over positives of w * (negative weight below + half the tied negative weight)."""
-        cum = np.zeros((self.neg_order.size + 1, weights_t.shape[1]))
+        cum = np.empty((self.neg_order.size + 1, weights_t.shape[1]))
+        cum[0] = 0
         np.cumsum(weights_t[self.neg_order], axis=0, out=cum[1:])
         wp = weights_t[self.pos]
-        num = np.sum(wp * (cum[self.below] + cum[self.below_or_tied]), axis=0) / 2
+        num = np.einsum("ij,ij->j", wp, cum[self.below])
+        if self.tied.size:
+            gap = cum[self.below_or_tied] - cum[self.below[self.tied]]
+            num += np.einsum("ij,ij->j", wp[self.tied], gap) / 2
         return num / (wp.sum(axis=0) * cum[-1])
 
 
@@ -190,39 +289,45 @@ class _SeedScorer:
             y = np.concatenate([d.y_early, 1 - d.y_early])
             self.pairs.append({
                 "items": p.items, "d": d, "imp": d.improvement,
-                "auc": _AucPoints.of(q, y),
+                "auc": _AucPoints.of(q, y, fold=p.items.size),
                 "sq": (d.q_early - d.y_early) ** 2 + (d.q_late - (1 - d.y_early)) ** 2,
             })
         self.n_ckpt = n_ckpt
         self.n_items = correct.shape[1]
 
-    def score(self, counts_t: np.ndarray, wanted: Sequence[str]) -> dict[str, np.ndarray]:
-        """Metrics for a (C, n, b) chunk of multiplicities."""
-        b = counts_t.shape[2]
+    def ece(self, counts: Sequence[np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        """The SmoothECE metrics from ``counts`` (as in ``score``). All data sets share one
+        bandwidth search (see smooth_ece_multi)."""
+        k = self.n_ckpt
+        sets = []
+        if "full_ece" in wanted:
+            sets += [(self.conf[c], self.correct[c], counts[c].T) for c in range(k)]
+        if "contrast_ece" in wanted:
+            sets += [(p["d"].q_early, p["d"].y_early, counts[k + j].T) for j, p in enumerate(self.pairs)]
+        eces = smooth_ece_multi(sets) if sets else []
+        out = {}
+        if "full_ece" in wanted:
+            out["full_ece"] = np.mean(eces[:k], axis=0)
+            eces = eces[k:]
+        if "contrast_ece" in wanted:
+            out["contrast_ece"] = np.mean(eces, axis=0) if eces else np.full(counts[0].shape[1], np.nan)
+        return out
+
+    def score(self, full: np.ndarray, counts: Sequence[np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        """The metrics other than SmoothECE from ``counts``: per component, (n_j, b)
+        multiplicities of its members (all items for checkpoints, the contrast set for pairs),
+        the checkpoints' stacked in ``full`` (k n, b)."""
+        b = full.shape[1]
         k = self.n_ckpt
         out: dict[str, np.ndarray] = {}
-        full = counts_t[:k].reshape(-1, b)
         if "full_auc" in wanted:
             out["full_auc"] = self.full_auc.auc(full)
         if "full_brier" in wanted:
             out["full_brier"] = self.full_sq @ full / full[:, 0].sum()
-        # All SmoothECE data sets of the chunk share one bandwidth search (see smooth_ece_multi).
-        ece_sets = []
-        if "full_ece" in wanted:
-            ece_sets += [(self.conf[c], self.correct[c], full[c * self.n_items:(c + 1) * self.n_items].T)
-                         for c in range(k)]
-        if "contrast_ece" in wanted:
-            ece_sets += [(p["d"].q_early, p["d"].y_early, counts_t[k + j][p["items"]].T)
-                         for j, p in enumerate(self.pairs)]
-        eces = smooth_ece_multi(ece_sets) if ece_sets else []
-        if "full_ece" in wanted:
-            out["full_ece"] = np.mean(eces[:k], axis=0)
-            eces = eces[k:]
-        if not any(m in wanted for m in CONTRAST_METRICS):
-            return out
-        per_pair: dict[str, list[np.ndarray]] = {m: [] for m in CONTRAST_METRICS if m in wanted}
+        per_pair: dict[str, list[np.ndarray]] = {m: [] for m in CONTRAST_METRICS
+                                                 if m in wanted and m != "contrast_ece"}
         for j, p in enumerate(self.pairs):
-            w = counts_t[k + j][p["items"]]  # (n_p, b)
+            w = counts[k + j]  # (n_p, b)
             n_p = p["items"].size
             d, imp = p["d"], p["imp"]
             for name, v in (("delta0", d.sign), ("delta", d.gap)):
@@ -235,11 +340,9 @@ class _SeedScorer:
                         per_pair[name + "_b"].append(
                             0.5 * (v[imp] @ w[imp] / imp.sum() + v[~imp] @ w[~imp] / (~imp).sum()))
             if "contrast_auc" in per_pair:
-                per_pair["contrast_auc"].append(p["auc"].auc(np.concatenate([w, w], axis=0)))
+                per_pair["contrast_auc"].append(p["auc"].auc(w))
             if "contrast_brier" in per_pair:
                 per_pair["contrast_brier"].append(p["sq"] @ w / (2 * n_p))
-            if "contrast_ece" in per_pair:
-                per_pair["contrast_ece"].append(eces[j])
         for name, vals in per_pair.items():
             out[name] = np.mean(vals, axis=0) if vals else np.full(b, np.nan)
         return out
@@ -278,11 +381,14 @@ def bootstrap_persistent(conf_by_method: Mapping[str, np.ndarray], correct,
         for m in metrics:
             if m not in wanted:
                 out[name][m][:] = np.nan
+    offset = offsets(classes >= 0)
     start = 0
-    for counts in _replicate_counts_t(classes, n_boot, seed, chunk, block):
-        stop = start + counts.shape[2]
+    for stacked in _replicate_counts_t(classes, n_boot, seed, chunk, block):
+        stop = start + stacked.shape[1]
+        counts = [stacked[a:b] for a, b in zip(offset[:-1], offset[1:])]
+        full = stacked[: offset[y.shape[0]]]
         for name, seed_scorers in scorers.items():
-            per_seed = [s.score(counts, wanted) for s in seed_scorers]
+            per_seed = [s.score(full, counts, wanted) | s.ece(counts, wanted) for s in seed_scorers]
             for m in wanted:
                 out[name][m][start:stop] = np.mean([ps[m] for ps in per_seed], axis=0)
         start = stop

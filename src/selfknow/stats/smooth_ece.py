@@ -24,14 +24,26 @@ Batch evaluation: the grid masses of all replicates are one sparse product; for 
 the whole smoothing (reflected convolution + interpolation) is one cached dense (E, G)
 operator, so smECE_sigma of many replicates is one matrix product (an FFT route covers tiny
 bandwidths and one-off bandwidths of a few rows). Only the bisection's *decisions* use shortcuts,
-both exact: cheap bounds |sum_g ys_g| <= sum_g |ys_g| <= sum_g sum_e |mass_e| op_eg settle the
-obvious steps, and the remaining products run in float32 with a rigorous rounding bound,
-rows whose margin falls inside it being recomputed in float64. The reported value at the
-selected bandwidth is always computed in float64.
+all exact: cheap bounds |sum_g ys_g| <= sum_g |ys_g| <= sum_g sum_e |mass_e| op_eg settle the
+obvious steps; the rest are screened with a rigorous error bound, rows whose margin falls
+inside it being recomputed in float64. The reported value at the selected bandwidth is the
+screen's where its error bound is below 1e-12 of the value, else the dense float64 product.
+
+The screen is a truncated cosine expansion of the operator. Reflection at both ends makes the
+smoothing nearly diagonal in the basis cos(pi k e / (E-1)): each column of the operator, its
+two end rows doubled (the reflection counts an end point once), is a smooth even function of
+the grid position, so its DCT-I coefficients a_kg fall off like exp(-(pi k sigma)^2 / 2). With
+c = DCT-I(mass) / 2, computed once per batch by FFT, ys_g = sum_k c_k a_kg; keeping K terms
+errs by at most sum_e |mass_e| * sum_g sum_{k>=K} |a_kg|. Near sigma = 0.04, about 50 terms
+replace E = 1001 grid points (about 70 for a value exact to float64 rounding). At wide
+bandwidths (sigma > ~0.1) the kernel's truncation at distance 1/2 makes the fall-off
+algebraic; there the screen keeps 32 terms and bounds their error by the measured residual
+max_e sum_g |op_eg - approximation_eg|, loose but far below the wide steps' margins.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import cached_property
 
 import numpy as np
 
@@ -43,6 +55,18 @@ MESH_POINTS = 200  # relplot config.smECE_mesh_pts
 # convolved by FFT instead (only bandwidths below ~0.005 get there).
 _DENSE_OPERATOR_MAX = 4_000_000
 _MIN_ROWS_FOR_OPERATOR = 8
+# Cosine screen: the fewest terms (at most _COSINE_TERMS, enough down to sigma ~ 0.015) whose
+# tail is at most _COSINE_TAIL of sum_g sum_k |a_kg|; where the tail falls too slowly (wide
+# bandwidths), _COSINE_WIDE terms and the measured truncation error. A slack covers rounding.
+# Reported values use _COSINE_EXACT_TAIL where that many terms suffice.
+_COSINE_TERMS = 192
+_COSINE_TAIL = 1e-9
+_COSINE_EXACT_TAIL = 1e-15
+_COSINE_WIDE = 32
+_COSINE_ROUNDING = 1e-14
+# A reported value comes from the cosine expansion when its error bound is below this fraction
+# of the value, else from the dense float64 product.
+_VALUE_TOLERANCE = 1e-12
 
 
 def _grid_sizes(sigma: float) -> tuple[int, int]:
@@ -93,34 +117,88 @@ def _conv_rows(rows: np.ndarray, n_e: int, ker: np.ndarray) -> np.ndarray:
     return out
 
 
-_OPERATORS: "OrderedDict[float, tuple[np.ndarray, np.ndarray, np.ndarray]]" = OrderedDict()
+def _edge_weights(n_e: int) -> np.ndarray:
+    """1 inside, 1/2 at both ends: the reflection counts an end point once."""
+    w = np.ones(n_e)
+    w[[0, -1]] = 0.5
+    return w
+
+
+class _Smoother:
+    """The smoothing at one bandwidth: the (E, G) matrix ``op`` mapping grid masses to the
+    smoothed curve on the G evaluation points (reflected 'valid' convolution, the centre
+    slice, linear interpolation), its row sums, and, built on first use, the truncated cosine
+    expansions."""
+
+    def __init__(self, sigma: float):
+        n_e, n_g = _grid_sizes(sigma)
+        ker = _kernel(sigma, n_e)
+        idx, frac = _interp_weights(np.linspace(0, 1, n_g), n_e)
+        needed = np.unique(np.concatenate([idx, idx + 1]))
+        conv = _conv_rows(needed, n_e, ker)
+        left = conv[np.searchsorted(needed, idx)]
+        right = conv[np.searchsorted(needed, idx + 1)]
+        self.op = np.ascontiguousarray((left * (1 - frac)[:, None] + right * frac[:, None]).T)
+        self.rowsum = self.op.sum(axis=1)
+
+    @cached_property
+    def _dct(self) -> tuple[np.ndarray, np.ndarray]:
+        """DCT-I coefficients a (E, G) of the operator's columns, end rows doubled, and their
+        tails tail[k] = sum_{k' >= k, g} |a_k'g|."""
+        from scipy.fft import dct
+
+        n_e = self.op.shape[0]
+        a = dct(self.op / _edge_weights(n_e)[:, None], type=1, axis=0) / (n_e - 1)
+        a[[0, -1]] /= 2  # DCT-I inverse: the end coefficients count once
+        return a, np.cumsum(np.abs(a).sum(axis=1)[::-1])[::-1]
+
+    @cached_property
+    def cosine(self) -> tuple[np.ndarray, float]:
+        """The screen: (a (K, G), a bound on sum_g |ys_g - approximation_g| per unit of
+        absolute mass); the approximation is (DCT-I(mass) / 2)[:K] @ a, see the module note."""
+        return self._terms(_COSINE_TAIL) or self._wide()
+
+    @cached_property
+    def cosine_exact(self) -> tuple[np.ndarray, float] | None:
+        """As ``cosine`` with a tail at float64 rounding, or None where that needs more than
+        _COSINE_TERMS terms."""
+        return self._terms(_COSINE_EXACT_TAIL)
+
+    def _terms(self, tolerance: float) -> tuple[np.ndarray, float] | None:
+        a, tail = self._dct
+        short = np.flatnonzero(tail[: _COSINE_TERMS + 1] <= tolerance * tail[0])
+        if short.size == 0:
+            return None
+        k = max(int(short[0]), 1)  # |cos| <= 1: the tail bounds the error at every grid point
+        return np.ascontiguousarray(a[:k]), float(tail[k]) + _COSINE_ROUNDING * float(tail[0])
+
+    def _wide(self) -> tuple[np.ndarray, float]:
+        """_COSINE_WIDE terms and their measured truncation error (slow tails)."""
+        a, tail = self._dct
+        n_e = self.op.shape[0]
+        k = min(_COSINE_WIDE, n_e)
+        basis = np.cos(np.pi * np.outer(np.arange(n_e), np.arange(k)) / (n_e - 1))
+        resid = self.op - (basis @ a[:k]) * _edge_weights(n_e)[:, None]
+        return np.ascontiguousarray(a[:k]), float(np.abs(resid).sum(axis=1).max()) + _COSINE_ROUNDING * float(tail[0])
+
+
+_OPERATORS: "OrderedDict[float, _Smoother]" = OrderedDict()
 _MAX_OPERATORS = 192
 
 
-def _dense_operator(sigma: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(E, G) matrix mapping grid masses to the smoothed curve on the G evaluation points
-    (reflected 'valid' convolution, the centre slice, linear interpolation), its row sums,
-    and a float32 copy.
-    Kept in a small LRU cache: bootstrap bandwidths recur."""
+def _smoother(sigma: float) -> _Smoother:
+    """The smoothing at ``sigma``, kept in a small LRU cache: bootstrap bandwidths recur."""
     if sigma in _OPERATORS:
         _OPERATORS.move_to_end(sigma)
         return _OPERATORS[sigma]
-    n_e, n_g = _grid_sizes(sigma)
-    ker = _kernel(sigma, n_e)
-    idx, frac = _interp_weights(np.linspace(0, 1, n_g), n_e)
-    needed = np.unique(np.concatenate([idx, idx + 1]))
-    conv = _conv_rows(needed, n_e, ker)
-    left = conv[np.searchsorted(needed, idx)]
-    right = conv[np.searchsorted(needed, idx + 1)]
-    op = np.ascontiguousarray((left * (1 - frac)[:, None] + right * frac[:, None]).T)
-    _OPERATORS[sigma] = (op, op.sum(axis=1), op.astype(np.float32))
+    _OPERATORS[sigma] = _Smoother(sigma)
     if len(_OPERATORS) > _MAX_OPERATORS:
         _OPERATORS.popitem(last=False)
     return _OPERATORS[sigma]
 
 
 def _fft_smooth(values: np.ndarray, sigma: float) -> np.ndarray:
-    """The same map as ``values @ _dense_operator(sigma)``, by FFT (rows are replicates)."""
+    """The same map as ``values @ _smoother(sigma).op``, by FFT (rows are replicates)."""
     from scipy.signal import fftconvolve
 
     n_e, n_g = _grid_sizes(sigma)
@@ -167,35 +245,36 @@ class _Batch:
                                          shape=(n_e, n))
                 # (n, B) C-contiguous operands keep scipy from copying the dense side.
                 counts_t = np.ascontiguousarray(counts.T)
-                unit_parts.append((spread_t @ counts_t).T)
-                resid_parts.append((spread_t @ (counts_t * r[:, None])).T)
-            self._grid_mass[n_e] = (np.ascontiguousarray(np.concatenate(resid_parts)),
-                                    np.ascontiguousarray(np.concatenate(unit_parts)))
+                # Transposed part by part: a part fits in cache, the whole batch does not.
+                unit_parts.append(np.ascontiguousarray((spread_t @ counts_t).T))
+                resid_parts.append(np.ascontiguousarray((spread_t @ (counts_t * r[:, None])).T))
+            self._grid_mass[n_e] = (np.concatenate(resid_parts), np.concatenate(unit_parts))
         return self._grid_mass[n_e]
 
     def at(self, sigma: float, rows: np.ndarray, screen: bool = False,
-           dens_sum: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+           dens_sum: np.ndarray | None = None, precise: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """smECE_sigma for the replicates ``rows`` at one bandwidth, and a bound on its error.
 
         sum_g |r_hat_g| dens_g equals sum_g |smoothed residual_g| (dens > 0), and sum_g dens_g
         is linear in the grid mass, so only the residual curve needs the full smoothing.
-        With ``screen`` the smoothing product runs in float32 (twice as fast) and the bound
-        is the standard dot-product rounding bound (E + 2) u sum_e |mass_e| op_eg (u = 2^-24,
-        doubled for safety), summed over g; otherwise the bound is 0 (float64 throughout)."""
+        With ``screen`` the smoothing runs through the screen's cosine expansion, the bound
+        being its truncation error; with ``precise``, through the expansion with a tail at
+        float64 rounding where it has at most _COSINE_TERMS terms; otherwise (and then) through
+        the dense operator in float64, the bound being 0."""
         n_e, n_g = _grid_sizes(sigma)
         resid, unit = self._masses(n_e)
         # A few rows at a new bandwidth are cheaper by FFT than by building the operator.
         if n_e * n_g <= _DENSE_OPERATOR_MAX and (rows.size >= _MIN_ROWS_FOR_OPERATOR or sigma in _OPERATORS):
-            op, op_rowsum, op32 = _dense_operator(sigma)
+            smoother = _smoother(sigma)
             if dens_sum is None:
-                dens_sum = _rows_matvec(unit, rows, op_rowsum) + n_g * DENSITY_FLOOR
-            if screen:
-                ys = _rows(self._resid32(n_e), rows) @ op32
-                total = np.sum(np.abs(ys), axis=1, dtype=np.float64)
-                gamma = (n_e + 2) * 2.0**-23
-                err = gamma * _rows_matvec(self._abs_resid(n_e), rows, op_rowsum) / dens_sum
-                return total / dens_sum, err
-            ys = _rows(resid, rows) @ op
+                dens_sum = _rows_matvec(unit, rows, smoother.rowsum) + n_g * DENSITY_FLOOR
+            expansion = smoother.cosine_exact if precise else smoother.cosine if screen else None
+            if expansion is not None:
+                a, err_per_mass = expansion
+                ys = _rows(self._cosine_coeffs(n_e), rows)[:, : a.shape[0]] @ a
+                err = _rows(self._abs_total(n_e), rows) * err_per_mass / dens_sum
+                return np.sum(np.abs(ys), axis=1) / dens_sum, err
+            ys = _rows(resid, rows) @ smoother.op
         else:
             smooth = _fft_smooth(np.concatenate([resid[rows], unit[rows]], axis=0), sigma)
             ys = smooth[: rows.size]
@@ -210,16 +289,26 @@ class _Batch:
         if n_e * n_g > _DENSE_OPERATOR_MAX or (rows.size < _MIN_ROWS_FOR_OPERATOR and sigma not in _OPERATORS):
             return None
         resid, unit = self._masses(n_e)
-        _, op_rowsum, _ = _dense_operator(sigma)
+        op_rowsum = _smoother(sigma).rowsum
         dens_sum = _rows_matvec(unit, rows, op_rowsum) + n_g * DENSITY_FLOOR
         lb = np.abs(_rows_matvec(resid, rows, op_rowsum)) / dens_sum
         ub = _rows_matvec(self._abs_resid(n_e), rows, op_rowsum) / dens_sum
         return lb, ub, dens_sum
 
-    def _resid32(self, n_e: int) -> np.ndarray:
-        key = ("f32", n_e)
+    def _cosine_coeffs(self, n_e: int) -> np.ndarray:
+        """DCT-I(residual mass) / 2 of every row, the first _COSINE_TERMS terms."""
+        key = ("cos", n_e)
         if key not in self._extra:
-            self._extra[key] = self._masses(n_e)[0].astype(np.float32)
+            from scipy.fft import dct
+
+            self._extra[key] = np.ascontiguousarray(
+                dct(self._masses(n_e)[0], type=1, axis=1)[:, :_COSINE_TERMS] / 2)
+        return self._extra[key]
+
+    def _abs_total(self, n_e: int) -> np.ndarray:
+        key = ("abs_total", n_e)
+        if key not in self._extra:
+            self._extra[key] = self._abs_resid(n_e).sum(axis=1)
         return self._extra[key]
 
     def _abs_resid(self, n_e: int) -> np.ndarray:
@@ -283,33 +372,47 @@ def smooth_ece_multi(datasets, *, return_sigma: bool = False) -> list:
     return pieces if return_sigma else [v for v, _ in pieces]
 
 
+def _below(batch: "_Batch", s: float, rows: np.ndarray, bounded: bool) -> np.ndarray:
+    """relplot's predicate s < smECE_s for ``rows``: settled by the cheap bounds where they
+    suffice (if ``bounded``), else screened, rows whose margin lies within the screen's error
+    bound recomputed in float64."""
+    below = np.zeros(rows.size, dtype=bool)
+    todo, dens = np.arange(rows.size), None
+    bnd = batch.bounds(s, rows) if bounded else None
+    if bnd is not None:
+        lb, ub, dens = bnd
+        sure_true = lb * (1 - 1e-9) > s  # 1e-9 covers the bounds' float64 rounding
+        sure_false = ub * (1 + 1e-9) < s
+        below[sure_true] = True
+        todo = np.flatnonzero(~(sure_true | sure_false))
+        dens = dens[todo]
+        if todo.size == 0:
+            return below
+    val, err = batch.at(s, rows[todo], screen=True, dens_sum=dens)
+    unsure = np.abs(val - s) <= err
+    if unsure.any():
+        val[unsure] = batch.at(s, rows[todo][unsure])[0]
+    below[todo] = s < val
+    return below
+
+
 def _bisect(batch: "_Batch", n_rep: int) -> tuple[np.ndarray, np.ndarray]:
     """relplot's bandwidth search for all ``n_rep`` rows of ``batch``; (values, sigmas)."""
 
+    # The cheap bounds barely move with sigma (the operator's row sums are nearly constant), so
+    # they are tried only on rows whose bounds at sigma = 1 came within a factor 2 of settling.
+    first = batch.bounds(1.0, np.arange(n_rep))
+    hint_lb, hint_ub = (first[0], first[1]) if first is not None else (np.zeros(n_rep), np.full(n_rep, np.inf))
+
     def decide(sigma_values: np.ndarray, need: np.ndarray) -> np.ndarray:
-        """relplot's predicate sigma < smECE_sigma for the rows ``need``: screened in float32,
-        rows whose margin is within the rounding bound recomputed in float64."""
+        """relplot's predicate sigma < smECE_sigma for the rows ``need``."""
         below = np.zeros(n_rep, dtype=bool)
         for s in np.unique(sigma_values[need]):
             rows = np.flatnonzero(need & (sigma_values == s))
-            bnd = batch.bounds(float(s), rows)
-            if bnd is not None:
-                # Decided by the bounds alone (1e-9 covers their float64 rounding).
-                lb, ub, dens = bnd
-                sure_true = lb * (1 - 1e-9) > s
-                sure_false = ub * (1 + 1e-9) < s
-                below[rows[sure_true]] = True
-                keep = ~(sure_true | sure_false)
-                rows, dens = rows[keep], dens[keep]
-                if rows.size == 0:
-                    continue
-            else:
-                dens = None
-            val, err = batch.at(float(s), rows, screen=True, dens_sum=dens)
-            unsure = np.abs(val - s) <= err
-            if unsure.any():
-                val[unsure] = batch.at(float(s), rows[unsure])[0]
-            below[rows] = s < val
+            hopeful = (hint_ub[rows] < 2 * s) | (hint_lb[rows] > s / 2)
+            for group, bounded in ((rows[hopeful], True), (rows[~hopeful], False)):
+                if group.size:
+                    below[group] = _below(batch, float(s), group, bounded)
         return below
 
     everyone = np.ones(n_rep, dtype=bool)
@@ -325,9 +428,13 @@ def _bisect(batch: "_Batch", n_rep: int) -> tuple[np.ndarray, np.ndarray]:
         hi = np.where(searching & ~below, mid, hi)
     sigma = np.where(searching, hi, 1.0)
     value = np.empty(n_rep)
-    for s in np.unique(sigma):  # the reported value, in float64
+    for s in np.unique(sigma):  # the reported value
         rows = np.flatnonzero(sigma == s)
-        value[rows] = batch.at(float(s), rows)[0]
+        val, err = batch.at(float(s), rows, precise=True)
+        loose = err > _VALUE_TOLERANCE * val
+        if loose.any():
+            val[loose] = batch.at(float(s), rows[loose])[0]
+        value[rows] = val
     return value, sigma
 
 
