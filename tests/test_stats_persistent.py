@@ -386,13 +386,13 @@ def test_replicates_with_a_shared_head_equal_literal_walk(monkeypatch):
 def test_packed_counts_fall_back_when_a_multiplicity_overflows_its_field():
     from selfknow.stats.bootstrap import _counts_from_accepted
 
-    seq = np.array([[0] * 40 + [1, 2]], dtype=np.int32)  # item 0 taken 40 times (> 31)
-    accepted = np.ones((2, 1, 42), dtype=bool)
+    seq = np.array([[0] * 300 + [1, 2]], dtype=np.int32)  # item 0 taken 300 times (> 255)
+    accepted = np.ones((2, 1, 302), dtype=bool)
     accepted[1, 0, :3] = False
     member = np.ones((2, 3), dtype=bool)
     out = _counts_from_accepted(seq, accepted, member)
-    assert out[:3, 0].tolist() == [40, 1, 1]
-    assert out[3:, 0].tolist() == [37, 1, 1]
+    assert out[:3, 0].tolist() == [300, 1, 1]
+    assert out[3:, 0].tolist() == [297, 1, 1]
 
 
 def test_bootstrap_metrics_equal_metrics_of_the_expanded_replicate():

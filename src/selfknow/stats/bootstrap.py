@@ -18,7 +18,7 @@ in blocks of ``block`` draws; a (B, L) matrix of draws gives, per component and 
 accepted positions by a cumulative count, and the replicate becomes multiplicities per
 component. The first draws, where no quota can plausibly fill, are tallied once for all
 components (``head_length``), and all components' multiplicities come from one bincount with
-5-bit fields packed into a float64 weight; both shortcuts check themselves and fall back to
+byte fields packed into a float64 weight; both shortcuts check themselves and fall back to
 the literal walk for a replicate where they would not hold. All ten metrics are then
 computed from multiplicities for all replicates at once: AUC as a weighted Mann-Whitney
 statistic (each positive's rank among the negatives is fixed, so only a cumulative sum of
@@ -128,10 +128,10 @@ def _class_tally(head: np.ndarray, classes: np.ndarray) -> np.ndarray:
 
 
 # Multiplicities of up to _FIELDS components are packed into one float64 weight per draw,
-# _FIELD_BITS bits each (50 bits: float64 sums stay exact), so one weighted bincount counts
+# a byte each (48 bits: float64 sums stay exact; bytes unpack as views), so one bincount counts
 # them all; random scatter dominates a bincount, and this does it once instead of per component.
-_FIELD_BITS = 5
-_FIELDS = 10
+_FIELD_BITS = 8
+_FIELDS = 6
 
 
 def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np.ndarray,
@@ -150,7 +150,6 @@ def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np
     offset = offsets(member)
     keys = (np.multiply(sequence, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
     out = np.empty((offset[-1], n_rep))
-    mask = (1 << _FIELD_BITS) - 1
     weight = np.empty(sequence.shape)
     for start in range(0, n_comp, _FIELDS):
         group = list(enumerate(range(start, min(start + _FIELDS, n_comp))))
@@ -160,14 +159,12 @@ def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np
             weight[:, :head] = code[sequence[:, :head]]
         for f, j in group:
             weight[:, head:] += accepted[j] * float(1 << (_FIELD_BITS * f))
-        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep).astype(np.int64)
-        field = np.empty_like(packed)
+        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep).astype("<i8")
+        fields = packed.view(np.uint8).reshape(n_items, n_rep, 8)  # little-endian: byte f = field f
         for f, j in group:
-            np.right_shift(packed, _FIELD_BITS * f, out=field)
-            np.bitwise_and(field, mask, out=field)
-            grid = field.reshape(n_items, n_rep)
+            grid = fields[:, :, f]
             out[offset[j]:offset[j + 1]] = grid if member[j].all() else grid[member[j]]
-    # A multiplicity above 31 spills into the next field and leaves its own component short:
+    # A multiplicity above 255 spills into the next field and leaves its own component short:
     # such replicates (never seen in practice) are counted component by component.
     expected = accepted.sum(axis=2)
     if head:
