@@ -117,6 +117,10 @@ def _conv_rows(rows: np.ndarray, n_e: int, ker: np.ndarray) -> np.ndarray:
     return out
 
 
+def _expansion(a: np.ndarray, err_per_mass: float) -> tuple[np.ndarray, np.ndarray, float]:
+    return np.ascontiguousarray(a), a.sum(axis=1), err_per_mass
+
+
 def _edge_weights(n_e: int) -> np.ndarray:
     """1 inside, 1/2 at both ends: the reflection counts an end point once."""
     w = np.ones(n_e)
@@ -153,33 +157,34 @@ class _Smoother:
         return a, np.cumsum(np.abs(a).sum(axis=1)[::-1])[::-1]
 
     @cached_property
-    def cosine(self) -> tuple[np.ndarray, float]:
-        """The screen: (a (K, G), a bound on sum_g |ys_g - approximation_g| per unit of
-        absolute mass); the approximation is (DCT-I(mass) / 2)[:K] @ a, see the module note."""
+    def cosine(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """The screen: (a (K, G), its row sums, a bound on sum_g |ys_g - approximation_g| per
+        unit of absolute mass); the approximation is (DCT-I(mass) / 2)[:K] @ a, see the module
+        note."""
         return self._terms(_COSINE_TAIL) or self._wide()
 
     @cached_property
-    def cosine_exact(self) -> tuple[np.ndarray, float] | None:
+    def cosine_exact(self) -> tuple[np.ndarray, np.ndarray, float] | None:
         """As ``cosine`` with a tail at float64 rounding, or None where that needs more than
         _COSINE_TERMS terms."""
         return self._terms(_COSINE_EXACT_TAIL)
 
-    def _terms(self, tolerance: float) -> tuple[np.ndarray, float] | None:
+    def _terms(self, tolerance: float) -> tuple[np.ndarray, np.ndarray, float] | None:
         a, tail = self._dct
         short = np.flatnonzero(tail[: _COSINE_TERMS + 1] <= tolerance * tail[0])
         if short.size == 0:
             return None
         k = max(int(short[0]), 1)  # |cos| <= 1: the tail bounds the error at every grid point
-        return np.ascontiguousarray(a[:k]), float(tail[k]) + _COSINE_ROUNDING * float(tail[0])
+        return _expansion(a[:k], float(tail[k]) + _COSINE_ROUNDING * float(tail[0]))
 
-    def _wide(self) -> tuple[np.ndarray, float]:
+    def _wide(self) -> tuple[np.ndarray, np.ndarray, float]:
         """_COSINE_WIDE terms and their measured truncation error (slow tails)."""
         a, tail = self._dct
         n_e = self.op.shape[0]
         k = min(_COSINE_WIDE, n_e)
         basis = np.cos(np.pi * np.outer(np.arange(n_e), np.arange(k)) / (n_e - 1))
         resid = self.op - (basis @ a[:k]) * _edge_weights(n_e)[:, None]
-        return np.ascontiguousarray(a[:k]), float(np.abs(resid).sum(axis=1).max()) + _COSINE_ROUNDING * float(tail[0])
+        return _expansion(a[:k], float(np.abs(resid).sum(axis=1).max()) + _COSINE_ROUNDING * float(tail[0]))
 
 
 _OPERATORS: "OrderedDict[float, _Smoother]" = OrderedDict()
@@ -227,7 +232,7 @@ class _Batch:
     def __init__(self, parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]):
         self.parts = [(f, f - y, w) for f, y, w in parts]
         self._grid_mass: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._extra: dict[tuple[str, int], np.ndarray] = {}
+        self._extra: dict[tuple, object] = {}
 
     def _masses(self, n_e: int) -> tuple[np.ndarray, np.ndarray]:
         """Residual and unit masses on the E-point grid, (rows, E) each (relplot
@@ -239,15 +244,16 @@ class _Batch:
             for f, r, counts in self.parts:
                 n = f.size
                 idx, frac = _interp_weights(f, n_e)
-                rows = np.concatenate([np.arange(n), np.arange(n)])
-                cols = np.concatenate([idx, idx + 1])
-                spread_t = sp.csr_matrix((np.concatenate([1 - frac, frac]), (cols, rows)),
-                                         shape=(n_e, n))
+                rows = np.tile(np.arange(n), 4)
+                cols = np.concatenate([idx, idx + 1, n_e + idx, n_e + idx + 1])
+                weights = np.concatenate([1 - frac, frac, (1 - frac) * r, frac * r])
+                # Unit masses in the first E rows, residual masses in the next E.
+                spread_t = sp.csr_matrix((weights, (cols, rows)), shape=(2 * n_e, n))
                 # (n, B) C-contiguous operands keep scipy from copying the dense side.
-                counts_t = np.ascontiguousarray(counts.T)
+                both = spread_t @ np.ascontiguousarray(counts.T)
                 # Transposed part by part: a part fits in cache, the whole batch does not.
-                unit_parts.append(np.ascontiguousarray((spread_t @ counts_t).T))
-                resid_parts.append(np.ascontiguousarray((spread_t @ (counts_t * r[:, None])).T))
+                unit_parts.append(np.ascontiguousarray(both[:n_e].T))
+                resid_parts.append(np.ascontiguousarray(both[n_e:].T))
             self._grid_mass[n_e] = (np.concatenate(resid_parts), np.concatenate(unit_parts))
         return self._grid_mass[n_e]
 
@@ -266,14 +272,11 @@ class _Batch:
         # A few rows at a new bandwidth are cheaper by FFT than by building the operator.
         if n_e * n_g <= _DENSE_OPERATOR_MAX and (rows.size >= _MIN_ROWS_FOR_OPERATOR or sigma in _OPERATORS):
             smoother = _smoother(sigma)
-            if dens_sum is None:
-                dens_sum = _rows_matvec(unit, rows, smoother.rowsum) + n_g * DENSITY_FLOOR
             expansion = smoother.cosine_exact if precise else smoother.cosine if screen else None
             if expansion is not None:
-                a, err_per_mass = expansion
-                ys = _rows(self._cosine_coeffs(n_e), rows)[:, : a.shape[0]] @ a
-                err = _rows(self._abs_total(n_e), rows) * err_per_mass / dens_sum
-                return np.sum(np.abs(ys), axis=1) / dens_sum, err
+                return self._expanded(expansion, n_e, n_g, rows, dens_sum)
+            if dens_sum is None:
+                dens_sum = _rows_matvec(unit, rows, smoother.rowsum) + n_g * DENSITY_FLOOR
             ys = _rows(resid, rows) @ smoother.op
         else:
             smooth = _fft_smooth(np.concatenate([resid[rows], unit[rows]], axis=0), sigma)
@@ -295,20 +298,42 @@ class _Batch:
         ub = _rows_matvec(self._abs_resid(n_e), rows, op_rowsum) / dens_sum
         return lb, ub, dens_sum
 
-    def _cosine_coeffs(self, n_e: int) -> np.ndarray:
-        """DCT-I(residual mass) / 2 of every row, the first _COSINE_TERMS terms."""
-        key = ("cos", n_e)
+    def _expanded(self, expansion: tuple[np.ndarray, np.ndarray, float], n_e: int, n_g: int,
+                  rows: np.ndarray, dens_sum: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """``at`` through a cosine expansion (a, its row sums, error per unit of mass). The
+        density sum, unless given, comes from the same expansion (sum_g dens_g expands with
+        the coefficients summed over g, within the same error per unit of mass); with
+        |T - T'| <= eT and |D - D'| <= eD, |T/D - T'/D'| <= (eT + (T'/D') eD) / (D' - eD)."""
+        a, a_sum, err_per_mass = expansion
+        k = a.shape[0]
+        total = np.sum(np.abs(_rows(self._cosine_coeffs(n_e, 0), rows)[:, :k] @ a), axis=1)
+        e_total = _rows(self._totals(n_e)[0], rows) * err_per_mass
+        if dens_sum is not None:
+            return total / dens_sum, e_total / dens_sum
+        dens_sum = _rows(self._cosine_coeffs(n_e, 1), rows)[:, :k] @ a_sum + n_g * DENSITY_FLOOR
+        e_dens = _rows(self._totals(n_e)[1], rows) * err_per_mass
+        value = total / dens_sum
+        low = dens_sum - e_dens
+        err = np.full(rows.size, np.inf)
+        np.divide(e_total + value * e_dens, low, out=err, where=low > 0)
+        return value, err
+
+    def _cosine_coeffs(self, n_e: int, which: int) -> np.ndarray:
+        """DCT-I(mass) / 2 of every row, the first _COSINE_TERMS terms: of the residual
+        masses (``which`` 0) or the unit masses (1)."""
+        key = ("cos", n_e, which)
         if key not in self._extra:
             from scipy.fft import dct
 
             self._extra[key] = np.ascontiguousarray(
-                dct(self._masses(n_e)[0], type=1, axis=1)[:, :_COSINE_TERMS] / 2)
+                dct(self._masses(n_e)[which], type=1, axis=1)[:, :_COSINE_TERMS] / 2)
         return self._extra[key]
 
-    def _abs_total(self, n_e: int) -> np.ndarray:
-        key = ("abs_total", n_e)
+    def _totals(self, n_e: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: total absolute residual mass and total unit mass."""
+        key = ("totals", n_e)
         if key not in self._extra:
-            self._extra[key] = self._abs_resid(n_e).sum(axis=1)
+            self._extra[key] = (self._abs_resid(n_e).sum(axis=1), self._masses(n_e)[1].sum(axis=1))
         return self._extra[key]
 
     def _abs_resid(self, n_e: int) -> np.ndarray:
