@@ -117,14 +117,15 @@ def head_length(classes: np.ndarray) -> int:
     return max(0, int(n - 8 * np.sqrt(n * (n - sizes) / sizes).max()))
 
 
-def _class_tally(head: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """(C, 2, B) draws of each class of each component among ``head`` (B, P)."""
+def _class_tally(head: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(C, 2, B) draws of each class of each component among ``head`` (B, P), and the (n, B)
+    item histogram of ``head`` they come from."""
     n_rep = head.shape[0]
     n_comp, n_items = classes.shape
     keys = (np.multiply(head, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
     hist = np.bincount(keys, minlength=n_items * n_rep).reshape(n_items, n_rep).astype(float)
     indicator = np.stack([classes == 0, classes == 1], axis=1).reshape(2 * n_comp, n_items)
-    return (indicator.astype(float) @ hist).reshape(n_comp, 2, n_rep)
+    return (indicator.astype(float) @ hist).reshape(n_comp, 2, n_rep), hist
 
 
 # Multiplicities of up to _FIELDS components are packed into one float64 weight per draw,
@@ -135,31 +136,33 @@ _FIELDS = 6
 
 
 def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np.ndarray,
-                          head_accepted: np.ndarray | None = None) -> np.ndarray:
+                          head_hist: np.ndarray | None = None) -> np.ndarray:
     """Multiplicities, stacked component by component: rows offset[j]:offset[j+1] of the
     (sum_j n_j, B) result hold component j's n_j members (items with a class in j, ascending;
     ``offsets(member)``). Item-major, so per-item gathers and cumulative sums over items run
     along contiguous replicate rows.
 
     ``member``: (C, n) bool; ``accepted`` (C, B, L - P) covers the last L - P draws; the first
-    P are accepted by every component whose classes hold the item (when P > 0,
-    ``head_accepted`` (C, B) says how many of them each component accepts)."""
+    P are accepted by every component whose classes hold the item (when P > 0, ``head_hist``
+    (n, B) counts each item among them)."""
     n_comp, n_rep, n_tail = accepted.shape
     n_items = member.shape[1]
     head = sequence.shape[1] - n_tail
     offset = offsets(member)
-    keys = (np.multiply(sequence, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
+    tail = sequence[:, head:]
+    keys = (np.multiply(tail, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
     out = np.empty((offset[-1], n_rep))
-    weight = np.empty(sequence.shape)
+    weight = np.empty(tail.shape)
     for start in range(0, n_comp, _FIELDS):
         group = list(enumerate(range(start, min(start + _FIELDS, n_comp))))
         weight[:] = 0
-        if head:
-            code = sum(member[j] * float(1 << (_FIELD_BITS * f)) for f, j in group)
-            weight[:, :head] = code[sequence[:, :head]]
         for f, j in group:
-            weight[:, head:] += accepted[j] * float(1 << (_FIELD_BITS * f))
-        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep).astype("<i8")
+            weight += accepted[j] * float(1 << (_FIELD_BITS * f))
+        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep)
+        if head:  # every head draw of an item counts for each component holding it
+            code = sum(member[j] * float(1 << (_FIELD_BITS * f)) for f, j in group)
+            packed += (head_hist * code[:, None]).ravel()
+        packed = packed.astype("<i8")
         fields = packed.view(np.uint8).reshape(n_items, n_rep, 8)  # little-endian: byte f = field f
         for f, j in group:
             grid = fields[:, :, f]
@@ -168,7 +171,7 @@ def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np
     # such replicates (never seen in practice) are counted component by component.
     expected = accepted.sum(axis=2)
     if head:
-        expected += head_accepted.astype(np.int64)
+        expected += (member.astype(float) @ head_hist).astype(np.int64)
     totals = np.stack([out[a:b].sum(axis=0) for a, b in zip(offset[:-1], offset[1:])])
     for r in np.flatnonzero((totals != expected).any(axis=0)):
         for j in range(n_comp):
@@ -196,9 +199,9 @@ def _replicate_counts_t(classes: np.ndarray, n_boot: int, seed: int, chunk: int,
     for start in range(0, n_boot, chunk):
         gens = rngs[start: start + chunk]
         seq = np.stack([draw_block(g, n_items, block) for g in gens])
-        tally = _class_tally(seq[:, :head], classes)
+        tally, head_hist = _class_tally(seq[:, :head], classes)
         accepted, filled = select_from_sequence(seq[:, head:], classes, quotas, seen_before=tally)
-        counts = _counts_from_accepted(seq, accepted, member, tally.sum(axis=1))
+        counts = _counts_from_accepted(seq, accepted, member, head_hist)
         in_head = (tally > quotas[:, :, None]).any(axis=(0, 1))
         for r in np.flatnonzero(~filled | in_head):
             # Rare: a quota met inside the head, or not within the block (then the
