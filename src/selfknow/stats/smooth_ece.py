@@ -26,8 +26,9 @@ operator, so smECE_sigma of many replicates is one matrix product (an FFT route 
 bandwidths and one-off bandwidths of a few rows). Only the bisection's *decisions* use shortcuts,
 all exact: cheap bounds |sum_g ys_g| <= sum_g |ys_g| <= sum_g sum_e |mass_e| op_eg settle the
 obvious steps; the rest are screened with a rigorous error bound, rows whose margin falls
-inside it being recomputed in float64. The reported value at the selected bandwidth is the
-screen's where its error bound is below 1e-12 of the value, else the dense float64 product.
+inside it being recomputed in float64. The reported value at the selected bandwidth comes
+from a longer expansion, its tail at float64 rounding, where its error bound is below 1e-12 of
+the value, else from the dense float64 product.
 
 The screen is a truncated cosine expansion of the operator. Reflection at both ends makes the
 smoothing nearly diagonal in the basis cos(pi k e / (E-1)): each column of the operator, its
@@ -264,9 +265,9 @@ class _Batch:
         sum_g |r_hat_g| dens_g equals sum_g |smoothed residual_g| (dens > 0), and sum_g dens_g
         is linear in the grid mass, so only the residual curve needs the full smoothing.
         With ``screen`` the smoothing runs through the screen's cosine expansion, the bound
-        being its truncation error; with ``precise``, through the expansion with a tail at
-        float64 rounding where it has at most _COSINE_TERMS terms; otherwise (and then) through
-        the dense operator in float64, the bound being 0."""
+        being its truncation error; with ``precise``, through the expansion with its tail at
+        float64 rounding, where one with at most _COSINE_TERMS terms exists. Otherwise it runs
+        through the dense operator in float64, the bound being 0."""
         n_e, n_g = _grid_sizes(sigma)
         resid, unit = self._masses(n_e)
         # A few rows at a new bandwidth are cheaper by FFT than by building the operator.
