@@ -395,8 +395,13 @@ def test_packed_counts_fall_back_when_a_multiplicity_overflows_its_field():
     assert out[3:, 0].tolist() == [297, 1, 1]
 
 
-def test_bootstrap_metrics_equal_metrics_of_the_expanded_replicate():
+@pytest.mark.parametrize("levels", [None, 10, 3, 1])
+def test_bootstrap_metrics_equal_metrics_of_the_expanded_replicate(levels):
+    """Continuous confidences, and discrete ones (ties: few, mostly, all) as self-consistency
+    and the end-correct baseline produce."""
     conf, correct = _small_world(n=80)
+    if levels is not None:
+        conf = np.round(conf * levels) / levels if levels > 1 else np.full_like(conf, 0.5)
     pairs = contrast_pairs(correct, min_size=5)
     out = bootstrap_persistent({"m": conf}, correct, pairs, n_boot=5, seed=2, chunk=2)["m"]
     counts = np.concatenate(list(replicate_counts(component_classes(correct, pairs), 5, seed=2)))

@@ -242,8 +242,8 @@ class _AucPoints:
     pos: np.ndarray  # weight rows of the positive points, by increasing score
     neg_order: np.ndarray  # weight rows of the negative points, by increasing score
     below: np.ndarray  # per positive: number of negatives with a lower score
+    below_or_tied: np.ndarray  # ... with a lower or equal score
     tied: np.ndarray  # positives that tie some negative
-    below_or_tied: np.ndarray  # per tied positive: negatives with a lower or equal score
 
     @classmethod
     def of(cls, score: np.ndarray, label: np.ndarray, fold: int | None = None) -> "_AucPoints":
@@ -256,7 +256,7 @@ class _AucPoints:
         below_or_tied = np.searchsorted(neg_sorted, score[pos], side="right")
         tied = np.flatnonzero(below_or_tied > below)
         fold = score.size if fold is None else fold
-        return cls(pos % fold, neg_order % fold, below, tied, below_or_tied[tied])
+        return cls(pos % fold, neg_order % fold, below, below_or_tied, tied)
 
     def auc(self, weights_t: np.ndarray) -> np.ndarray:
         """Weighted Mann-Whitney AUC (ties count 1/2) for each column of (N, B) multiplicities:
@@ -266,8 +266,10 @@ class _AucPoints:
         np.cumsum(weights_t[self.neg_order], axis=0, out=cum[1:])
         wp = weights_t[self.pos]
         num = np.einsum("ij,ij->j", wp, cum[self.below])
-        if self.tied.size:
-            gap = cum[self.below_or_tied] - cum[self.below[self.tied]]
+        if 2 * self.tied.size > self.pos.size:  # mostly tied (discrete confidences)
+            num = (num + np.einsum("ij,ij->j", wp, cum[self.below_or_tied])) / 2
+        elif self.tied.size:
+            gap = cum[self.below_or_tied[self.tied]] - cum[self.below[self.tied]]
             num += np.einsum("ij,ij->j", wp[self.tied], gap) / 2
         return num / (wp.sum(axis=0) * cum[-1])
 
