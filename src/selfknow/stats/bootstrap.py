@@ -67,14 +67,19 @@ def draw_block(rng: np.random.Generator, n_items: int, block: int) -> np.ndarray
     return rng.integers(0, n_items, size=block, dtype=np.int32)
 
 
-def default_block(classes: np.ndarray) -> int:
-    """Draws read per block: the number of draws needed to fill a class of size m out of n is
-    negative binomial with mean n and sd sqrt(n (n - m) / m); cover the worst class + 6 sd."""
+def _fill_sd(classes: np.ndarray) -> float | None:
+    """The largest sd of the draws needed to fill a class: for a class of size m out of n they
+    are negative binomial with mean n and sd sqrt(n (n - m) / m). None without classes."""
     n = classes.shape[1]
     sizes = np.array([(classes == c).sum(axis=1) for c in (0, 1)]).ravel()
     sizes = sizes[sizes > 0]
-    sd = np.sqrt(n * (n - sizes) / sizes).max() if sizes.size else 0.0
-    return int(np.ceil(n + 6 * sd + 64))
+    return float(np.sqrt(n * (n - sizes) / sizes).max()) if sizes.size else None
+
+
+def default_block(classes: np.ndarray) -> int:
+    """Draws read per block: cover the worst class's expected fill + 6 sd (``_fill_sd``)."""
+    sd = _fill_sd(classes)
+    return int(np.ceil(classes.shape[1] + 6 * (sd or 0.0) + 64))
 
 
 def select_from_sequence(sequence: np.ndarray, classes: np.ndarray, quotas: np.ndarray,
@@ -109,12 +114,14 @@ def head_length(classes: np.ndarray) -> int:
     see ``default_block``) before the earliest expected fill. Every in-class draw there is
     accepted, so the head is tallied and counted once for all components; a replicate that
     meets a quota inside it anyway is redone draw by draw."""
-    n = classes.shape[1]
-    sizes = np.array([(classes == c).sum(axis=1) for c in (0, 1)]).ravel()
-    sizes = sizes[sizes > 0]
-    if sizes.size == 0:
-        return 0
-    return max(0, int(n - 8 * np.sqrt(n * (n - sizes) / sizes).max()))
+    sd = _fill_sd(classes)
+    return 0 if sd is None else max(0, int(classes.shape[1] - 8 * sd))
+
+
+def _item_major_keys(draws: np.ndarray) -> np.ndarray:
+    """Bincount keys item * B + replicate of (B, L) draws, for (n, B) item-major histograms."""
+    n_rep = draws.shape[0]
+    return (np.multiply(draws, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
 
 
 def _class_tally(head: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -122,7 +129,7 @@ def _class_tally(head: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.
     item histogram of ``head`` they come from."""
     n_rep = head.shape[0]
     n_comp, n_items = classes.shape
-    keys = (np.multiply(head, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
+    keys = _item_major_keys(head)
     hist = np.bincount(keys, minlength=n_items * n_rep).reshape(n_items, n_rep).astype(float)
     indicator = np.stack([classes == 0, classes == 1], axis=1).reshape(2 * n_comp, n_items)
     return (indicator.astype(float) @ hist).reshape(n_comp, 2, n_rep), hist
@@ -150,7 +157,7 @@ def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np
     head = sequence.shape[1] - n_tail
     offset = offsets(member)
     tail = sequence[:, head:]
-    keys = (np.multiply(tail, n_rep, dtype=np.int64) + np.arange(n_rep)[:, None]).ravel()
+    keys = _item_major_keys(tail)
     out = np.empty((offset[-1], n_rep))
     weight = np.empty(tail.shape)
     for start in range(0, n_comp, _FIELDS):
