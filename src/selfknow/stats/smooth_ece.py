@@ -398,13 +398,12 @@ def smooth_ece_multi(datasets, *, return_sigma: bool = False) -> list:
     return pieces if return_sigma else [v for v, _ in pieces]
 
 
-def _below(batch: "_Batch", s: float, rows: np.ndarray, bounded: bool) -> np.ndarray:
-    """relplot's predicate s < smECE_s for ``rows``: settled by the cheap bounds where they
-    suffice (if ``bounded``), else screened, rows whose margin lies within the screen's error
-    bound recomputed in float64."""
+def _below(batch: "_Batch", s: float, rows: np.ndarray, bnd) -> np.ndarray:
+    """relplot's predicate s < smECE_s for ``rows``: settled by the cheap bounds ``bnd`` (from
+    ``batch.bounds``, or None) where they suffice, else screened, rows whose margin lies within
+    the screen's error bound recomputed in float64."""
     below = np.zeros(rows.size, dtype=bool)
     todo, dens = np.arange(rows.size), None
-    bnd = batch.bounds(s, rows) if bounded else None
     if bnd is not None:
         lb, ub, dens = bnd
         sure_true = lb * (1 - 1e-9) > s  # 1e-9 covers the bounds' float64 rounding
@@ -438,11 +437,11 @@ def _bisect(batch: "_Batch", n_rep: int) -> tuple[np.ndarray, np.ndarray]:
             hopeful = (hint_ub[rows] < 2 * s) | (hint_lb[rows] > s / 2)
             for group, bounded in ((rows[hopeful], True), (rows[~hopeful], False)):
                 if group.size:
-                    below[group] = _below(batch, float(s), group, bounded)
+                    bnd = batch.bounds(float(s), group) if bounded else None
+                    below[group] = _below(batch, float(s), group, bnd)
         return below
 
-    everyone = np.ones(n_rep, dtype=bool)
-    searching = ~decide(np.ones(n_rep), everyone)  # accept sigma = 1 if 1 < smECE_1
+    searching = ~_below(batch, 1.0, np.arange(n_rep), first)  # accept sigma = 1 if 1 < smECE_1
     lo = np.zeros(n_rep)  # relplot's `end`: predicate true (sigma below its smECE)
     hi = np.ones(n_rep)  # relplot's `start`: predicate false; the returned width
     for _ in range(SEARCH_REFINE):
