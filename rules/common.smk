@@ -164,7 +164,7 @@ def world_models():
 
 
 def get_world_generations(wildcards):
-    ds = config.get("persistent", {}).get("datasets", ["world_qa"])[0]
+    ds = WORLD.get("qa_dataset") or config.get("persistent", {}).get("datasets", ["world_qa"])[0]
     return {f"{m}@{c}": f"{R}/generations/{m}/{c}/greedy/{ds}.parquet"
             for m in world_models() for c in checkpoint_names(config, m)}
 
@@ -172,11 +172,12 @@ def get_world_generations(wildcards):
 JUDGE = config.get("judge", {})
 
 
-AUDIT_DATASET = config.get("persistent", {}).get("datasets", ["NONE"])[0]
+AUDIT_DATASET = JUDGE.get("audit_dataset") or config.get("persistent", {}).get("datasets", ["NONE"])[0]
 
 
 def get_audit_generations(wildcards):
-    """The last checkpoint of every persistent-protocol model on its first short-answer dataset."""
+    """The last checkpoint of every persistent-protocol model on `judge.audit_dataset` (default:
+    its first short-answer dataset)."""
     return [f"{R}/generations/{m}/{checkpoint_names(config, m)[-1]}/greedy/{AUDIT_DATASET}.parquet"
             for m in config.get("persistent", {}).get("models", [])]
 

@@ -105,6 +105,23 @@ def _world(tmp_path, qa_rows=None, mcq_rows=None):
     return tmp_path
 
 
+def test_world_qa_domain_shards_split_the_domains(tmp_path):
+    base = dict(dataset="x", choices=None, answer="a", aliases=["a"], split="test")
+    qa = pd.DataFrame([{**base, "item_id": f"wqa-{i}", "domain": f"d{i % 5}", "question": f"Q{i}?"}
+                       for i in range(20)], columns=ITEM_COLUMNS)
+    qa.to_parquet(tmp_path / "qa.parquet")
+    shards = [load_source(f"s{k}", {"loader": "world_qa", "domain_shard": [k, 2]}, tmp_path) for k in (0, 1)]
+    # d4 (last by name) is held out; the rest alternate by name
+    assert [sorted(set(s["domain"])) for s in shards] == [["d0", "d2"], ["d1", "d3"]]
+    assert [set(s["dataset"]) for s in shards] == [{"s0"}, {"s1"}]
+    assert sorted(shards[0]["item_id"].tolist() + shards[1]["item_id"].tolist()) == \
+        sorted(qa.loc[qa["domain"] != "d4", "item_id"])
+    with pytest.raises(ItemError, match=re.escape("s: domain_shard must be [k, n] with integers 0 <= k < n, got [2, 2]")):
+        load_source("s", {"loader": "world_qa", "domain_shard": [2, 2]}, tmp_path)
+    with pytest.raises(ItemError, match="s: domain_shard \\[0, 5\\] needs at least 5 domains, the world has 4"):
+        load_source("s", {"loader": "world_qa", "domain_shard": [0, 5]}, tmp_path)
+
+
 def test_world_items_missing_answer_duplicate_id_and_bad_choices(tmp_path):
     spec_qa, spec_mcq = {"loader": "world_qa", "heldout_domain": "d1"}, {"loader": "world_mcq"}
     # a good world loads (held-out domain d1 removed from world_qa)

@@ -78,6 +78,22 @@ def test_protocol_names_unknown_dataset(cfg):
     assert "persistent.datasets[0]: unknown dataset 'triviaqa'" in _err(cfg)
 
 
+def test_world_and_judge_datasets_must_exist(cfg):
+    cfg["world"]["qa_dataset"] = "world_q"
+    assert "world.qa_dataset: unknown dataset 'world_q'" in _err(cfg)
+    del cfg["world"]["qa_dataset"]
+    cfg["judge"]["audit_dataset"] = "trivia"
+    assert "judge.audit_dataset: unknown dataset 'trivia'" in _err(cfg)
+
+
+def test_domain_shard_only_on_world_qa(cfg):
+    cfg["datasets"]["world_mcq"]["domain_shard"] = [0, 2]
+    assert "datasets.world_mcq.domain_shard: only the world_qa loader" in _err(cfg)
+    del cfg["datasets"]["world_mcq"]["domain_shard"]
+    cfg["datasets"]["world_qa_a"]["domain_shard"] = [0]
+    assert "datasets.world_qa_a.domain_shard" in _err(cfg)
+
+
 def test_openai_needs_base_url(cfg):
     cfg["models"].append({"name": "api", "backend": "openai", "model": "gpt"})
     assert "needs 'base_url'" in _err(cfg)

@@ -48,8 +48,10 @@ RELIABILITY_PANELS = ["End-correct baseline", "Self-consistency", "SC post-hoc",
                       "Non-oracle training", "Non-oracle surrogate", "Non-oracle copy", "Oracle training", "GCM",
                       "GCM post-hoc"]
 #: answers per reliability panel: persistent.n_test 60 x 3 evaluation checkpoints (world.generator.
-#: n_phases 4 checkpoints, minus train_checkpoints 1), pooled
+#: n_phases 4 checkpoints, minus train_checkpoints 1), pooled; world_qa_b's two domains of the tiny
+#: world have 58 test questions only
 RELIABILITY_N = 60 * 3
+RELIABILITY_N_B = 58 * 3
 
 TINY_FIGURES = {
     # Figure 4, `ladder_plot`: one line per LADDER model (ladder.models: [wm-small])
@@ -76,10 +78,13 @@ TINY_FIGURES = {
                                                   "second checkpoint with random labels"],
                                        "images": [[[4, 4]], [[3, 4]]]},
     # reliability diagrams, `reliability_grid`: one figure per persistent.models x datasets
-    # (wm-small x world_qa), one panel per method, four series each
-    "figures/persistent/reliability/wm-small/world_qa.png": {
+    # (wm-small x world_qa_a, world_qa_b): one panel per method, four series each
+    "figures/persistent/reliability/wm-small/world_qa_a.png": {
         "axes": len(RELIABILITY_PANELS), "series": [RELIABILITY_SERIES] * len(RELIABILITY_PANELS),
         "titles": [f"{p} (n={RELIABILITY_N})" for p in RELIABILITY_PANELS]},
+    "figures/persistent/reliability/wm-small/world_qa_b.png": {
+        "axes": len(RELIABILITY_PANELS), "series": [RELIABILITY_SERIES] * len(RELIABILITY_PANELS),
+        "titles": [f"{p} (n={RELIABILITY_N_B})" for p in RELIABILITY_PANELS]},
 }
 
 

@@ -110,6 +110,9 @@ def _check_references(cfg: dict, source: str) -> None:
             raise ConfigError(f"{source}: datasets.{name}: the {d['loader']} loader needs 'path'")
         if d["loader"] in WORLD_LOADERS and "world" not in cfg:
             raise ConfigError(f"{source}: datasets.{name}: loader {d['loader']} needs the 'world' section")
+        if "domain_shard" in d and d["loader"] != "world_qa":
+            raise ConfigError(f"{source}: datasets.{name}.domain_shard: only the world_qa loader has "
+                              f"domains to shard, not {d['loader']}")
 
     def need_model(key: str, name: str) -> None:
         if name not in names:
@@ -121,6 +124,10 @@ def _check_references(cfg: dict, source: str) -> None:
 
     if "judge" in cfg and "llm_judge" in cfg["judge"]:
         need_model("judge.llm_judge", cfg["judge"]["llm_judge"])
+    if "audit_dataset" in cfg.get("judge", {}):
+        need_dataset("judge.audit_dataset", cfg["judge"]["audit_dataset"])
+    if "qa_dataset" in cfg.get("world", {}):
+        need_dataset("world.qa_dataset", cfg["world"]["qa_dataset"])
     p = cfg.get("persistent")
     if p:
         for i, n in enumerate(p["models"]):

@@ -111,6 +111,8 @@ def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> p
                 raise ItemError(f"{name}: heldout_domain {held_name!r} is not a domain of the world")
             held = df["domain"] == held_name
             df = df[held] if loader == "world_qa_heldout" else df[~held]
+            if spec.get("domain_shard") is not None:
+                df = df[df["domain"].isin(_domain_shard(name, spec["domain_shard"], df["domain"]))]
         df = df.assign(dataset=name)
         source = str(Path(world_dir))
     elif loader == "bioasq":
@@ -146,6 +148,21 @@ def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> p
             log.warning("%s: %s: skipped %d clues with HTML links", name, hub, n_linked)
         df, source = pd.DataFrame(rows), hub
     return validate_items(df, source)
+
+
+def _domain_shard(name: str, shard, domains: pd.Series) -> list[str]:
+    """Domains of shard [k, n]: every n-th domain by name from the k-th (0-based), so the n
+    shards of one world split its domains into n disjoint datasets (the persistent paper's
+    second training dataset, Jeopardy's role, in the offline default)."""
+    if (not isinstance(shard, (list, tuple)) or len(shard) != 2
+            or not all(isinstance(v, int) and not isinstance(v, bool) for v in shard)
+            or not 0 <= shard[0] < shard[1]):
+        raise ItemError(f"{name}: domain_shard must be [k, n] with integers 0 <= k < n, got {shard!r}")
+    k, n = shard
+    names = sorted(domains.unique())
+    if len(names) < n:
+        raise ItemError(f"{name}: domain_shard {shard!r} needs at least {n} domains, the world has {len(names)}")
+    return names[k::n]
 
 
 def _read_bioasq(path: Path, name: str) -> list[dict]:
