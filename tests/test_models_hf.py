@@ -228,7 +228,7 @@ def test_beams_match_hf_beam_search_without_stop(tiny):
 def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
     """The pre-batching one-prompt loop (unpadded prompt, its own KV cache, candidates decoded
     one by one): the oracle the batched search must reproduce."""
-    from selfknow.models.hf import _first_stop, _kv_cache
+    from selfknow.models.hf import _first_stop, _kv_cache, cache_kwarg
 
     model, tok, eos, k = lm.model, lm.tokenizer, lm.eos_ids, num_beams
     vocab_k = min(2 * k, int(model.config.get_text_config().vocab_size))
@@ -265,7 +265,7 @@ def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
                 break
             past.reorder_cache(torch.tensor(src))
             out = model(input_ids=torch.tensor([[ids[-1]] for ids, _ in running]),
-                        use_cache=True, **{lm._cache_kwarg: past})
+                        use_cache=True, **{cache_kwarg(model): past})
             past, logits = _kv_cache(out), out.logits[:, -1, :]
     for ids, score in running:
         finished.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
@@ -418,6 +418,66 @@ def test_next_token_logprobs_match_forward_pass(tiny):
         np.testing.assert_allclose(row, lp[cid].numpy(), atol=1e-4)
     with pytest.raises(ValueError, match="not a single token"):
         tiny.next_token_logprobs(["x"], ["the cat sat"])
+
+
+INSTRUCTION = ("Rate your confidence on a scale of 0-9, where 0 is completely uncertain and 9 is "
+               "completely certain.\n\nQuestion: ")
+
+
+def _right_padded(tok, prompts):
+    enc = [tok(p)["input_ids"] for p in prompts]
+    lengths = torch.tensor([len(e) for e in enc])
+    ids = torch.zeros((len(enc), int(lengths.max())), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, e in enumerate(enc):
+        ids[i, :len(e)], mask[i, :len(e)] = torch.tensor(e), 1
+    return ids, mask, lengths
+
+
+def test_last_position_logits_with_a_shared_prefix_and_adapter_gradients(fam_dir, tmp_path):
+    """Rows sharing an instruction run it once (its KV cache repeated per row) and the LM head
+    runs at the last positions only: logits and LoRA gradients equal those of one plain
+    forward pass over the padded batch."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from selfknow.models.hf import _MIN_SHARED_PREFIX, _shared_prefix_length, last_position_logits
+
+    tok = AutoTokenizer.from_pretrained(fam_dir / "step1")
+    base = AutoModelForCausalLM.from_pretrained(fam_dir / "step1")
+    model = PeftModel.from_pretrained(base, build_lora_adapter(fam_dir / "step1", tmp_path / "lora"),
+                                      is_trainable=True).eval()
+    prompts = [INSTRUCTION + q for q in ("two plus two?\nAnswer: four", "the capital of France?",
+                                         "who wrote it?\nCandidate answer: nobody at all\nConfidence:")]
+    ids, mask, lengths = _right_padded(tok, prompts)
+    assert _shared_prefix_length(ids, lengths) >= _MIN_SHARED_PREFIX  # the shared path runs
+    assert len(set(lengths.tolist())) == 3
+    grads = []
+    for plain in (False, True):
+        model.zero_grad()
+        if plain:
+            full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+            out = full[torch.arange(3), lengths - 1]
+        else:
+            out = last_position_logits(model, ids, mask, lengths)
+        assert out.shape == (3, model.config.vocab_size)
+        out[:, :10].logsumexp(-1).sum().backward()
+        grads.append((out.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
+    torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-5, rtol=1e-4)
+    assert grads[1][1].abs().max() > 0
+
+
+def test_next_token_logprobs_with_a_shared_prefix_match_single_prompts(tiny):
+    prompts = [INSTRUCTION + q for q in ("a?", "what is two plus two?\nAnswer:", "b c d e f g?")]
+    cands = [str(d) for d in range(10)]
+    got = tiny.next_token_logprobs(prompts, cands)
+    cid = [tiny.tokenizer(c, add_special_tokens=False)["input_ids"][0] for c in cands]
+    for p, row in zip(prompts, got):
+        with torch.no_grad():
+            lp = torch.log_softmax(tiny.model(input_ids=torch.tensor([tiny.tokenizer(p)["input_ids"]]))
+                                   .logits[0, -1].double(), -1)
+        np.testing.assert_allclose(row, lp[cid].numpy(), atol=1e-5)
 
 
 # ---- adapters and cache identity ------------------------------------------------------------

@@ -57,6 +57,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.models.base import LM
+from selfknow.models.hf import last_position_logits
 
 from .prompts import PROMPT_BODIES, confidence_prompt
 
@@ -341,8 +342,7 @@ def _digit_logits(model, tokenizer, prompts: Sequence[str], digit_ids: Sequence[
     for i, e in enumerate(enc):
         ids[i, :len(e)] = torch.tensor(e)
         mask[i, :len(e)] = 1
-    logits = model(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False).logits
-    last = logits[torch.arange(len(enc), device=logits.device), (lengths - 1).to(logits.device)]
+    last = last_position_logits(model, ids.to(device), mask.to(device), lengths)
     return last[:, list(digit_ids)].float()
 
 
