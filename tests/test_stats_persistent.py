@@ -134,6 +134,35 @@ def test_cosine_screen_error_bound_holds(sigma):
         assert np.all(perr <= 1e-12 * exact)
 
 
+@pytest.mark.parametrize("sigma, shortcut, some_unknown",
+                         [(0.5, False, True), (0.125, True, True), (0.07, True, False), (0.04, True, False)])
+def test_abs_sum_from_sign_changes_equals_the_dense_product(sigma, shortcut, some_unknown):
+    """sum_g |ys_g| from each row's sign changes (prefix sums of the operator's columns) and
+    the ys_g near zero one by one equals the dense float64 product's. At sigma = 0.125 the
+    rows have g of both kinds; narrower, the screen fixes every sign; at 0.5 the kernel's
+    truncation leaves most signs open and the dense product runs."""
+    from selfknow.stats import smooth_ece as se
+
+    rng = np.random.default_rng(int(sigma * 1000) + 1)
+    n = 800
+    f = rng.uniform(size=n) ** 1.4
+    y = (rng.uniform(size=n) < f).astype(float)
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=16).astype(float)
+    batch = se._Batch([(f, y, counts)])
+    n_e, _ = se._grid_sizes(sigma)
+    smoother = se._Smoother(sigma)
+    ys = batch._masses(n_e)[0] @ smoother.op
+    got = batch._abs_sum(smoother, n_e, np.arange(16))
+    np.testing.assert_allclose(got, np.abs(ys).sum(axis=1), rtol=1e-13, atol=0)
+    assert ("prefix" in smoother.__dict__) == shortcut
+    assert (np.diff(np.sign(ys), axis=1) != 0).any(axis=1).sum() >= 8  # most rows change sign
+    a, _, _, err = smoother.cosine
+    approx = batch._cosine_coeffs(n_e, 0)[:, : a.shape[0]] @ a
+    bound = np.outer(batch._totals(n_e)[0], err)
+    assert np.all(np.abs(ys - approx) <= bound)
+    assert (np.abs(approx) <= bound).any() == some_unknown
+
+
 def test_smooth_ece_rejects_bad_input():
     with pytest.raises(ValueError, match="row 1"):
         smooth_ece([0.2, 1.5], [0, 1])
@@ -393,6 +422,11 @@ def test_packed_counts_fall_back_when_a_multiplicity_overflows_its_field():
     out = _counts_from_accepted(seq, accepted, member)
     assert out[:3, 0].tolist() == [300, 1, 1]
     assert out[3:, 0].tolist() == [297, 1, 1]
+    # The same draws with the first 200 as a shared head (every component takes all of them):
+    # 200 from the head and 100 from the tail wrap a byte around.
+    head_hist = np.array([[200.0], [0.0], [0.0]])
+    out = _counts_from_accepted(seq, accepted[:, :, 200:], member, head_hist)
+    assert out[:, 0].tolist() == [300, 1, 1, 300, 1, 1]
 
 
 @pytest.mark.parametrize("levels", [None, 10, 3, 1])

@@ -17,13 +17,14 @@ Vectorisation. Each replicate has its own random stream (``SeedSequence(seed).sp
 in blocks of ``block`` draws; a (B, L) matrix of draws gives, per component and class, the
 accepted positions by a cumulative count, and the replicate becomes multiplicities per
 component. The first draws, where no quota can plausibly fill, are tallied once for all
-components (``head_length``), and all components' multiplicities come from one bincount with
-byte fields packed into a float64 weight; both shortcuts check themselves and fall back to
-the literal walk for a replicate where they would not hold. All ten metrics are then
+components (``head_length``) and added to each in bytes, and the later draws' multiplicities
+of all components come from one bincount with byte fields packed into a float64 weight; both
+shortcuts check themselves and fall back to the literal walk for a replicate where they would
+not hold. All ten metrics are then
 computed from multiplicities for all replicates at once: AUC as a weighted Mann-Whitney
 statistic (each positive's rank among the negatives is fixed, so only a cumulative sum of
 negative multiplicities per replicate is needed; ties count 1/2), Brier and Δ by
-matrix-vector products, SmoothECE by ``smooth_ece_multi``. Multiplicities are stored
+matrix products, SmoothECE by ``smooth_ece_counts``. Multiplicities are stored
 item-major, each component's members only (a contrast pair's questions), stacked.
 """
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from .contrast import (CONTRAST_METRICS, FULL_METRICS, METRICS, ContrastPair, Normaliser,
                        _check_conf, _check_correct, pair_data)
-from .smooth_ece import smooth_ece_multi
+from .smooth_ece import smooth_ece_counts
 
 N_BOOT = 10_000
 SEED = 17
@@ -147,7 +148,8 @@ def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np
     """Multiplicities, stacked component by component: rows offset[j]:offset[j+1] of the
     (sum_j n_j, B) result hold component j's n_j members (items with a class in j, ascending;
     ``offsets(member)``). Item-major, so per-item gathers and cumulative sums over items run
-    along contiguous replicate rows.
+    along contiguous replicate rows. Bytes (int32 if some multiplicity exceeds 255): the
+    AUC's gathers and cumulative sums move an eighth of float64's memory.
 
     ``member``: (C, n) bool; ``accepted`` (C, B, L - P) covers the last L - P draws; the first
     P are accepted by every component whose classes hold the item (when P > 0, ``head_hist``
@@ -158,29 +160,33 @@ def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np
     offset = offsets(member)
     tail = sequence[:, head:]
     keys = _item_major_keys(tail)
-    out = np.empty((offset[-1], n_rep))
+    out = np.empty((offset[-1], n_rep), dtype=np.uint8)
     weight = np.empty(tail.shape)
     for start in range(0, n_comp, _FIELDS):
         group = list(enumerate(range(start, min(start + _FIELDS, n_comp))))
         weight[:] = 0
         for f, j in group:
             weight += accepted[j] * float(1 << (_FIELD_BITS * f))
-        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep)
-        if head:  # every head draw of an item counts for each component holding it
-            code = sum(member[j] * float(1 << (_FIELD_BITS * f)) for f, j in group)
-            packed += (head_hist * code[:, None]).ravel()
-        packed = packed.astype("<i8")
+        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep).astype("<i8")
         fields = packed.view(np.uint8).reshape(n_items, n_rep, 8)  # little-endian: byte f = field f
         for f, j in group:
             grid = fields[:, :, f]
             out[offset[j]:offset[j + 1]] = grid if member[j].all() else grid[member[j]]
-    # A multiplicity above 255 spills into the next field and leaves its own component short:
-    # such replicates (never seen in practice) are counted component by component.
+    if head:  # every head draw of an item counts for each component holding it
+        head_bytes = head_hist.astype(np.uint8)
+        for j in range(n_comp):
+            out[offset[j]:offset[j + 1]] += head_bytes if member[j].all() else head_bytes[member[j]]
+    # A multiplicity above 255 spills into the next field, or wraps around its byte, and leaves
+    # its component's total short: such replicates (never seen in practice) are counted
+    # component by component.
     expected = accepted.sum(axis=2)
     if head:
         expected += (member.astype(float) @ head_hist).astype(np.int64)
-    totals = np.stack([out[a:b].sum(axis=0) for a, b in zip(offset[:-1], offset[1:])])
-    for r in np.flatnonzero((totals != expected).any(axis=0)):
+    totals = np.stack([out[a:b].sum(axis=0, dtype=np.int64) for a, b in zip(offset[:-1], offset[1:])])
+    spilled = np.flatnonzero((totals != expected).any(axis=0))
+    if spilled.size:
+        out = out.astype(np.int32)
+    for r in spilled:
         for j in range(n_comp):
             taken = sequence[r][np.concatenate([member[j][sequence[r, :head]], accepted[j, r]])
                                 if head else accepted[j, r]]
@@ -195,7 +201,8 @@ def offsets(member: np.ndarray) -> np.ndarray:
 
 def _replicate_counts_t(classes: np.ndarray, n_boot: int, seed: int, chunk: int,
                         block: int | None) -> Iterator[np.ndarray]:
-    """Successive chunks of stacked (sum_j n_j, b) multiplicities (``_counts_from_accepted``)."""
+    """Successive chunks of stacked (sum_j n_j, b) integer multiplicities
+    (``_counts_from_accepted``)."""
     classes = np.asarray(classes, dtype=np.int8)
     n_items = classes.shape[1]
     quotas = np.stack([(classes == 0).sum(axis=1), (classes == 1).sum(axis=1)], axis=1)
@@ -219,7 +226,9 @@ def _replicate_counts_t(classes: np.ndarray, n_boot: int, seed: int, chunk: int,
                 if ok[0]:
                     break
                 row = np.concatenate([row, draw_block(gens[r], n_items, block)])
-            counts[:, r] = _counts_from_accepted(row[None], acc_r, member)[:, 0]
+            redone = _counts_from_accepted(row[None], acc_r, member)
+            counts = counts.astype(np.result_type(counts, redone), copy=False)
+            counts[:, r] = redone[:, 0]
         yield counts
 
 
@@ -266,23 +275,49 @@ class _AucPoints:
         return cls(pos % fold, neg_order % fold, below, below_or_tied, tied)
 
     def auc(self, weights_t: np.ndarray) -> np.ndarray:
-        """Weighted Mann-Whitney AUC (ties count 1/2) for each column of (N, B) multiplicities:
-        sum over positives of w * (negative weight below + half the tied negative weight)."""
-        cum = np.empty((self.neg_order.size + 1, weights_t.shape[1]))
+        """Weighted Mann-Whitney AUC (ties count 1/2) for each column of (N, B) integer
+        multiplicities: sum over positives of w * (negative weight below + half the tied
+        negative weight), in exact integer arithmetic."""
+        # int32 partial sums where they cannot overflow: half the memory traffic of int64.
+        narrow = self.neg_order.size * int(np.iinfo(weights_t.dtype).max) < 2**31
+        cum = np.empty((self.neg_order.size + 1, weights_t.shape[1]), dtype=np.int32 if narrow else np.int64)
         cum[0] = 0
-        np.cumsum(weights_t[self.neg_order], axis=0, out=cum[1:])
+        np.cumsum(weights_t[self.neg_order], axis=0, dtype=cum.dtype, out=cum[1:])
         wp = weights_t[self.pos]
-        num = np.einsum("ij,ij->j", wp, cum[self.below])
+        num = np.einsum("ij,ij->j", wp, cum[self.below], dtype=np.int64)
         if 2 * self.tied.size > self.pos.size:  # mostly tied (discrete confidences)
-            num = (num + np.einsum("ij,ij->j", wp, cum[self.below_or_tied])) / 2
+            num = (num + np.einsum("ij,ij->j", wp, cum[self.below_or_tied], dtype=np.int64)) / 2
         elif self.tied.size:
             gap = cum[self.below_or_tied[self.tied]] - cum[self.below[self.tied]]
-            num += np.einsum("ij,ij->j", wp[self.tied], gap) / 2
-        return num / (wp.sum(axis=0) * cum[-1])
+            num = num + np.einsum("ij,ij->j", wp[self.tied], gap, dtype=np.int64) / 2
+        return num / (wp.sum(axis=0, dtype=np.int64) * cum[-1])
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    """Multiplicities of a chunk of replicates (``_counts_from_accepted``), as integers (for
+    the AUC's exact sums) and as float64 (for matrix products); the first ``n_ckpt``
+    components, stacked, form the full set."""
+
+    ints: np.ndarray
+    floats: np.ndarray
+    offset: np.ndarray
+    n_ckpt: int
+
+    def part(self, j: int, floats: bool = True) -> np.ndarray:
+        """(n_j, b) multiplicities of component j's members."""
+        return (self.floats if floats else self.ints)[self.offset[j]:self.offset[j + 1]]
+
+    def full(self, floats: bool = True) -> np.ndarray:
+        """(k n, b) multiplicities of the checkpoints' items, checkpoint by checkpoint."""
+        return (self.floats if floats else self.ints)[: self.offset[self.n_ckpt]]
 
 
 class _SeedScorer:
     """Everything one seed of one method needs to score replicates."""
+
+    # Contrast metrics that are linear in a pair's multiplicities: one product gives them all.
+    _LINEAR = ("delta0", "delta", "delta0_b", "delta_b", "contrast_brier")
 
     def __init__(self, conf: np.ndarray, correct: np.ndarray, pairs: Sequence[ContrastPair],
                  normaliser: Normaliser):
@@ -296,62 +331,57 @@ class _SeedScorer:
             d = pair_data(conf, p, normaliser)
             q = np.concatenate([d.q_early, d.q_late])
             y = np.concatenate([d.y_early, 1 - d.y_early])
+            n_p, imp = p.items.size, d.improvement
+            if imp.all() or not imp.any():  # one class: the balanced mean is the plain mean
+                balanced = np.full(n_p, 1 / n_p)
+            else:
+                balanced = np.where(imp, 0.5 / imp.sum(), 0.5 / (~imp).sum())
+            sq = (d.q_early - d.y_early) ** 2 + (d.q_late - (1 - d.y_early)) ** 2
             self.pairs.append({
-                "items": p.items, "d": d, "imp": d.improvement,
-                "auc": _AucPoints.of(q, y, fold=p.items.size),
-                "sq": (d.q_early - d.y_early) ** 2 + (d.q_late - (1 - d.y_early)) ** 2,
+                "d": d, "auc": _AucPoints.of(q, y, fold=n_p),
+                "linear": np.stack([d.sign / n_p, d.gap / n_p, d.sign * balanced,
+                                    d.gap * balanced, sq / (2 * n_p)]),
             })
         self.n_ckpt = n_ckpt
         self.n_items = correct.shape[1]
 
-    def ece(self, counts: Sequence[np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
-        """The SmoothECE metrics from ``counts`` (as in ``score``). All data sets share one
-        bandwidth search (see smooth_ece_multi)."""
+    def ece(self, chunk: _Chunk, wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        """The SmoothECE metrics of ``chunk``'s replicates. All data sets share one bandwidth
+        search (see smooth_ece_multi in smooth_ece)."""
         k = self.n_ckpt
         sets = []
         if "full_ece" in wanted:
-            sets += [(self.conf[c], self.correct[c], counts[c].T) for c in range(k)]
+            sets += [(self.conf[c], self.correct[c], chunk.part(c).T) for c in range(k)]
         if "contrast_ece" in wanted:
-            sets += [(p["d"].q_early, p["d"].y_early, counts[k + j].T) for j, p in enumerate(self.pairs)]
-        eces = smooth_ece_multi(sets) if sets else []
+            sets += [(p["d"].q_early, p["d"].y_early, chunk.part(k + j).T) for j, p in enumerate(self.pairs)]
+        eces = smooth_ece_counts(sets) if sets else []
         out = {}
         if "full_ece" in wanted:
             out["full_ece"] = np.mean(eces[:k], axis=0)
             eces = eces[k:]
         if "contrast_ece" in wanted:
-            out["contrast_ece"] = np.mean(eces, axis=0) if eces else np.full(counts[0].shape[1], np.nan)
+            out["contrast_ece"] = np.mean(eces, axis=0) if eces else np.full(chunk.ints.shape[1], np.nan)
         return out
 
-    def score(self, full: np.ndarray, counts: Sequence[np.ndarray], wanted: Sequence[str]) -> dict[str, np.ndarray]:
-        """The metrics other than SmoothECE from ``counts``: per component, (n_j, b)
-        multiplicities of its members (all items for checkpoints, the contrast set for pairs),
-        the checkpoints' stacked in ``full`` (k n, b)."""
-        b = full.shape[1]
+    def score(self, chunk: _Chunk, wanted: Sequence[str]) -> dict[str, np.ndarray]:
+        """The metrics other than SmoothECE of ``chunk``'s replicates."""
+        b = chunk.ints.shape[1]
         k = self.n_ckpt
         out: dict[str, np.ndarray] = {}
         if "full_auc" in wanted:
-            out["full_auc"] = self.full_auc.auc(full)
+            out["full_auc"] = self.full_auc.auc(chunk.full(floats=False))
         if "full_brier" in wanted:
+            full = chunk.full()
             out["full_brier"] = self.full_sq @ full / full[:, 0].sum()
         per_pair: dict[str, list[np.ndarray]] = {m: [] for m in CONTRAST_METRICS
                                                  if m in wanted and m != "contrast_ece"}
         for j, p in enumerate(self.pairs):
-            w = counts[k + j]  # (n_p, b)
-            n_p = p["items"].size
-            d, imp = p["d"], p["imp"]
-            for name, v in (("delta0", d.sign), ("delta", d.gap)):
+            linear = p["linear"] @ chunk.part(k + j)
+            for name, row in zip(self._LINEAR, linear):
                 if name in per_pair:
-                    per_pair[name].append(v @ w / n_p)
-                if name + "_b" in per_pair:
-                    if imp.all() or not imp.any():
-                        per_pair[name + "_b"].append(v @ w / n_p)
-                    else:
-                        per_pair[name + "_b"].append(
-                            0.5 * (v[imp] @ w[imp] / imp.sum() + v[~imp] @ w[~imp] / (~imp).sum()))
+                    per_pair[name].append(row)
             if "contrast_auc" in per_pair:
-                per_pair["contrast_auc"].append(p["auc"].auc(w))
-            if "contrast_brier" in per_pair:
-                per_pair["contrast_brier"].append(p["sq"] @ w / (2 * n_p))
+                per_pair["contrast_auc"].append(p["auc"].auc(chunk.part(k + j, floats=False)))
         for name, vals in per_pair.items():
             out[name] = np.mean(vals, axis=0) if vals else np.full(b, np.nan)
         return out
@@ -394,10 +424,9 @@ def bootstrap_persistent(conf_by_method: Mapping[str, np.ndarray], correct,
     start = 0
     for stacked in _replicate_counts_t(classes, n_boot, seed, chunk, block):
         stop = start + stacked.shape[1]
-        counts = [stacked[a:b] for a, b in zip(offset[:-1], offset[1:])]
-        full = stacked[: offset[y.shape[0]]]
+        counts = _Chunk(stacked, stacked.astype(float), offset, y.shape[0])
         for name, seed_scorers in scorers.items():
-            per_seed = [s.score(full, counts, wanted) | s.ece(counts, wanted) for s in seed_scorers]
+            per_seed = [s.score(counts, wanted) | s.ece(counts, wanted) for s in seed_scorers]
             for m in wanted:
                 out[name][m][start:stop] = np.mean([ps[m] for ps in per_seed], axis=0)
         start = stop

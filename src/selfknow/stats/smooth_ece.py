@@ -28,23 +28,27 @@ all exact: cheap bounds |sum_g ys_g| <= sum_g |ys_g| <= sum_g sum_e |mass_e| op_
 obvious steps; the rest are screened with a rigorous error bound, rows whose margin falls
 inside it being recomputed in float64. The reported value at the selected bandwidth comes
 from a longer expansion, its tail at float64 rounding, where its error bound is below 1e-12 of
-the value, else from the dense float64 product.
+the value, else in float64 from sum_g |ys_g| = sum_g t_g ys_g with t_g = sign(ys_g): where
+the screen fixes t_g, the signed sum runs over prefix sums of the operator's columns at the
+few g where t changes, and only the ys_g near a zero crossing are computed one by one
+(``_Batch._abs_sum``; this replaces most of the (E, G) product at wide bandwidths).
 
 The screen is a truncated cosine expansion of the operator. Reflection at both ends makes the
 smoothing nearly diagonal in the basis cos(pi k e / (E-1)): each column of the operator, its
 two end rows doubled (the reflection counts an end point once), is a smooth even function of
 the grid position, so its DCT-I coefficients a_kg fall off like exp(-(pi k sigma)^2 / 2). With
 c = DCT-I(mass) / 2, computed once per batch by FFT, ys_g = sum_k c_k a_kg; keeping K terms
-errs by at most sum_e |mass_e| * sum_g sum_{k>=K} |a_kg|. Near sigma = 0.04, about 50 terms
+errs by at most sum_e |mass_e| * sum_{k>=K} |a_kg| at g, and the sum of that over g in all. Near sigma = 0.04, about 50 terms
 replace E = 1001 grid points (about 70 for a value exact to float64 rounding). At wide
 bandwidths (sigma > ~0.1) the kernel's truncation at distance 1/2 makes the fall-off
 algebraic; there the screen keeps 32 terms and bounds their error by the measured residual
-max_e sum_g |op_eg - approximation_eg|, loose but far below the wide steps' margins.
+(max_e |op_eg - approximation_eg| at g, max_e sum_g of it in all), loose but far below the
+wide steps' margins.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -102,24 +106,35 @@ def _conv_rows(rows: np.ndarray, n_e: int, ker: np.ndarray) -> np.ndarray:
     np.convolve(ext, ker, 'valid')[i + E//2] = sum_k ker[k] ext[i + E//2 + E-1 - k] with
     ext = [v[E-1..1], v, v[E-2..0]]; collecting the three copies of v[j] gives
     R[i, j] = K(i - j + E//2) + [j >= 1] K(i + j + E//2) + [j <= E-2] K(i + j + E//2 - 2E + 2),
-    K(d) = ker[d] for 0 <= d < E, else 0: one Toeplitz and two Hankel terms, each row a
-    window of the zero-padded kernel."""
+    K(d) = ker[d] for 0 <= d < E, else 0: a Toeplitz term and two Hankel terms (one function
+    of i + j, summed first), each row a window of the zero-padded kernel, less the two
+    terms the end columns do not have."""
     half = n_e // 2
     padded = np.zeros(5 * n_e)
     padded[2 * n_e: 3 * n_e] = ker  # K(d) = padded[d + 2E]
-    windows = np.lib.stride_tricks.sliding_window_view(padded, n_e)
+    hankel = padded.copy()  # hankel[m] = K(m - 2E) + K(m - 4E + 2)
+    hankel[2 * n_e - 2:] += padded[: 3 * n_e + 2]
+    windows = np.lib.stride_tricks.sliding_window_view(hankel, n_e)
     windows_rev = np.lib.stride_tricks.sliding_window_view(padded[::-1], n_e)
-    toeplitz = windows_rev[3 * n_e - 1 - rows - half]
-    hankel_low = windows[2 * n_e + rows + half]
-    hankel_high = windows[rows + half + 2]
-    out = toeplitz + hankel_low + hankel_high
-    out[:, 0] -= hankel_low[:, 0]
-    out[:, -1] -= hankel_high[:, -1]
+    out = windows_rev[3 * n_e - 1 - rows - half] + windows[2 * n_e + rows + half]
+    out[:, 0] -= padded[2 * n_e + rows + half]
+    out[:, -1] -= padded[n_e + 1 + rows + half]
     return out
 
 
-def _expansion(a: np.ndarray, err_per_mass: float) -> tuple[np.ndarray, np.ndarray, float]:
-    return np.ascontiguousarray(a), a.sum(axis=1), err_per_mass
+def _expansion(a: np.ndarray, err_per_mass: float, col_err: np.ndarray) -> tuple:
+    """(terms, their row sums, bound on sum_g |error_g| and per g bounds on |error_g|, both
+    per unit of absolute mass)."""
+    return np.ascontiguousarray(a), a.sum(axis=1), err_per_mass, col_err
+
+
+@lru_cache(maxsize=8)
+def _cosine_basis(n_e: int) -> np.ndarray:
+    """(E, _COSINE_TERMS): w_e cos(pi k e / (E - 1)), w the edge weights: the expansion of
+    a column in terms a (K, G) is basis[:, :K] @ a."""
+    e = np.arange(n_e)
+    k = np.arange(min(_COSINE_TERMS, n_e))
+    return np.cos(np.pi * np.outer(e, k) / (n_e - 1)) * _edge_weights(n_e)[:, None]
 
 
 def _edge_weights(n_e: int) -> np.ndarray:
@@ -139,10 +154,7 @@ class _Smoother:
         n_e, n_g = _grid_sizes(sigma)
         ker = _kernel(sigma, n_e)
         idx, frac = _interp_weights(np.linspace(0, 1, n_g), n_e)
-        needed = np.unique(np.concatenate([idx, idx + 1]))
-        conv = _conv_rows(needed, n_e, ker)
-        left = conv[np.searchsorted(needed, idx)]
-        right = conv[np.searchsorted(needed, idx + 1)]
+        left, right = _conv_rows(idx, n_e, ker), _conv_rows(idx + 1, n_e, ker)
         self.op = np.ascontiguousarray((left * (1 - frac)[:, None] + right * frac[:, None]).T)
         self.rowsum = self.op.sum(axis=1)
 
@@ -158,34 +170,41 @@ class _Smoother:
         return a, np.cumsum(np.abs(a).sum(axis=1)[::-1])[::-1]
 
     @cached_property
-    def cosine(self) -> tuple[np.ndarray, np.ndarray, float]:
+    def cosine(self) -> tuple:
         """The screen: (a (K, G), its row sums, a bound on sum_g |ys_g - approximation_g| per
-        unit of absolute mass); the approximation is (DCT-I(mass) / 2)[:K] @ a, see the module
-        note."""
+        unit of absolute mass, per g bounds on |ys_g - approximation_g| per unit of absolute
+        mass); the approximation is (DCT-I(mass) / 2)[:K] @ a, see the module note."""
         return self._terms(_COSINE_TAIL) or self._wide()
 
     @cached_property
-    def cosine_exact(self) -> tuple[np.ndarray, np.ndarray, float] | None:
+    def cosine_exact(self) -> tuple | None:
         """As ``cosine`` with a tail at float64 rounding, or None where that needs more than
         _COSINE_TERMS terms."""
         return self._terms(_COSINE_EXACT_TAIL)
 
-    def _terms(self, tolerance: float) -> tuple[np.ndarray, np.ndarray, float] | None:
+    def _terms(self, tolerance: float) -> tuple | None:
         a, tail = self._dct
         short = np.flatnonzero(tail[: _COSINE_TERMS + 1] <= tolerance * tail[0])
         if short.size == 0:
             return None
         k = max(int(short[0]), 1)  # |cos| <= 1: the tail bounds the error at every grid point
-        return _expansion(a[:k], float(tail[k]) + _COSINE_ROUNDING * float(tail[0]))
+        rounding = _COSINE_ROUNDING * float(tail[0])
+        return _expansion(a[:k], float(tail[k]) + rounding, np.abs(a[k:]).sum(axis=0) + rounding)
 
-    def _wide(self) -> tuple[np.ndarray, np.ndarray, float]:
+    def _wide(self) -> tuple:
         """_COSINE_WIDE terms and their measured truncation error (slow tails)."""
         a, tail = self._dct
-        n_e = self.op.shape[0]
-        k = min(_COSINE_WIDE, n_e)
-        basis = np.cos(np.pi * np.outer(np.arange(n_e), np.arange(k)) / (n_e - 1))
-        resid = self.op - (basis @ a[:k]) * _edge_weights(n_e)[:, None]
-        return _expansion(a[:k], float(np.abs(resid).sum(axis=1).max()) + _COSINE_ROUNDING * float(tail[0]))
+        a = a[: min(_COSINE_WIDE, self.op.shape[0])]
+        error = np.abs(self.op - _cosine_basis(self.op.shape[0])[:, : a.shape[0]] @ a)
+        rounding = _COSINE_ROUNDING * float(tail[0])
+        return _expansion(a, float(error.sum(axis=1).max()) + rounding, error.max(axis=0) + rounding)
+
+    @cached_property
+    def prefix(self) -> np.ndarray:
+        """The column prefix sums P (E, G + 1), P[:, b] = sum_{g<b} op[:, g]."""
+        prefix = np.zeros((self.op.shape[0], self.op.shape[1] + 1))
+        np.cumsum(self.op, axis=1, out=prefix[:, 1:])
+        return prefix
 
 
 _OPERATORS: "OrderedDict[float, _Smoother]" = OrderedDict()
@@ -201,6 +220,20 @@ def _smoother(sigma: float) -> _Smoother:
     if len(_OPERATORS) > _MAX_OPERATORS:
         _OPERATORS.popitem(last=False)
     return _OPERATORS[sigma]
+
+
+# Bandwidths already smoothed by FFT: met again, they get an operator (see _use_operator).
+# Bisection bandwidths are multiples of 2^-10, so this set stays small.
+_FFT_BANDWIDTHS: set[float] = set()
+
+
+def _use_operator(sigma: float, n_rows: int) -> bool:
+    """Whether ``n_rows`` rows at ``sigma`` go through the dense operator rather than the FFT:
+    not where the operator would be too large; for a few rows at a bandwidth met for the
+    first time the FFT costs less than building it, but bootstrap chunks revisit bandwidths."""
+    n_e, n_g = _grid_sizes(sigma)
+    return n_e * n_g <= _DENSE_OPERATOR_MAX and (
+        n_rows >= _MIN_ROWS_FOR_OPERATOR or sigma in _OPERATORS or sigma in _FFT_BANDWIDTHS)
 
 
 def _fft_smooth(values: np.ndarray, sigma: float) -> np.ndarray:
@@ -222,7 +255,11 @@ def _rows_matvec(a: np.ndarray, rows: np.ndarray, v: np.ndarray) -> np.ndarray:
     return a[rows] @ v
 
 
-def _rows(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+def _rows(a: np.ndarray, rows: np.ndarray, cols: int | None = None) -> np.ndarray:
+    """a[rows] (a itself when that is all of it), its first ``cols`` columns if given (taken
+    before the gather, which then copies only them)."""
+    if cols is not None:
+        a = a[:, :cols]
     return a if rows.size == a.shape[0] else a[rows]
 
 
@@ -241,7 +278,9 @@ class _Batch:
         if n_e not in self._grid_mass:
             import scipy.sparse as sp  # keeps `import selfknow.stats` light
 
-            resid_parts, unit_parts = [], []
+            n_rows = sum(counts.shape[0] for _, _, counts in self.parts)
+            resid, unit = np.empty((n_rows, n_e)), np.empty((n_rows, n_e))
+            start = 0
             for f, r, counts in self.parts:
                 n = f.size
                 idx, frac = _interp_weights(f, n_e)
@@ -253,9 +292,11 @@ class _Batch:
                 # (n, B) C-contiguous operands keep scipy from copying the dense side.
                 both = spread_t @ np.ascontiguousarray(counts.T)
                 # Transposed part by part: a part fits in cache, the whole batch does not.
-                unit_parts.append(np.ascontiguousarray(both[:n_e].T))
-                resid_parts.append(np.ascontiguousarray(both[n_e:].T))
-            self._grid_mass[n_e] = (np.concatenate(resid_parts), np.concatenate(unit_parts))
+                stop = start + counts.shape[0]
+                unit[start:stop] = both[:n_e].T
+                resid[start:stop] = both[n_e:].T
+                start = stop
+            self._grid_mass[n_e] = (resid, unit)
         return self._grid_mass[n_e]
 
     def at(self, sigma: float, rows: np.ndarray, screen: bool = False,
@@ -270,28 +311,52 @@ class _Batch:
         through the dense operator in float64, the bound being 0."""
         n_e, n_g = _grid_sizes(sigma)
         resid, unit = self._masses(n_e)
-        # A few rows at a new bandwidth are cheaper by FFT than by building the operator.
-        if n_e * n_g <= _DENSE_OPERATOR_MAX and (rows.size >= _MIN_ROWS_FOR_OPERATOR or sigma in _OPERATORS):
+        if _use_operator(sigma, rows.size):
             smoother = _smoother(sigma)
             expansion = smoother.cosine_exact if precise else smoother.cosine if screen else None
             if expansion is not None:
                 return self._expanded(expansion, n_e, n_g, rows, dens_sum)
             if dens_sum is None:
                 dens_sum = _rows_matvec(unit, rows, smoother.rowsum) + n_g * DENSITY_FLOOR
-            ys = _rows(resid, rows) @ smoother.op
-        else:
-            smooth = _fft_smooth(np.concatenate([resid[rows], unit[rows]], axis=0), sigma)
-            ys = smooth[: rows.size]
-            dens_sum = np.sum(smooth[rows.size:] + DENSITY_FLOOR, axis=1)
-        return np.sum(np.abs(ys), axis=1) / dens_sum, np.zeros(rows.size)
+            return self._abs_sum(smoother, n_e, rows) / dens_sum, np.zeros(rows.size)
+        _FFT_BANDWIDTHS.add(sigma)
+        smooth = _fft_smooth(np.concatenate([resid[rows], unit[rows]], axis=0), sigma)
+        dens_sum = np.sum(smooth[rows.size:] + DENSITY_FLOOR, axis=1)
+        return np.sum(np.abs(smooth[: rows.size]), axis=1) / dens_sum, np.zeros(rows.size)
+
+    def _abs_sum(self, smoother: _Smoother, n_e: int, rows: np.ndarray) -> np.ndarray:
+        """sum_g |ys_g| for ``rows`` in float64, without the whole (rows, E) x (E, G) product.
+
+        Where the screen's approximation fixes the sign t_g of ys_g (its distance from 0
+        exceeds its error bound), sum_g t_g ys_g = sum_b (t_{b-1} - t_b) mass . P[:, b]
+        (t_{-1} = t_G = 0; P the operator's column prefix sums) needs only the b where t
+        changes, a few per row since the smoothed residual changes sign a few times; the
+        other ys_g are computed one by one. The rows share one product with the union of
+        their columns (the dense product when that is most of them)."""
+        a, _, _, err = smoother.cosine
+        mass = _rows(self._masses(n_e)[0], rows)
+        approx = _rows(self._cosine_coeffs(n_e, 0), rows, a.shape[0]) @ a
+        known = np.abs(approx) > np.outer(_rows(self._totals(n_e)[0], rows), err)
+        t = np.where(known, np.sign(approx), 0.0)
+        step = np.zeros((rows.size, t.shape[1] + 1))
+        step[:, 1:] = t
+        step[:, :-1] -= t
+        breaks = np.flatnonzero(step[:, 1:].any(axis=0)) + 1  # P[:, 0] = 0
+        unknown = np.flatnonzero(~known.all(axis=0))
+        if 2 * (breaks.size + unknown.size) > t.shape[1]:
+            return np.sum(np.abs(mass @ smoother.op), axis=1)
+        total = np.einsum("rb,rb->r", mass @ smoother.prefix[:, breaks], step[:, breaks])
+        if unknown.size:
+            total += np.einsum("rg,rg->r", np.abs(mass @ smoother.op[:, unknown]), ~known[:, unknown])
+        return total
 
     def bounds(self, sigma: float, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Cheap (matrix-vector) bounds lb <= smECE_sigma <= ub for ``rows``, from
         |sum_g ys_g| <= sum_g |ys_g| <= sum_g sum_e |mass_e| op_eg; None where the operator
         is not used (small batches, tiny bandwidths)."""
-        n_e, n_g = _grid_sizes(sigma)
-        if n_e * n_g > _DENSE_OPERATOR_MAX or (rows.size < _MIN_ROWS_FOR_OPERATOR and sigma not in _OPERATORS):
+        if not _use_operator(sigma, rows.size):
             return None
+        n_e, n_g = _grid_sizes(sigma)
         resid, unit = self._masses(n_e)
         op_rowsum = _smoother(sigma).rowsum
         dens_sum = _rows_matvec(unit, rows, op_rowsum) + n_g * DENSITY_FLOOR
@@ -299,19 +364,19 @@ class _Batch:
         ub = _rows_matvec(self._abs_resid(n_e), rows, op_rowsum) / dens_sum
         return lb, ub, dens_sum
 
-    def _expanded(self, expansion: tuple[np.ndarray, np.ndarray, float], n_e: int, n_g: int,
+    def _expanded(self, expansion: tuple, n_e: int, n_g: int,
                   rows: np.ndarray, dens_sum: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """``at`` through a cosine expansion (a, its row sums, error per unit of mass). The
         density sum, unless given, comes from the same expansion (sum_g dens_g expands with
         the coefficients summed over g, within the same error per unit of mass); with
         |T - T'| <= eT and |D - D'| <= eD, |T/D - T'/D'| <= (eT + (T'/D') eD) / (D' - eD)."""
-        a, a_sum, err_per_mass = expansion
+        a, a_sum, err_per_mass, _ = expansion
         k = a.shape[0]
-        total = np.sum(np.abs(_rows(self._cosine_coeffs(n_e, 0), rows)[:, :k] @ a), axis=1)
+        total = np.sum(np.abs(_rows(self._cosine_coeffs(n_e, 0), rows, k) @ a), axis=1)
         e_total = _rows(self._totals(n_e)[0], rows) * err_per_mass
         if dens_sum is not None:
             return total / dens_sum, e_total / dens_sum
-        dens_sum = _rows(self._cosine_coeffs(n_e, 1), rows)[:, :k] @ a_sum + n_g * DENSITY_FLOOR
+        dens_sum = _rows(self._cosine_coeffs(n_e, 1), rows, k) @ a_sum + n_g * DENSITY_FLOOR
         e_dens = _rows(self._totals(n_e)[1], rows) * err_per_mass
         value = total / dens_sum
         low = dens_sum - e_dens
@@ -321,7 +386,8 @@ class _Batch:
 
     def _cosine_coeffs(self, n_e: int, which: int) -> np.ndarray:
         """DCT-I(mass) / 2 of every row, the first _COSINE_TERMS terms: of the residual
-        masses (``which`` 0) or the unit masses (1)."""
+        masses (``which`` 0) or the unit masses (1). (Bisections reach bandwidths that need
+        nearly all of them, where one DCT costs less than a product with the basis.)"""
         key = ("cos", n_e, which)
         if key not in self._extra:
             from scipy.fft import dct
@@ -385,12 +451,17 @@ def smooth_ece_multi(datasets, *, return_sigma: bool = False) -> list:
     """``smooth_ece_batch`` for several data sets at once: ``datasets`` is a sequence of
     (conf, correct, counts) triples; returns one result per triple. Sharing the bisection
     lets replicates of different data sets that meet the same bandwidth share one product."""
-    parts, sizes = [], []
+    parts = []
     for conf, correct, counts in datasets:
         f, y = _check(conf, correct)
-        w = _check_counts(counts, f.size)
-        parts.append((f, y, w))
-        sizes.append(w.shape[0])
+        parts.append((f, y, _check_counts(counts, f.size)))
+    return smooth_ece_counts(parts, return_sigma=return_sigma)
+
+
+def smooth_ece_counts(parts, *, return_sigma: bool = False) -> list:
+    """``smooth_ece_multi`` without its input checks, for callers that build valid input:
+    (conf, 0/1 correct, (B, n) multiplicities with positive row sums) float64 triples."""
+    sizes = [w.shape[0] for _, _, w in parts]
     batch = _Batch(parts)
     value, sigma = _bisect(batch, sum(sizes))
     bounds = np.cumsum([0] + sizes)
