@@ -54,10 +54,14 @@ _ROW_POSITIONS: dict[type, bool] = {}  # whether logits_to_keep takes per-row po
 _MIN_SHARED_PREFIX = 16
 
 
+def _base_class(model) -> type:
+    """The class of the model under a peft wrapper (the model's own class without one)."""
+    return type(model.get_base_model() if hasattr(model, "get_base_model") else model)
+
+
 def forward_params(model) -> frozenset:
     """Names of the arguments of the (peft-wrapped) model's forward, cached per class."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    cls = type(base)
+    cls = _base_class(model)
     if cls not in _FORWARD_PARAMS:
         import inspect
 
@@ -92,7 +96,7 @@ def last_position_logits(model, input_ids, attention_mask, lengths):
     import torch
 
     params = forward_params(model)
-    base_cls = type(model.get_base_model() if hasattr(model, "get_base_model") else model)
+    base_cls = _base_class(model)
     lengths = torch.as_tensor(lengths, device=input_ids.device)
     rows = input_ids.shape[0]
     prefix = _shared_prefix_length(input_ids, lengths)
