@@ -38,12 +38,12 @@ smoothing nearly diagonal in the basis cos(pi k e / (E-1)): each column of the o
 two end rows doubled (the reflection counts an end point once), is a smooth even function of
 the grid position, so its DCT-I coefficients a_kg fall off like exp(-(pi k sigma)^2 / 2). With
 c = DCT-I(mass) / 2, computed once per batch by FFT, ys_g = sum_k c_k a_kg; keeping K terms
-errs by at most sum_e |mass_e| * sum_{k>=K} |a_kg| at g, and the sum of that over g in all. Near sigma = 0.04, about 50 terms
-replace E = 1001 grid points (about 70 for a value exact to float64 rounding). At wide
-bandwidths (sigma > ~0.1) the kernel's truncation at distance 1/2 makes the fall-off
-algebraic; there the screen keeps 32 terms and bounds their error by the measured residual
-(max_e |op_eg - approximation_eg| at g, max_e sum_g of it in all), loose but far below the
-wide steps' margins.
+errs by at most sum_e |mass_e| * sum_{k>=K} |a_kg| at g, and by the sum of that over g in all.
+Near sigma = 0.04, about 50 terms replace E = 1001 grid points (about 70 for a value exact
+to float64 rounding). At wide bandwidths (sigma > ~0.1) the kernel's truncation at distance
+1/2 makes the fall-off algebraic; there the screen keeps 32 terms and bounds their error by
+the measured residual (max_e |op_eg - approximation_eg| at g, max_e sum_g of it in all),
+loose but far below the wide steps' margins.
 """
 from __future__ import annotations
 
@@ -307,8 +307,8 @@ class _Batch:
         is linear in the grid mass, so only the residual curve needs the full smoothing.
         With ``screen`` the smoothing runs through the screen's cosine expansion, the bound
         being its truncation error; with ``precise``, through the expansion with its tail at
-        float64 rounding, where one with at most _COSINE_TERMS terms exists. Otherwise it runs
-        through the dense operator in float64, the bound being 0."""
+        float64 rounding, where one with at most _COSINE_TERMS terms exists. Otherwise it is
+        computed in float64 (``_abs_sum``, or by FFT), the bound being 0."""
         n_e, n_g = _grid_sizes(sigma)
         resid, unit = self._masses(n_e)
         if _use_operator(sigma, rows.size):
