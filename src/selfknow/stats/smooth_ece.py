@@ -222,18 +222,12 @@ def _smoother(sigma: float) -> _Smoother:
     return _OPERATORS[sigma]
 
 
-# Bandwidths already smoothed by FFT: met again, they get an operator (see _use_operator).
-# Bisection bandwidths are multiples of 2^-10, so this set stays small.
-_FFT_BANDWIDTHS: set[float] = set()
-
-
 def _use_operator(sigma: float, n_rows: int) -> bool:
     """Whether ``n_rows`` rows at ``sigma`` go through the dense operator rather than the FFT:
-    not where the operator would be too large; for a few rows at a bandwidth met for the
-    first time the FFT costs less than building it, but bootstrap chunks revisit bandwidths."""
+    not where the operator would be too large, nor for a few rows at a bandwidth without a
+    cached operator (building it costs more than their FFT)."""
     n_e, n_g = _grid_sizes(sigma)
-    return n_e * n_g <= _DENSE_OPERATOR_MAX and (
-        n_rows >= _MIN_ROWS_FOR_OPERATOR or sigma in _OPERATORS or sigma in _FFT_BANDWIDTHS)
+    return n_e * n_g <= _DENSE_OPERATOR_MAX and (n_rows >= _MIN_ROWS_FOR_OPERATOR or sigma in _OPERATORS)
 
 
 def _fft_smooth(values: np.ndarray, sigma: float) -> np.ndarray:
@@ -319,7 +313,6 @@ class _Batch:
             if dens_sum is None:
                 dens_sum = _rows_matvec(unit, rows, smoother.rowsum) + n_g * DENSITY_FLOOR
             return self._abs_sum(smoother, n_e, rows) / dens_sum, np.zeros(rows.size)
-        _FFT_BANDWIDTHS.add(sigma)
         smooth = _fft_smooth(np.concatenate([resid[rows], unit[rows]], axis=0), sigma)
         dens_sum = np.sum(smooth[rows.size:] + DENSITY_FLOOR, axis=1)
         return np.sum(np.abs(smooth[: rows.size]), axis=1) / dens_sum, np.zeros(rows.size)
@@ -332,9 +325,11 @@ class _Batch:
         (t_{-1} = t_G = 0; P the operator's column prefix sums) needs only the b where t
         changes, a few per row since the smoothed residual changes sign a few times; the
         other ys_g are computed one by one. The rows share one product with the union of
-        their columns (the dense product when that is most of them)."""
-        a, _, _, err = smoother.cosine
+        their columns (the dense product when that is most of them, or for a few rows)."""
         mass = _rows(self._masses(n_e)[0], rows)
+        if rows.size < _MIN_ROWS_FOR_OPERATOR:  # the screen and prefix sums would cost more
+            return np.sum(np.abs(mass @ smoother.op), axis=1)
+        a, _, _, err = smoother.cosine
         approx = _rows(self._cosine_coeffs(n_e, 0), rows, a.shape[0]) @ a
         known = np.abs(approx) > np.outer(_rows(self._totals(n_e)[0], rows), err)
         t = np.where(known, np.sign(approx), 0.0)
