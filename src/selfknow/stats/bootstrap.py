@@ -20,11 +20,10 @@ component. The first draws, where no quota can plausibly fill, are tallied once 
 components (``head_length``) and added to each in bytes, and the later draws' multiplicities
 of all components come from one bincount with byte fields packed into a float64 weight; both
 shortcuts check themselves and fall back to the literal walk for a replicate where they would
-not hold. All ten metrics are then
-computed from multiplicities for all replicates at once: AUC as a weighted Mann-Whitney
-statistic (each positive's rank among the negatives is fixed, so only a cumulative sum of
-negative multiplicities per replicate is needed; ties count 1/2), Brier and Δ by
-matrix products, SmoothECE by ``smooth_ece_counts``. Multiplicities are stored
+not hold. All ten metrics are then computed from multiplicities for all replicates at once:
+AUC as a weighted Mann-Whitney statistic (each positive's rank among the negatives is fixed,
+so only a cumulative sum of negative multiplicities per replicate is needed; ties count 1/2),
+Brier and Δ by matrix products, SmoothECE by ``smooth_ece_counts``. Multiplicities are stored
 item-major, each component's members only (a contrast pair's questions), stacked.
 """
 from __future__ import annotations
@@ -343,7 +342,6 @@ class _SeedScorer:
                                     d.gap * balanced, sq / (2 * n_p)]),
             })
         self.n_ckpt = n_ckpt
-        self.n_items = correct.shape[1]
 
     def ece(self, chunk: _Chunk, wanted: Sequence[str]) -> dict[str, np.ndarray]:
         """The SmoothECE metrics of ``chunk``'s replicates. All data sets share one bandwidth

@@ -48,7 +48,7 @@ loose but far below the wide steps' margins.
 from __future__ import annotations
 
 from collections import OrderedDict
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 import numpy as np
 
@@ -128,15 +128,6 @@ def _expansion(a: np.ndarray, err_per_mass: float, col_err: np.ndarray) -> tuple
     return np.ascontiguousarray(a), a.sum(axis=1), err_per_mass, col_err
 
 
-@lru_cache(maxsize=8)
-def _cosine_basis(n_e: int) -> np.ndarray:
-    """(E, _COSINE_TERMS): w_e cos(pi k e / (E - 1)), w the edge weights: the expansion of
-    a column in terms a (K, G) is basis[:, :K] @ a."""
-    e = np.arange(n_e)
-    k = np.arange(min(_COSINE_TERMS, n_e))
-    return np.cos(np.pi * np.outer(e, k) / (n_e - 1)) * _edge_weights(n_e)[:, None]
-
-
 def _edge_weights(n_e: int) -> np.ndarray:
     """1 inside, 1/2 at both ends: the reflection counts an end point once."""
     w = np.ones(n_e)
@@ -194,8 +185,10 @@ class _Smoother:
     def _wide(self) -> tuple:
         """_COSINE_WIDE terms and their measured truncation error (slow tails)."""
         a, tail = self._dct
-        a = a[: min(_COSINE_WIDE, self.op.shape[0])]
-        error = np.abs(self.op - _cosine_basis(self.op.shape[0])[:, : a.shape[0]] @ a)
+        n_e = self.op.shape[0]
+        a = a[: min(_COSINE_WIDE, n_e)]
+        basis = np.cos(np.pi * np.outer(np.arange(n_e), np.arange(a.shape[0])) / (n_e - 1))
+        error = np.abs(self.op - (basis @ a) * _edge_weights(n_e)[:, None])
         rounding = _COSINE_ROUNDING * float(tail[0])
         return _expansion(a, float(error.sum(axis=1).max()) + rounding, error.max(axis=0) + rounding)
 
@@ -327,23 +320,22 @@ class _Batch:
         other ys_g are computed one by one. The rows share one product with the union of
         their columns (the dense product when that is most of them, or for a few rows)."""
         mass = _rows(self._masses(n_e)[0], rows)
-        if rows.size < _MIN_ROWS_FOR_OPERATOR:  # the screen and prefix sums would cost more
-            return np.sum(np.abs(mass @ smoother.op), axis=1)
-        a, _, _, err = smoother.cosine
-        approx = _rows(self._cosine_coeffs(n_e, 0), rows, a.shape[0]) @ a
-        known = np.abs(approx) > np.outer(_rows(self._totals(n_e)[0], rows), err)
-        t = np.where(known, np.sign(approx), 0.0)
-        step = np.zeros((rows.size, t.shape[1] + 1))
-        step[:, 1:] = t
-        step[:, :-1] -= t
-        breaks = np.flatnonzero(step[:, 1:].any(axis=0)) + 1  # P[:, 0] = 0
-        unknown = np.flatnonzero(~known.all(axis=0))
-        if 2 * (breaks.size + unknown.size) > t.shape[1]:
-            return np.sum(np.abs(mass @ smoother.op), axis=1)
-        total = np.einsum("rb,rb->r", mass @ smoother.prefix[:, breaks], step[:, breaks])
-        if unknown.size:
-            total += np.einsum("rg,rg->r", np.abs(mass @ smoother.op[:, unknown]), ~known[:, unknown])
-        return total
+        if rows.size >= _MIN_ROWS_FOR_OPERATOR:  # for fewer, the screen and prefix sums cost more
+            a, _, _, err = smoother.cosine
+            approx = _rows(self._cosine_coeffs(n_e, 0), rows, a.shape[0]) @ a
+            known = np.abs(approx) > np.outer(_rows(self._totals(n_e)[0], rows), err)
+            t = np.where(known, np.sign(approx), 0.0)
+            step = np.zeros((rows.size, t.shape[1] + 1))
+            step[:, 1:] = t
+            step[:, :-1] -= t
+            breaks = np.flatnonzero(step[:, 1:].any(axis=0)) + 1  # P[:, 0] = 0
+            unknown = np.flatnonzero(~known.all(axis=0))
+            if 2 * (breaks.size + unknown.size) <= t.shape[1]:
+                total = np.einsum("rb,rb->r", mass @ smoother.prefix[:, breaks], step[:, breaks])
+                if unknown.size:
+                    total += np.einsum("rg,rg->r", np.abs(mass @ smoother.op[:, unknown]), ~known[:, unknown])
+                return total
+        return np.sum(np.abs(mass @ smoother.op), axis=1)
 
     def bounds(self, sigma: float, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
         """Cheap (matrix-vector) bounds lb <= smECE_sigma <= ub for ``rows``, from
@@ -361,7 +353,8 @@ class _Batch:
 
     def _expanded(self, expansion: tuple, n_e: int, n_g: int,
                   rows: np.ndarray, dens_sum: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """``at`` through a cosine expansion (a, its row sums, error per unit of mass). The
+        """``at`` through a cosine expansion (``_expansion``: a, its row sums, error per unit
+        of mass; the per-g bounds are ``_abs_sum``'s). The
         density sum, unless given, comes from the same expansion (sum_g dens_g expands with
         the coefficients summed over g, within the same error per unit of mass); with
         |T - T'| <= eT and |D - D'| <= eD, |T/D - T'/D'| <= (eT + (T'/D') eD) / (D' - eD)."""
