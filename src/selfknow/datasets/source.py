@@ -1,0 +1,105 @@
+"""Reading a dataset's rows (hub or local copy) and the steps the papers' loaders share."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from selfknow.records import ITEM_COLUMNS
+
+
+class ItemError(ValueError):
+    """A malformed dataset row; the message names the file (or dataset) and the row."""
+
+
+def make_item(item_id, dataset, domain, question, choices, answer, aliases, split) -> dict:
+    """One row of the item schema (`selfknow.records.ITEM_COLUMNS`)."""
+    return dict(item_id=str(item_id), dataset=dataset, domain=domain, question=question,
+                choices=None if choices is None else list(choices), answer=answer,
+                aliases=list(aliases), split=split)
+
+
+def frame(items: list[dict]) -> pd.DataFrame:
+    """Items as a frame with the item schema's columns (also when there are none)."""
+    return pd.DataFrame(items, columns=ITEM_COLUMNS)
+
+
+def read_rows(name: str, spec: dict, split: str) -> tuple[list[dict], str]:
+    """The rows of one split, as dicts in the hub's row schema, and where they came from.
+
+    With `path`: a parquet or JSONL file (when the loader reads one split) or a directory
+    holding `<split>.parquet` or `<split>.jsonl`. Otherwise `datasets.load_dataset(hub_id,
+    config_name, split=split, revision=revision)`."""
+    if "path" in spec:
+        return _read_local(name, Path(spec["path"]), split)
+    import datasets  # lazy: only paper-scale configs read the hub (pip install -e '.[paper]')
+
+    ds = datasets.load_dataset(spec["hub_id"], spec["config_name"], split=split, revision=spec["revision"])
+    return list(ds), f"{spec['hub_id']}@{spec['revision']} ({spec['config_name']}, {split})"
+
+
+def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], str]:
+    if path.is_dir():
+        found = [path / f"{split}{ext}" for ext in (".parquet", ".jsonl") if (path / f"{split}{ext}").exists()]
+        if not found:
+            raise ItemError(f"{name}: {path} has no {split}.parquet or {split}.jsonl")
+        path = found[0]
+    elif not path.exists():
+        raise ItemError(f"{name}: local copy {path} does not exist")
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist(), str(path)
+    if path.suffix != ".jsonl":
+        raise ItemError(f"{name}: {path}: expected a .parquet or .jsonl file")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ItemError(f"{name}: {path}: line {line_no}: invalid JSON ({err.msg})") from None
+    return rows, str(path)
+
+
+def require_fields(rows: list[dict], fields: tuple[str, ...], where: str) -> None:
+    """Raise naming the first row that lacks one of `fields`."""
+    for i, r in enumerate(rows):
+        missing = [k for k in fields if k not in r or r[k] is None]
+        if missing:
+            raise ItemError(f"{where}: row {i}: missing field(s) {missing}")
+
+
+def hf_shuffle_order(n: int, seed: int) -> np.ndarray:
+    """Row order of `datasets.Dataset.shuffle(seed=seed)` on n rows: the permutation of
+    `numpy.random.default_rng(seed)` (how `datasets` draws it), so a local copy is shuffled
+    exactly as the authors' hub dataset was."""
+    return np.random.default_rng(seed).permutation(n)
+
+
+def dedup_stripped(questions) -> list[int]:
+    """Positions of the first occurrence of each stripped question (the authors dedup on the
+    exact stripped text, keeping the first in shuffled order)."""
+    seen: set[str] = set()
+    keep = []
+    for i, q in enumerate(questions):
+        q = q.strip()
+        if q not in seen:
+            seen.add(q)
+            keep.append(i)
+    return keep
+
+
+def take_range(seq: list, rng, what: str) -> list:
+    """seq[start:stop] for rng = [start, stop]; raise when the list is too short for it (the
+    paper's split sizes are part of its protocol)."""
+    start, stop = rng
+    if not 0 <= start <= stop:
+        raise ItemError(f"{what}: range {list(rng)} must be [start, stop] with 0 <= start <= stop")
+    if stop > len(seq):
+        raise ItemError(f"{what}: range {list(rng)} needs {stop} questions, only {len(seq)} remain after filtering")
+    return seq[start:stop]
