@@ -34,7 +34,8 @@ GOOD_Q = [
 
 
 def _load_bioasq(path):
-    return load_source("bioasq", {"loader": "bioasq", "path": str(path)})
+    return load_source("bioasq", {"loader": "bioasq", "path": str(path), "shuffle_seed": 17, "n_icl": 0,
+                                  "max_list_answers": 10})
 
 
 def test_bioasq_good_file_skips_other_types_with_a_counted_warning(tmp_path, caplog):

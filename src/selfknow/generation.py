@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from selfknow.items import reserved_icl_examples
 from selfknow.judge import exact_match, letter_match, parse_option_letter
 from selfknow.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
 from selfknow.models.base import LM
@@ -23,7 +24,11 @@ def qa_prompt(question: str, shots: list[tuple[str, str]]) -> str:
 
 
 def fixed_shots(train: pd.DataFrame, n_shots: int, seed: int) -> list[tuple[str, str]]:
-    """`n_shots` fixed in-context examples from the train split (persistent §3.1: 5)."""
+    """`n_shots` fixed in-context examples from the train split (persistent §3.1: 5): a paper
+    dataset's reserved ones, else a seeded draw."""
+    reserved = reserved_icl_examples(train, n_shots)
+    if reserved is not None:
+        return reserved
     pool = train.sort_values("item_id")
     idx = np.random.default_rng(seed).choice(len(pool), size=min(n_shots, len(pool)), replace=False)
     return [(pool["question"].iloc[i], pool["answer"].iloc[i]) for i in sorted(idx)]

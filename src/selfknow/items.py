@@ -1,104 +1,37 @@
-"""Item sampling (SPEC §0.1): every dataset normalised to one item schema, then sampled.
+"""Item sampling (SPEC §0.1): every dataset normalised to one item schema, split, then sampled.
 
-Loaders for the papers' datasets read Hugging Face `datasets` ids (imported lazily: only
-paper-scale runs need them) or local files; the mini world's items come from the world
-generator. Each row normaliser is a pure function, so the formats are tested without the hub.
+The papers' datasets are read by `selfknow.datasets` (hub or local copy), which also puts
+each item in the paper's own split; the mini world's items come from the world generator and
+are split here with the config's seed. Items with split "icl" are the reserved in-context
+examples: they travel in the train file, in prompt order, and are never sampled as questions.
 """
 from __future__ import annotations
 
-import logging
-import re
 import string
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 
-from selfknow.records import ITEM_COLUMNS, read_json_file
+from selfknow.datasets import bioasq, jeopardy, medxpertqa, mmlu, triviaqa
+from selfknow.datasets.source import ItemError
+from selfknow.records import ITEM_COLUMNS
+
+__all__ = ["ItemError", "LETTERS", "build_items", "deduplicate", "load_source", "reserved_icl_examples",
+           "sample_items", "split_items", "validate_items"]
 
 LETTERS = string.ascii_uppercase
-log = logging.getLogger(__name__)
 
-
-class ItemError(ValueError):
-    """A malformed dataset row; the message names the file (or dataset) and the row."""
-
-
-def _item(item_id, dataset, domain, question, choices, answer, aliases, split) -> dict:
-    return dict(item_id=str(item_id), dataset=dataset, domain=domain, question=question,
-                choices=None if choices is None else list(choices), answer=answer,
-                aliases=list(aliases), split=split)
-
-
-# ---- row normalisers (one per source format) -------------------------------------------------
-
-def triviaqa_row(row: dict, dataset: str, split: str) -> dict:
-    """mandarjoshi/trivia_qa rc.nocontext: answer.value plus answer.aliases."""
-    ans = row["answer"]
-    aliases = list(dict.fromkeys([ans["value"], *ans.get("aliases", [])]))
-    return _item(row["question_id"], dataset, "trivia", row["question"], None, ans["value"], aliases, split)
-
-
-_HTML_LINK = re.compile(r"<a\s[^>]*>.*?</a>", re.IGNORECASE | re.DOTALL)
-_HTML_TAG = re.compile(r"<[^>]+>")
-
-
-def jeopardy_row(row: dict, dataset: str, split: str, index: int) -> dict | None:
-    """soldni/jeopardy: the category prefixes the clue (persistent §3.1); clues with HTML links
-    (usually pointing at media the model cannot see) are dropped (returns None)."""
-    q = row["question"]
-    if _HTML_LINK.search(q):
-        return None
-    q = _HTML_TAG.sub("", q).strip().strip("'\"")
-    cat = str(row["category"]).strip()
-    return _item(row.get("id", index), dataset, cat.lower(), f"{cat}: {q}", None, row["answer"], [row["answer"]], split)
-
-
-def bioasq_row(row: dict, dataset: str, split: str) -> dict | None:
-    """BioASQ training JSON: factoid and list questions only; every exact answer (and synonym)
-    is accepted; the prompt asks for one answer (persistent §3.1)."""
-    if row.get("type") not in ("factoid", "list"):
-        return None
-    exact = row["exact_answer"]
-    # factoid: [[syn, syn], ...] or [syn, ...]; list: [[syn, ...], [syn, ...]]
-    flat = [a for group in exact for a in (group if isinstance(group, list) else [group])]
-    if not flat:
-        raise ItemError(f"{dataset}: question {row.get('id')}: empty exact_answer")
-    question = row["body"].strip() + " Just output one of the answers."
-    return _item(row["id"], dataset, row["type"], question, None, flat[0], list(dict.fromkeys(flat)), split)
-
-
-def mmlu_row(row: dict, dataset: str, split: str, index: int) -> dict:
-    """cais/mmlu: four choices, answer as an index."""
-    choices = list(row["choices"])
-    if len(choices) != 4:
-        raise ItemError(f"{dataset}: row {index}: expected 4 choices, got {len(choices)}")
-    letter = LETTERS[int(row["answer"])]
-    return _item(f"{row['subject']}-{index}", dataset, row["subject"], row["question"], choices, letter, [letter], split)
-
-
-def medxpertqa_row(row: dict, dataset: str, split: str) -> dict:
-    """TsinghuaC3I/MedXpertQA Text: options as a letter->text mapping, label a letter."""
-    opts = row["options"]
-    letters = sorted(opts)
-    return _item(row["id"], dataset, row.get("medical_task", "medicine"), row["question"],
-                 [opts[k] for k in letters], row["label"], [row["label"]], split)
-
-
-# ---- loaders -----------------------------------------------------------------------------------
-
-def _hf_rows(hub_id: str, name: str | None, split: str, revision: str | None) -> Iterable[dict]:
-    import datasets  # lazy: only paper-scale configs load hub datasets
-
-    return datasets.load_dataset(hub_id, name, split=split, revision=revision)
+#: loader name -> the module of `selfknow.datasets` that reads that source
+_PAPER_LOADERS = {"triviaqa": triviaqa, "jeopardy": jeopardy, "bioasq": bioasq, "mmlu": mmlu,
+                  "medxpertqa": medxpertqa}
 
 
 def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> pd.DataFrame:
-    """All items of one configured dataset in the item schema (both splits where the source
-    has them), validated: no missing answers, unique ids, well-formed choices."""
+    """All items of one configured dataset in the item schema (a paper's dataset with the split
+    its loader gives each item), validated: no missing answers, unique ids, well-formed choices."""
     loader = spec["loader"]
-    rows: list[dict] = []
     if loader.startswith("world_"):
         if world_dir is None:
             raise ItemError(f"{name}: the {loader} loader needs the generated world directory")
@@ -115,39 +48,22 @@ def load_source(name: str, spec: dict, world_dir: str | Path | None = None) -> p
                 df = df[df["domain"].isin(_domain_shard(name, spec["domain_shard"], df["domain"]))]
         df = df.assign(dataset=name)
         source = str(Path(world_dir))
-    elif loader == "bioasq":
-        path = Path(spec["path"])
-        if not path.exists():
-            raise ItemError(f"{name}: BioASQ file {path} does not exist")
-        rows = _read_bioasq(path, name)
-        df, source = pd.DataFrame(rows), str(path)
     else:
-        hub = spec.get("hub_id") or {"triviaqa": "mandarjoshi/trivia_qa", "jeopardy": "soldni/jeopardy",
-                                     "mmlu": "cais/mmlu", "medxpertqa": "TsinghuaC3I/MedXpertQA"}[loader]
-        split = spec.get("split", {"triviaqa": "validation", "jeopardy": "train", "mmlu": "test",
-                                   "medxpertqa": "test"}[loader])
-        config_name = {"triviaqa": "rc.nocontext", "mmlu": "all", "medxpertqa": "Text"}.get(loader)
-        it = _hf_rows(hub, config_name, split, spec.get("revision"))
-        n_linked = 0
-        for i, r in enumerate(it):
-            if loader == "triviaqa":
-                rows.append(triviaqa_row(r, name, "test"))
-            elif loader == "jeopardy":
-                if (item := jeopardy_row(r, name, "test", i)) is not None:
-                    rows.append(item)
-                else:
-                    n_linked += 1
-            elif loader == "mmlu":
-                if spec.get("subjects") and r["subject"] not in spec["subjects"]:
-                    continue
-                rows.append(mmlu_row(r, name, "test", i))
-            else:
-                rows.append(medxpertqa_row(r, name, "test"))
-        if n_linked:
-            # persistent §3.1 drops clues that link to media the model cannot see
-            log.warning("%s: %s: skipped %d clues with HTML links", name, hub, n_linked)
-        df, source = pd.DataFrame(rows), hub
+        df = _PAPER_LOADERS[loader].load(name, spec)
+        source = spec["path"] if "path" in spec else spec["hub_id"]
     return validate_items(df, source)
+
+
+def build_items(name: str, spec: dict, seed: int, world_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    """The train and test items of one configured dataset. A paper's dataset keeps the splits
+    its loader gives (the in-context examples first in the train frame); the world's items are
+    deduplicated and split with `seed`."""
+    items = load_source(name, spec, world_dir)
+    if spec["loader"].startswith("world_"):
+        return split_items(deduplicate(items), seed)
+    return {"train": pd.concat([items[items["split"] == "icl"], items[items["split"] == "train"]],
+                               ignore_index=True),
+            "test": items[items["split"] == "test"].reset_index(drop=True)}
 
 
 def _domain_shard(name: str, shard, domains: pd.Series) -> list[str]:
@@ -163,39 +79,6 @@ def _domain_shard(name: str, shard, domains: pd.Series) -> list[str]:
     if len(names) < n:
         raise ItemError(f"{name}: domain_shard {shard!r} needs at least {n} domains, the world has {len(names)}")
     return names[k::n]
-
-
-def _read_bioasq(path: Path, name: str) -> list[dict]:
-    """The items of one BioASQ training JSON; any malformation raises an ItemError naming the
-    file and the question (index and id)."""
-    try:
-        data = read_json_file(path)
-    except ValueError as err:
-        raise ItemError(f"{name}: {err}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
-        raise ItemError(f"{name}: {path}: expected an object with a 'questions' list")
-    rows, skipped = [], 0
-    for i, q in enumerate(data["questions"]):
-        where = f"{name}: {path}: questions[{i}]" + (f" (id {q.get('id')!r})" if isinstance(q, dict) else "")
-        if not isinstance(q, dict):
-            raise ItemError(f"{where}: expected an object, got {type(q).__name__}")
-        if q.get("type") not in ("factoid", "list"):
-            skipped += 1
-            continue
-        missing = [k for k in ("id", "body", "exact_answer") if k not in q]
-        if missing:
-            raise ItemError(f"{where}: missing key(s) {missing}")
-        if not isinstance(q["exact_answer"], list) or not isinstance(q["body"], str):
-            raise ItemError(f"{where}: 'exact_answer' must be a list and 'body' a string")
-        try:
-            rows.append(bioasq_row(q, name, "test"))
-        except ItemError as err:
-            raise ItemError(f"{where}: {err}") from None
-    if skipped:
-        # persistent §3.1 keeps factoid and list questions only
-        log.warning("%s: %s: skipped %d of %d questions that are not factoid/list", name, path, skipped,
-                    len(data["questions"]))
-    return rows
 
 
 def validate_items(df: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -228,8 +111,11 @@ def deduplicate(df: pd.DataFrame) -> pd.DataFrame:
 def sample_items(df: pd.DataFrame, n: int | None, seed: int, blacklist: Iterable[str] = (),
                  stratify: str | None = None) -> pd.DataFrame:
     """`n` items drawn without replacement with `seed` (all when n is None or larger), after
-    dropping blacklisted ids; with `stratify`, n items per value of that column."""
+    dropping blacklisted ids and the reserved in-context examples (split "icl"); with
+    `stratify`, n items per value of that column."""
     df = df[~df["item_id"].isin(set(blacklist))]
+    if "split" in df.columns:
+        df = df[df["split"] != "icl"]
     rng = np.random.default_rng(seed)
     if stratify:
         parts = [g.iloc[np.sort(rng.permutation(len(g))[: n or len(g)])] for _, g in df.groupby(stratify, sort=True)]
@@ -237,6 +123,17 @@ def sample_items(df: pd.DataFrame, n: int | None, seed: int, blacklist: Iterable
     if n is None or n >= len(df):
         return df.reset_index(drop=True)
     return df.iloc[np.sort(rng.permutation(len(df))[:n])].reset_index(drop=True)
+
+
+def reserved_icl_examples(train: pd.DataFrame, n: int) -> list[tuple[str, str]] | None:
+    """The first `n` reserved in-context examples (split "icl", in the paper's prompt order)
+    as stripped (question, answer) pairs; None when the train items reserve none (the world)."""
+    if "split" not in train.columns or not (train["split"] == "icl").any():
+        return None
+    reserved = train[train["split"] == "icl"]
+    if len(reserved) < n:
+        raise ItemError(f"the train items reserve {len(reserved)} in-context examples; {n} are asked for")
+    return [(str(q).strip(), str(a).strip()) for q, a in zip(reserved["question"][:n], reserved["answer"][:n])]
 
 
 def split_items(df: pd.DataFrame, seed: int, test_fraction: float = 0.5) -> dict[str, pd.DataFrame]:

@@ -19,6 +19,8 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.items import reserved_icl_examples
+
 N_ICL = 5
 
 VERBALIZED_INSTRUCTION = ("Rate your confidence on a scale of 0-9, where 0 is completely "
@@ -33,13 +35,17 @@ GCM_INSTRUCTION = ("Please rate on a scale of 0-9 whether the Response correctly
 def select_icl_examples(train: pd.DataFrame, n: int = N_ICL, seed: int = 17, *,
                         question_col: str = "question", answer_col: str = "answer"
                         ) -> list[tuple[str, str]]:
-    """`n` fixed (question, answer) in-context examples: the train split shuffled with `seed`,
-    deduplicated by question (first occurrence kept), first `n` taken (§3.1: "5 fixed
-    in-context examples from the respective dataset"; the authors shuffle the train split
-    with a fixed seed and take the first five distinct questions). Stripped strings."""
+    """`n` fixed (question, answer) in-context examples (§3.1: "5 fixed in-context examples
+    from the respective dataset"). A paper dataset's loader reserves them as the rows with
+    split "icl", in the authors' order (`selfknow.datasets`): the first `n` of those. Otherwise
+    (the mini world) the train split shuffled with `seed`, deduplicated by question (first
+    occurrence kept), first `n` taken. Stripped strings."""
     for c in (question_col, answer_col):
         if c not in train.columns:
             raise ValueError(f"train split lacks column {c!r}; has {list(train.columns)}")
+    reserved = reserved_icl_examples(train, n)
+    if reserved is not None:
+        return reserved
     perm = np.random.default_rng(seed).permutation(len(train))
     out: list[tuple[str, str]] = []
     seen: set[str] = set()
