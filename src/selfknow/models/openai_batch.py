@@ -1,0 +1,289 @@
+"""OpenAI Batch API path of the `openai` backend (`batch: true` on a model; issue 14).
+
+The persistent paper's authors judged through the Batch API (half the price, a 24-hour window).
+With `batch: true`, the cache misses of one backend call go to the server as one batch job
+(or a few, see 2.) instead of one HTTP request each:
+
+1. capture: the backend's per-request function runs once per miss with `_post` answering by
+   raising `_Captured`, which records the (endpoint, body) it would have sent; requests are
+   built by the same code as on the synchronous path, so both send identical bodies;
+2. submit: the requests become one JSONL file per endpoint (`custom_id` = the request's
+   index and a hash of endpoint and body; split into files of at most `batch_max_requests`
+   lines, OpenAI's limit being 50,000), each uploaded with `POST /files` (purpose "batch")
+   and run by `POST /batches`; all are submitted before the first is polled;
+3. record: the batch id is written atomically to `<cache_dir>-batches/<job key>.json` before the
+   first poll, the job key being the hash of the server and the set of custom ids; a rerun of
+   the same job (after a kill, or a `batch_max_wait_s` timeout) finds the record and resumes
+   polling that batch instead of submitting (and paying for) a second one;
+4. poll `GET /batches/{id}` every `batch_poll_s` seconds until a terminal status, for at most
+   `batch_max_wait_s`;
+5. download the output and error files (`GET /files/{id}/content`) and match lines by
+   `custom_id`. Lines that failed with a retryable status (429, 5xx), with no response (e.g.
+   `batch_expired`) or that are missing are resubmitted as a smaller batch, up to
+   `max_retries` times; a non-retryable status (400) fails at once, as on the synchronous path;
+6. answer: the backend's function runs again per miss, now with `_post` returning the batch's
+   response body, so parsing and the request cache are exactly those of the synchronous path
+   (a later synchronous run finds the answers). Requests that still failed raise
+   `RequestFailed` listing every failed request with its error; the others are cached.
+
+Control calls (upload, create, poll, download) use the backend's HTTP retry policy. A call's
+records are removed once all its rounds are read; a run killed in the milliseconds between
+that and the cache write submits again. A batch that ends `failed` (input rejected) or
+`cancelled` raises, and its record goes. Without a cache dir nothing is recorded, so a killed
+run cannot resume.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+from urllib.parse import urlsplit
+
+from selfknow.models.cache import canonical_json, sha256_text
+from selfknow.models.openai_api import _RETRY_STATUS, OpenAILM, RequestFailed
+from selfknow.records import atomic_path
+
+log = logging.getLogger(__name__)
+
+#: batch statuses after which the server does no more work (OpenAI batch object, `status`)
+_TERMINAL = {"completed", "failed", "expired", "cancelled"}
+
+
+class _Captured(Exception):
+    """Raised by `BatchJobs.post` in the capture phase, after recording the request."""
+
+
+def _custom_id(endpoint: str, body: dict, index: int) -> str:
+    # the index keeps equal bodies of different cache requests (repeats of a
+    # temperature-0 prompt) apart, one line each, as the synchronous path sends each
+    return f"{index}-{sha256_text(canonical_json({'endpoint': endpoint, 'body': body}))[:40]}"
+
+
+class BatchJobs:
+    """Answers an `OpenAILM`'s `_post` calls from Batch API jobs (see module docstring)."""
+
+    def __init__(self, lm: OpenAILM, spec: dict, cache_dir: str | os.PathLike | None):
+        self.lm = lm
+        self.poll_s = float(spec["batch_poll_s"])
+        self.max_wait_s = float(spec["batch_max_wait_s"])
+        self.window = spec["batch_completion_window"]
+        self.max_requests = int(spec["batch_max_requests"])
+        cache = None if cache_dir is None else Path(cache_dir).resolve()
+        self.records = None if cache is None else cache.with_name(cache.name + "-batches")
+        # the JSONL `url` and the batch `endpoint` carry the API's path prefix ("/v1")
+        self.prefix = urlsplit(lm.base_url).path.rstrip("/")
+        self._capturing = False
+        # custom_id -> (index, endpoint, body) of the requests captured in this call
+        self._requests: dict[str, tuple[int, str, dict]] = {}
+        self._answers: dict[str, dict] = {}
+        self._failed = ""  # the message naming every request that failed for good
+        self._used: list[str] = []  # job keys of this call's batches, whose records go at the end
+
+    # ---- the two hooks of OpenAILM -----------------------------------------------------
+    def prepare(self, fn: Callable[[int], Any], idx: Sequence[int]) -> None:
+        """Capture the request `fn(i)` sends for each i in `idx` and run them as batch jobs
+        (one per endpoint); afterwards `post` answers those requests."""
+        self._requests, self._answers, self._failed, self._used = {}, {}, "", []
+        self._capturing = True
+        try:
+            for i in idx:
+                try:
+                    fn(i)
+                except _Captured:
+                    pass
+        finally:
+            self._capturing = False
+        by_endpoint: dict[str, dict[str, dict]] = {}
+        for cid, (_, endpoint, body) in self._requests.items():
+            by_endpoint.setdefault(endpoint, {})[cid] = body
+        failures: dict[str, str] = {}
+        for endpoint, bodies in sorted(by_endpoint.items()):
+            failures.update(self._run(endpoint, bodies))
+        # kept until every round is read, so that a run killed during a resubmission resumes
+        # the earlier, finished rounds instead of paying for them again
+        for job_key in self._used:
+            self._drop_record(job_key)
+        if failures:
+            listed = "; ".join(f"request {self._requests[cid][0]} (custom_id {cid}): {err}"
+                               for cid, err in sorted(failures.items(),
+                                                      key=lambda kv: self._requests[kv[0]][0]))
+            self._failed = (f"model {self.lm.name!r}: {len(failures)} of {len(self._requests)} "
+                            f"batch request(s) failed: {listed}")
+
+    def post(self, endpoint: str, body: dict, index: int) -> dict:
+        """The response body of one request: recorded (capture phase) or from the batch."""
+        cid = _custom_id(endpoint, body, index)
+        if self._capturing:
+            self._requests.setdefault(cid, (index, endpoint, body))
+            raise _Captured
+        if cid in self._answers:
+            return self._answers[cid]
+        raise RequestFailed(self._failed or f"model {self.lm.name!r}: request {index} was not "
+                                            f"part of the batch job")
+
+    # ---- jobs, with resubmission of failed requests ------------------------------------
+    def _run(self, endpoint: str, bodies: dict[str, dict]) -> dict[str, str]:
+        """Run `bodies` (custom_id -> body) through the batch API in jobs of at most
+        `batch_max_requests`, all submitted before the first is polled; resubmit retryable
+        failures up to `max_retries` times; store the answers; return {custom_id: error} of
+        the requests that failed for good."""
+        pending, final = dict(bodies), {}
+        for attempt in range(self.lm.max_retries + 1):
+            ids = sorted(pending)
+            chunks = [{cid: pending[cid] for cid in ids[k:k + self.max_requests]}
+                      for k in range(0, len(ids), self.max_requests)]
+            jobs = [(chunk, *self._start(endpoint, chunk)) for chunk in chunks]
+            errors: dict[str, tuple[bool, str]] = {}
+            for chunk, job_key, batch in jobs:
+                answers, chunk_errors = self._results(self._poll(batch, job_key), chunk, job_key)
+                self._answers.update(answers)
+                errors.update(chunk_errors)
+            retry = {cid: pending[cid] for cid, (retryable, _) in errors.items() if retryable}
+            final.update({cid: err for cid, (retryable, err) in errors.items()
+                          if not retryable or attempt == self.lm.max_retries})
+            if not retry or attempt == self.lm.max_retries:
+                break
+            log.info("model %r: %d of %d batch request(s) failed; resubmitting them (retry %d "
+                     "of %d)", self.lm.name, len(retry), len(pending), attempt + 1,
+                     self.lm.max_retries)
+            pending = retry
+        return final
+
+    def _start(self, endpoint: str, bodies: dict[str, dict]) -> tuple[str, dict]:
+        """(job key, batch object) of the job over `bodies`: resumed from its record if one
+        exists, else uploaded, created and recorded."""
+        url = self.prefix + endpoint
+        job_key = sha256_text(canonical_json({"base_url": self.lm.base_url, "url": url,
+                                              "custom_ids": sorted(bodies)}))
+        self._used.append(job_key)
+        batch = self._resume(job_key)
+        if batch is not None:
+            return job_key, batch
+        jsonl = "".join(canonical_json({"custom_id": cid, "method": "POST", "url": url,
+                                        "body": body}) + "\n"
+                        for cid, body in sorted(bodies.items()))
+        upload = self._call("POST", "/files", "batch file upload", data={"purpose": "batch"},
+                            files={"file": (f"{job_key[:16]}.jsonl", jsonl.encode("utf-8"),
+                                            "application/jsonl")},
+                            headers={"Content-Type": "multipart/form-data; "
+                                                     f"boundary={job_key[:32]}"})
+        batch = self._call("POST", "/batches", "batch create",
+                           json={"input_file_id": upload["id"], "endpoint": url,
+                                 "completion_window": self.window})
+        self._write_record(job_key, batch)
+        log.info("model %r: submitted batch %s with %d request(s)", self.lm.name, batch["id"],
+                 len(bodies))
+        return job_key, batch
+
+    def _resume(self, job_key: str) -> dict | None:
+        """The batch object of a recorded job, or None (no record, or the server no longer
+        knows the batch)."""
+        path = self._record_path(job_key)
+        if path is None or not path.exists():
+            return None
+        try:
+            batch_id = json.loads(path.read_text(encoding="utf-8"))["batch_id"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise RequestFailed(f"model {self.lm.name!r}: batch record {path} is unreadable "
+                                f"({err}); delete it to submit the job again") from None
+        try:
+            batch = self._call("GET", f"/batches/{batch_id}", "batch resume")
+        except RequestFailed as err:
+            if "HTTP 404" not in str(err):
+                raise
+            log.warning("model %r: recorded batch %s is unknown to the server; submitting "
+                        "again", self.lm.name, batch_id)
+            return None
+        log.info("model %r: resuming batch %s (%s) from %s", self.lm.name, batch_id,
+                 batch.get("status"), path)
+        return batch
+
+    def _poll(self, batch: dict, job_key: str) -> dict:
+        deadline = time.monotonic() + self.max_wait_s
+        status = None
+        while batch.get("status") not in _TERMINAL:
+            if batch.get("status") != status:
+                status = batch.get("status")
+                log.info("model %r: batch %s %s %s", self.lm.name, batch["id"], status,
+                         batch.get("request_counts"))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RequestFailed(
+                    f"model {self.lm.name!r}: batch {batch['id']} still {batch.get('status')!r} "
+                    f"after {self.max_wait_s:g}s (key 'batch_max_wait_s'); rerun to resume it "
+                    f"(recorded in {self._record_path(job_key)})")
+            time.sleep(min(self.poll_s, left))
+            batch = self._call("GET", f"/batches/{batch['id']}", "batch poll")
+        return batch
+
+    def _results(self, batch: dict, bodies: dict[str, dict], job_key: str
+                 ) -> tuple[dict[str, dict], dict[str, tuple[bool, str]]]:
+        """Match the batch's output and error file lines to `bodies` by custom_id: ({custom_id:
+        response body}, {custom_id: (retryable, error)})."""
+        status = batch["status"]
+        if status in ("failed", "cancelled"):
+            # a rejected input (validation) or someone's cancel: resubmitting is not ours to
+            # decide; the record goes, so a rerun submits afresh
+            self._drop_record(job_key)
+            raise RequestFailed(f"model {self.lm.name!r}: batch {batch['id']} {status}: "
+                                f"{json.dumps(batch.get('errors'))[:1000]}")
+        answers: dict[str, dict] = {}
+        errors: dict[str, tuple[bool, str]] = {}
+        for file_id in (batch.get("output_file_id"), batch.get("error_file_id")):
+            if not file_id:
+                continue
+            text = self.lm._send("GET", f"/files/{file_id}/content", "batch download",
+                                 lambda resp: resp.text)
+            for n, line in enumerate(text.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                    cid = row["custom_id"]
+                except (ValueError, KeyError, TypeError):
+                    raise RequestFailed(f"model {self.lm.name!r}: batch {batch['id']} file "
+                                        f"{file_id} line {n} is not a result line: "
+                                        f"{line[:200]!r}") from None
+                if cid not in bodies:
+                    log.warning("model %r: batch %s file %s line %d: unknown custom_id %r; "
+                                "ignored", self.lm.name, batch["id"], file_id, n, cid)
+                    continue
+                response = row.get("response") or {}
+                code = response.get("status_code")
+                if row.get("error") is None and code is not None and code < 300:
+                    answers[cid] = response.get("body")
+                else:
+                    err = row.get("error") or (response.get("body") or {}).get("error")
+                    errors[cid] = (code is None or code in _RETRY_STATUS,
+                                   f"HTTP {code}: {json.dumps(err)[:300]}" if code is not None
+                                   else json.dumps(err)[:300])
+        for cid in bodies:
+            if cid not in answers and cid not in errors:
+                errors[cid] = (True, f"no result in batch {batch['id']} ({status})")
+        return answers, errors
+
+    # ---- HTTP and records --------------------------------------------------------------
+    def _call(self, method: str, path: str, what: str, **kwargs) -> dict:
+        """A JSON control call (upload, create, poll), with the backend's retries."""
+        return self.lm._send(method, path, what, lambda resp: resp.json(), **kwargs)
+
+    def _record_path(self, job_key: str) -> Path | None:
+        return None if self.records is None else self.records / f"{job_key}.json"
+
+    def _write_record(self, job_key: str, batch: dict) -> None:
+        path = self._record_path(job_key)
+        if path is None:
+            return
+        record = {"batch_id": batch["id"], "input_file_id": batch.get("input_file_id"),
+                  "base_url": self.lm.base_url, "endpoint": batch.get("endpoint"),
+                  "model": self.lm.name}
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
+
+    def _drop_record(self, job_key: str) -> None:
+        path = self._record_path(job_key)
+        if path is not None:
+            path.unlink(missing_ok=True)
