@@ -6,12 +6,14 @@ from selfknow.report.tables import set_decimals, write_table
 from selfknow.runlog import job_log
 
 cfg = snakemake.config
-pc = cfg.get("persistent", {})
+persistent_models = cfg["persistent"]["models"] if "persistent" in cfg else []
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "judge_audit_table"):
     # the judge, and the models whose answers it graded (the last checkpoints of the persistent models)
     prov = job_provenance(cfg, snakemake.input, sections=["judge"],
-                          models=list(dict.fromkeys([cfg["judge"]["llm_judge"], *pc.get("models", [])])),
-                          datasets=pc.get("datasets", [])[:1])
-    write_table(judge_audit_table(read_parquet(snakemake.input[0])), snakemake.output.audit_csv,
-                snakemake.output.audit_md, title="Judge audit: exact match vs the LLM judge", provenance=prov)
+                          models=list(dict.fromkeys([cfg["judge"]["llm_judge"], *persistent_models])),
+                          datasets=[cfg["judge"]["audit_dataset"]])
+    table, notes = judge_audit_table(read_parquet(snakemake.input[0]), replicates=snakemake.params.replicates,
+                                     seed=snakemake.params.seed)
+    write_table(table, snakemake.output.audit_csv, snakemake.output.audit_md,
+                title="Judge audit: exact match vs the LLM judge", notes=notes, provenance=prov)

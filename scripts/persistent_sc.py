@@ -8,4 +8,4 @@ with job_log(snakemake.log[0], f"persistent_sc {w.model}@{w.ckpt} {w.dataset}/{w
                           snakemake.output.beams, snakemake.output.sc, split=w.split, n_items=p.n_items,
                           n_shots=p.n_shots, seed=p.seed, num_beams=p.num_beams, max_new_tokens=p.max_new_tokens,
                           equivalence=p.equivalence, prompt_label=p.prompt_label, cache_dir=p.cache,
-                          threads=snakemake.threads))
+                          judge=dict(p.judge), threads=snakemake.threads))

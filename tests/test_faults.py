@@ -353,12 +353,12 @@ def test_lcae_stage1_counts_unparsed_smollm2_replies(smollm2):
 
 
 @pytest.mark.slow
-def test_llm_judge_job_keeps_and_counts_every_smollm2_grade(smollm2, tmp_path, monkeypatch):
+def test_llm_judge_job_keeps_and_counts_every_smollm2_judgment(smollm2, tmp_path, monkeypatch):
     import selfknow.jobs as jobs
-    from selfknow.judge import parse_grade
+    from selfknow.judge import parse_labels
 
     test = pd.DataFrame({"item_id": ["q1", "q2", "q3"], "question": ["Capital of France?", "2 + 2?", "Colour of grass?"],
-                         "aliases": [["Paris"], ["4", "four"], ["green"]]})
+                         "answer": ["Paris", "4", "green"], "aliases": [["Paris"], ["4", "four"], ["green"]]})
     gens = pd.DataFrame({"model": "m", "checkpoint": "final", "item_id": ["q1", "q2", "q3"],
                          "answer": ["Paris", "banana", None], "correct": [True, False, False]})
     test.to_parquet(tmp_path / "test.parquet")
@@ -366,9 +366,14 @@ def test_llm_judge_job_keeps_and_counts_every_smollm2_grade(smollm2, tmp_path, m
     monkeypatch.setattr(jobs, "load_lm", lambda spec, ckpt, cache_dir: smollm2)
     summary = jobs.llm_judge_job([str(tmp_path / "gen.parquet")], str(tmp_path / "test.parquet"),
                                  {"name": "smollm2", "backend": "hf", "chat": True}, str(tmp_path / "judged.parquet"),
-                                 n_items=3, seed=0, cache_dir=None)
+                                 n_items=3, seed=0, cache_dir=None, label_modes=["generate", "constrained"],
+                                 multi_reference=False)
     judged = pd.read_parquet(tmp_path / "judged.parquet")
-    assert len(judged) == 3 and sorted(judged["item_id"]) == ["q1", "q2", "q3"]  # none dropped
-    assert list(judged["judge_unparsed"]) == [parse_grade(t) is None for t in judged["judge_reply"]]
-    assert summary == {"judged": 3, "unparsed": int(judged["judge_unparsed"].sum())}
-    assert judged.loc[judged["judge_unparsed"], "judge_grade"].isna().all()
+    gen, con = judged[judged["labels"] == "generate"], judged[judged["labels"] == "constrained"]
+    assert len(gen) == len(con) == 3 and sorted(gen["item_id"]) == ["q1", "q2", "q3"]  # none dropped
+    assert [x if isinstance(x, str) else None for x in gen["judge_label"]] == [parse_labels(t, 1)[0]
+                                                                               for t in gen["judge_reply"]]
+    assert summary["unparsable_generate"] + summary["refused_generate"] == int((gen["judge_status"] != "ok").sum())
+    assert not gen.loc[gen["judge_status"] != "ok", "judge_correct"].any()  # counted wrong, as N
+    # constrained: exactly one label token per answer, always parsed
+    assert set(con["judge_status"]) == {"ok"} and set(con["judge_label"]) <= {"R", "W", "N"}

@@ -3,16 +3,21 @@ from __future__ import annotations
 
 import pandas as pd
 
+from selfknow.config import is_chat
 from selfknow.generation import fixed_shots, greedy_answers
 from selfknow.items import sample_items
-from selfknow.judge import cohen_kappa, judge_prompt, parse_grade
+from selfknow.judge import cohen_kappa, judge_candidates, judge_references, kappa_interval
 from selfknow.models import load_lm
 from selfknow.records import read_parquet, write_parquet
 from selfknow.resumable import map_chunks
 
 
-def is_chat(spec: dict) -> bool:
-    return bool(spec.get("chat", False)) or spec["backend"] == "openai"
+def load_judge(spec: dict, cache_dir: str | None, labels: str):
+    """The judge model at its last checkpoint (a model without checkpoints: its one). For
+    constrained labels it is loaded without chat wrapping: `judge_candidates` renders the chat
+    turn itself and scores tokens inside the assistant's reply."""
+    ckpt = None if not spec.get("checkpoints") else spec["checkpoints"][-1]["name"]
+    return load_lm({**spec, "chat": False} if labels == "constrained" else spec, ckpt, cache_dir=cache_dir)
 
 
 def greedy_job(test_path: str, train_path: str, spec: dict, checkpoint: str, out: str, *, n_shots: int,
@@ -34,34 +39,61 @@ def greedy_job(test_path: str, train_path: str, spec: dict, checkpoint: str, out
 
 
 def llm_judge_job(generation_paths: list[str], test_path: str, spec: dict, out: str, *, n_items: int, seed: int,
-                  cache_dir: str) -> dict:
-    """The LLM judge on a seeded sample of generated answers, beside exact match (the audit)."""
+                  cache_dir: str, label_modes: list[str], multi_reference: bool) -> dict:
+    """The judge audit (SPEC §0.3): the LLM judge on a seeded sample of greedy answers, each
+    judged alone in the authors' request shape (`judge_candidates`), once per label mode of
+    `label_modes`, beside exact match. Every judgment is kept, refused or unparsable included."""
     gens = pd.concat([read_parquet(p) for p in generation_paths], ignore_index=True)
     items = read_parquet(test_path).set_index("item_id")
     sample = sample_items(gens.assign(item_id=gens["model"] + "@" + gens["checkpoint"] + ":" + gens["item_id"],
                                       source_item=gens["item_id"]), n_items, seed)
-    prompts = [judge_prompt(items.loc[i, "question"], list(items.loc[i, "aliases"]), a)
-               for i, a in zip(sample["source_item"], sample["answer"])]
-    lm = load_lm(spec, None if not spec.get("checkpoints") else spec["checkpoints"][-1]["name"], cache_dir=cache_dir)
-    replies = lm.generate(prompts, max_new_tokens=8, chat=is_chat(spec))
-    grades = [parse_grade(r.text) for r in replies]
-    df = pd.DataFrame({"record": sample["item_id"], "model": sample["model"], "checkpoint": sample["checkpoint"],
-                       "item_id": sample["source_item"], "answer": sample["answer"], "exact_match": sample["correct"],
-                       "judge_reply": [r.text for r in replies], "judge_grade": grades,
-                       "judge_unparsed": [g is None for g in grades]})
+    questions = [items.loc[i, "question"] for i in sample["source_item"]]
+    refs = [judge_references(items.loc[i, "answer"], list(items.loc[i, "aliases"]), multi_reference=multi_reference)
+            for i in sample["source_item"]]
+    # an unparsed greedy answer is shown as an empty candidate, which the judge labels N
+    cands = [[a if isinstance(a, str) else ""] for a in sample["answer"]]
+    parts, calls = [], {}
+    for mode in label_modes:
+        lm = load_judge(spec, cache_dir, mode)
+        verdicts = judge_candidates(lm, questions, refs, cands, chat=is_chat(spec), labels=mode)
+        calls.update({f"cache_hits_{mode}": lm.stats.hits, f"model_calls_{mode}": lm.stats.misses})
+        parts.append(pd.DataFrame({
+            "record": sample["item_id"].to_numpy(), "model": sample["model"].to_numpy(),
+            "checkpoint": sample["checkpoint"].to_numpy(), "item_id": sample["source_item"].to_numpy(),
+            "answer": sample["answer"].to_numpy(), "exact_match": sample["correct"].astype(bool).to_numpy(),
+            "judge": spec["name"], "labels": mode, "judge_reply": [v.reply for v in verdicts],
+            "judge_label": [v.labels[0] for v in verdicts], "judge_status": [v.status for v in verdicts],
+            "judge_correct": [v.correct[0] for v in verdicts]}))
+    df = pd.concat(parts, ignore_index=True)
     write_parquet(df, out)
-    return {"judged": len(df), "unparsed": int(df["judge_unparsed"].sum())}
+    return {"judged": len(df), **{f"{s}_{m}": int(((df["labels"] == m) & (df["judge_status"] == s)).sum())
+                                  for m in label_modes for s in ("refused", "unparsable")}, **calls}
 
 
-def judge_audit_table(judged: pd.DataFrame) -> pd.DataFrame:
-    """Agreement between exact match and the LLM judge (rate, Cohen's kappa), unparsed grades
-    counted apart (SPEC §0.3)."""
-    ok = judged[~judged["judge_unparsed"]]
-    em, llm = ok["exact_match"].astype(bool), ok["judge_grade"].astype(bool)
-    return pd.DataFrame([{
-        "judges": "exact match vs LLM judge", "items": len(judged), "graded": len(ok),
-        "unparsed": int(judged["judge_unparsed"].sum()),
-        "agreement": float((em == llm).mean()) if len(ok) else float("nan"),
-        "cohen_kappa": cohen_kappa(em, llm) if len(ok) else float("nan"),
-        "em_accuracy": float(em.mean()) if len(ok) else float("nan"),
-        "judge_accuracy": float(llm.mean()) if len(ok) else float("nan")}])
+def judge_audit_table(judged: pd.DataFrame, *, replicates: int, seed: int) -> tuple[pd.DataFrame, str]:
+    """Agreement between exact match and the LLM judge, one row per label mode: rate, Cohen's
+    kappa with its percentile bootstrap interval (`replicates`, `seed`), and the refused and
+    unparsable judgments, which count as wrong (as in the persistent labels) and are never
+    dropped. The note flags a mode whose kappa interval includes 0 (or is undefined)."""
+    rows, flagged = [], []
+    for mode, g in judged.groupby("labels", sort=False):
+        em, llm = g["exact_match"].astype(bool).to_numpy(), g["judge_correct"].astype(bool).to_numpy()
+        lo, hi = kappa_interval(em, llm, replicates=replicates, seed=seed)
+        kappa = cohen_kappa(em, llm)
+        rows.append({"judge": g["judge"].iloc[0], "labels": mode, "items": len(g),
+                     "refused": int((g["judge_status"] == "refused").sum()),
+                     "unparsable": int((g["judge_status"] == "unparsable").sum()),
+                     "agreement": float((em == llm).mean()), "cohen_kappa": kappa,
+                     "kappa_low": lo, "kappa_high": hi,
+                     "em_accuracy": float(em.mean()), "judge_accuracy": float(llm.mean())})
+        if not lo > 0:
+            flagged.append(f"{mode} (kappa {kappa:.3f}, 95 % interval [{lo:.3f}, {hi:.3f}]; judge marks "
+                           f"{llm.mean():.0%} right, exact match {em.mean():.0%})")
+    notes = ("Each greedy answer is judged alone in the authors' R/W/N request (persistent §A.5). labels: "
+             "generate = the judge's own reply, parsed; constrained = one label token per candidate, the most "
+             "likely of R/W/N. Refused and unparsable judgments count as wrong. Kappa interval: percentile "
+             f"bootstrap over items, {replicates} replicates.")
+    if flagged:
+        notes += (" FLAGGED, kappa interval includes 0 (no agreement with exact match beyond chance): "
+                  + "; ".join(flagged) + ".")
+    return pd.DataFrame(rows), notes
