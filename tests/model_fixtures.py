@@ -18,7 +18,8 @@ CORPUS = [
 ] * 20
 
 
-def build_tiny_gpt2(out_dir: Path, *, seed: int = 0, vocab_size: int = 400) -> Path:
+def build_tiny_gpt2(out_dir: Path, *, seed: int = 0, vocab_size: int = 400,
+                    corpus: list[str] = CORPUS) -> Path:
     """A ~150K-parameter random GPT-2 with a byte-level BPE tokenizer trained on CORPUS.
     Weights are initialised with a large range so that the next-token distributions are
     peaked (beams differ and greedy decoding is not a tie)."""
@@ -32,7 +33,7 @@ def build_tiny_gpt2(out_dir: Path, *, seed: int = 0, vocab_size: int = 400) -> P
     tok.decoder = decoders.ByteLevel()
     # no full byte alphabet: every token then decodes to clean ASCII text
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<|endoftext|>"])
-    tok.train_from_iterator(CORPUS, trainer=trainer)
+    tok.train_from_iterator(corpus, trainer=trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|endoftext|>",
                                    eos_token="<|endoftext|>", pad_token="<|endoftext|>")
     torch.manual_seed(seed)

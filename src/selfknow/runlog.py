@@ -58,8 +58,13 @@ def _fd2_to(path: str) -> Iterator[None]:
 @contextlib.contextmanager
 def job_log(log_path: str | None, job: str) -> Iterator[dict]:
     """Send stderr and the `selfknow` logger to `log_path`; on exit log one summary line
-    ``<job> done in <s> s: k=v ...`` from the dict the block fills in (items, cache hits, ...)."""
+    ``<job> done in <s> s: k=v ...`` from the dict the block fills in (items, cache hits, ...),
+    followed, when the job loaded model weights, by `base_loads` (copies of base-model weights
+    loaded) and `peak_resident_bases` (most of them alive at once) counted by the backends."""
+    from selfknow.models.registry import RESIDENCY, residency_summary
+
     summary: dict = {}
+    RESIDENCY.reset()
     if log_path:
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     stream = _LogStream(open(log_path, "a", encoding="utf-8", buffering=1)) if log_path else sys.stderr
@@ -77,6 +82,8 @@ def job_log(log_path: str | None, job: str) -> Iterator[dict]:
         t0 = time.perf_counter()
         try:
             yield summary
+            if RESIDENCY.loads:
+                summary.update(residency_summary())
             parts = " ".join(f"{k}={v}" for k, v in summary.items())
             log.info("%s done in %.1f s: %s", job, time.perf_counter() - t0, parts)
         except BaseException:

@@ -4,12 +4,17 @@ Importing this package is cheap: torch/transformers/httpx load only when a backe
 """
 from selfknow.models.base import LM, Beam, CallStats, Generation, LogprobsUnavailable
 from selfknow.models.registry import (
+    RESIDENCY,
     ModelSpecError,
     UnsupportedCall,
     backend_class,
+    estimate_mem_mb,
+    free_memory,
     load_lm,
     register_backend,
+    residency_summary,
     resolve_checkpoint,
+    track_base,
     validate_spec,
 )
 
@@ -17,5 +22,6 @@ from selfknow.models.registry import (
 __all__ = [
     "LM", "Beam", "CallStats", "Generation", "LogprobsUnavailable", "ModelSpecError",
     "UnsupportedCall", "backend_class", "load_lm", "register_backend", "resolve_checkpoint",
-    "validate_spec",
+    "validate_spec", "RESIDENCY", "estimate_mem_mb", "free_memory", "residency_summary",
+    "track_base",
 ]

@@ -5,6 +5,15 @@ or a GGUF file (`gguf_file=`, dequantised by transformers), optionally with a Lo
 loaded with peft on top. All decoding is deterministic: greedy, or sampling seeded from
 (prompt, sample index) so that a sample does not depend on its batch.
 
+Memory. LMs of one base checkpoint in a process share one copy of its weights
+(`_ResidentBase`); their adapters are loaded, switched and dropped on it with peft's
+multi-adapter API, with outputs equal to those of a model loaded alone with that adapter.
+`release()` frees a base (then `gc` and the CUDA cache; without it the base goes with the last
+LM using it), and the job log reports the base loads and the most bases alive at once
+(`registry.track_base`). A model with `gpu` > 1 on CUDA
+is sharded over those GPUs by accelerate (`device_map="auto"`, `max_memory` per GPU) in
+bfloat16 (float16 if the config says so).
+
 Beam search is our own loop (`beam_search_batch`) rather than `model.generate(num_beams=...)`:
 persistent §3.1.1 needs every final beam cut at the first newline with the log-probability of
 exactly its tokens up to that stop, and HF's beam scorer only stops hypotheses at EOS (its
@@ -18,14 +27,16 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from selfknow.models.base import LM, Beam, CallStats, Generation
+from selfknow.models.base import (LM, Beam, CallStats, Generation, constrained_schemas,
+                                  structured_output)
 from selfknow.models.cache import CachedCalls, PartialFailure, hash_files
-from selfknow.models.registry import ModelSpecError, register_backend
+from selfknow.models.registry import ModelSpecError, free_memory, register_backend, track_base
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +45,9 @@ log = logging.getLogger(__name__)
 # hundred rows, where batching has amortised the per-call overhead (benchmarks/bench_beam.py).
 DEFAULT_BATCH_SIZE = 16
 _SAMPLE_BYTES = 1 << 20  # fingerprint of local model files: size + first/last MiB
+# share of each GPU a sharded model's weights may fill; the rest holds activations and the
+# KV cache of a batch (`batch_size` prompts x beams)
+GPU_MEMORY_FRACTION = 0.85
 
 
 def _first_stop(text: str, stop: Sequence[str]) -> int:
@@ -238,6 +252,88 @@ class _SeededSampler:
         return out
 
 
+def shard_kwargs(name: str, n_gpus: int, gpu_bytes: Sequence[int] | None = None) -> dict:
+    """`from_pretrained` arguments that spread model `name` over `n_gpus` GPUs with accelerate
+    (`device_map="auto"`), each filled to GPU_MEMORY_FRACTION of its memory (`gpu_bytes`;
+    default: the visible devices' total memory)."""
+    if gpu_bytes is None:
+        import torch
+
+        gpu_bytes = [torch.cuda.get_device_properties(i).total_memory
+                     for i in range(min(n_gpus, torch.cuda.device_count()))]
+    if len(gpu_bytes) < n_gpus:
+        raise ModelSpecError(f"model {name!r}: gpu: {n_gpus} asks for a model sharded over "
+                             f"{n_gpus} GPUs but {len(gpu_bytes)} CUDA device(s) are visible")
+    return {"device_map": "auto",
+            "max_memory": {i: int(b * GPU_MEMORY_FRACTION) for i, b in enumerate(gpu_bytes[:n_gpus])}}
+
+
+class _ResidentBase:
+    """The one resident copy of a base checkpoint's weights in this process, with the LoRA
+    adapters loaded on it by peft's multi-adapter API (`load_adapter` / `set_adapter` /
+    `delete_adapter`): switching adapters costs no reload, and a model without an adapter
+    runs with the adapter layers disabled (their base layers alone, bit for bit the plain
+    model)."""
+
+    def __init__(self, model, sharded: bool, device: str):
+        self.model = model
+        self.sharded, self.device = sharded, device
+        self.adapters: set[str] = set()
+        self.active: str | None = None
+
+    def activate(self, path: str | None, name: str | None):
+        """The model with adapter `name` (loaded from `path` on first use) active, or with
+        no adapter active when `name` is None."""
+        if name is None:
+            if self.active is not None:
+                self.model.base_model.disable_adapter_layers()
+                self.active = None
+            return self.model
+        if name not in self.adapters:
+            if not self.adapters:
+                from peft import PeftModel
+
+                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name)
+            else:
+                self.model.load_adapter(path, adapter_name=name)
+            if not self.sharded:  # a sharded base's adapter layers sit on their layer's GPU
+                self.model.to(self.device)
+            self.model.eval()
+            self.adapters.add(name)
+            self.active = None
+        if self.active != name:
+            self.model.base_model.enable_adapter_layers()
+            self.model.set_adapter(name, inference_mode=True)  # frozen, as when loaded alone
+            self.active = name
+        return self.model
+
+    def drop(self, name: str) -> None:
+        """Delete adapter `name`; without adapters left, the plain base model again."""
+        if name not in self.adapters:
+            return
+        self.adapters.discard(name)
+        if self.adapters:
+            if self.active == name:
+                self.model.base_model.disable_adapter_layers()
+                self.active = None
+            self.model.delete_adapter(name)
+        else:
+            self.model = self.model.unload()
+            self.active = None
+
+
+#: base key (`HFLM._base_key`) -> its resident weights, alive while an LM of it is
+_RESIDENT: "weakref.WeakValueDictionary[tuple, _ResidentBase]" = weakref.WeakValueDictionary()
+
+
+def release_bases() -> None:
+    """Free every resident base model of this process."""
+    for base in list(_RESIDENT.values()):
+        base.model = None
+    _RESIDENT.clear()
+    free_memory()
+
+
 @register_backend("hf")
 class HFLM(LM):
     """A transformers causal LM at one checkpoint (see module docstring)."""
@@ -248,7 +344,10 @@ class HFLM(LM):
         self.stats = CallStats()
         self.batch_size = int(spec.get("batch_size", DEFAULT_BATCH_SIZE))
         self.chat_default = bool(spec.get("chat", False))
+        self.structured_output = structured_output(spec)
         self.dtype_name = spec.get("dtype", "float32")
+        if self.sharded and self.dtype_name not in ("bfloat16", "float16"):
+            self.dtype_name = "bfloat16"  # float32 would double the GPUs a sharded model needs
         self.gguf_file = checkpoint.get("gguf_file", spec.get("gguf_file"))
         self.adapter = None if adapter is None else str(Path(adapter).resolve())
 
@@ -273,12 +372,14 @@ class HFLM(LM):
             raise ModelSpecError(f"model {self.name!r}: gguf_file {self.gguf_file!r} not found "
                                  f"in {self.source!r}")
         self.model_id = self.source if not self.local else f"local:{self.name}"
-        self._model = None
+        self._key: tuple | None = None
+        self._base: _ResidentBase | None = None
+        self._adapter_name: str | None = None
         self._tokenizer = None
         self._calls = CachedCalls(cache_dir, self._identity, self.stats)
 
     # ---- identity and lazy loading -----------------------------------------------------
-    def _identity(self) -> dict:
+    def _identity(self, with_adapter: bool = True) -> dict:
         """What makes this model's answers what they are: for local dirs a content
         fingerprint (so a retrained model misses), for the hub the revision; plus the dtype,
         GGUF file and adapter (path + full content hash of its weights)."""
@@ -288,7 +389,7 @@ class HFLM(LM):
         else:
             revision = self._hub_revision or "main"
         adapter = None
-        if self.adapter is not None:
+        if self.adapter is not None and with_adapter:
             adapter = {"path": self.adapter, "sha256": hash_files(self.adapter)}
         return {"backend": "hf", "model_id": self.model_id, "revision": revision,
                 "gguf_file": self.gguf_file, "dtype": self.dtype_name, "adapter": adapter}
@@ -322,24 +423,69 @@ class HFLM(LM):
         return self._tokenizer
 
     @property
+    def sharded(self) -> bool:
+        """Whether the weights are spread over the job's GPUs (`gpu` > 1 on a CUDA device)."""
+        return int(self.spec.get("gpu", 0)) > 1 and self.device.startswith("cuda")
+
+    def from_pretrained_kwargs(self, gpu_bytes: Sequence[int] | None = None) -> dict:
+        """Keyword arguments of the base model's `from_pretrained`. A sharded model
+        (`sharded`) is placed by accelerate (`device_map="auto"`) over the job's GPUs, each
+        filled to GPU_MEMORY_FRACTION of `gpu_bytes` (default: the visible devices' total
+        memory), in bfloat16 unless the config asks for float16."""
+        import torch
+
+        dtype = "auto" if self.dtype_name == "auto" else getattr(torch, self.dtype_name)
+        kw = {"dtype": dtype, **self._load_kwargs()}
+        if self.sharded:
+            kw.update(shard_kwargs(self.name, int(self.spec["gpu"]), gpu_bytes))
+        return kw
+
+    @property
+    def _base_key(self) -> tuple:
+        """What makes two LMs' base weights the same copy (their adapters may differ)."""
+        if self._key is None:
+            ident = self._identity(with_adapter=False)
+            self._key = (ident["model_id"], ident["revision"], self.gguf_file, self.dtype_name,
+                         self.device, self.sharded, bool(self.spec.get("trust_remote_code")))
+        return self._key
+
+    @property
     def model(self):
-        """The model (with the adapter applied, if any), in eval mode on `device`."""
-        if self._model is None:
-            import torch
+        """The base model in eval mode with this LM's adapter active (none: adapters off).
+        LMs of one base checkpoint share one resident copy of its weights (`_ResidentBase`)."""
+        if self._base is None or self._base.model is None:  # not yet used, or released
+            self._base = _RESIDENT.get(self._base_key)
+        if self._base is None:
             from transformers import AutoModelForCausalLM
 
-            dtype = {"auto": "auto", "float32": torch.float32, "float16": torch.float16,
-                     "bfloat16": torch.bfloat16}[self.dtype_name]
-            model = AutoModelForCausalLM.from_pretrained(self.source, dtype=dtype,
-                                                         **self._load_kwargs())
-            if self.adapter is not None:
-                from peft import PeftModel
+            free_memory()  # what earlier released LMs left behind, before the next load
+            model = AutoModelForCausalLM.from_pretrained(self.source, **self.from_pretrained_kwargs())
+            track_base(model)
+            if not self.sharded:
+                model.to(self.device)
+            self._base = _RESIDENT[self._base_key] = _ResidentBase(model.eval(), self.sharded, self.device)
+        base = self._base
+        if self.adapter is None:
+            return base.activate(None, None)
+        if self._adapter_name is None:
+            self._adapter_name = "a" + hash_files(self.adapter)[:16]
+        return base.activate(self.adapter, self._adapter_name)
 
-                model = PeftModel.from_pretrained(model, self.adapter)
-            model.to(self.device)
-            model.eval()
-            self._model = model
-        return self._model
+    def unload_adapter(self) -> None:
+        """Drop this LM's adapter from the shared base (the base stays resident)."""
+        if self._base is not None and self._base.model is not None and self._adapter_name is not None:
+            self._base.drop(self._adapter_name)
+
+    def release(self) -> None:
+        """Free the base weights this LM uses (with every adapter on them) for every LM of
+        this base; the next call of any of them loads it again. (Without `release` the
+        weights go when the last LM of the base does.)"""
+        base = self._base or _RESIDENT.get(self._base_key)
+        if base is not None:
+            base.model = None
+            _RESIDENT.pop(self._base_key, None)
+            self._base = None
+            free_memory()
 
     # ---- tokenisation helpers ----------------------------------------------------------
     @property
@@ -408,13 +554,20 @@ class HFLM(LM):
 
     # ---- generate ----------------------------------------------------------------------
     def generate(self, prompts, *, max_new_tokens, stop=None, chat=False, system=None,
-                 temperature=0.0, sample_index=0):
+                 temperature=0.0, sample_index=0, json_schemas=None):
         prompts = list(prompts)
         stop = list(stop or [])
         use_chat = self._use_chat(chat)
+        schemas = constrained_schemas(prompts, json_schemas, self.structured_output)
         params = {"max_new_tokens": int(max_new_tokens), "stop": stop, "chat": use_chat,
                   "system": system, "temperature": float(temperature)}
         payloads = [{"prompt": p} for p in prompts]
+        if schemas is not None:  # a constrained reply is another request (schema in its key)
+            from selfknow.models.json_constraint import schema_regex
+
+            for payload, schema in zip(payloads, schemas):
+                schema_regex(schema)  # an unsupported schema fails before any model call
+                payload["json_schema"] = schema
 
         def compute(idx: list[int]) -> list[dict]:
             texts = [self.render(prompts[i], chat=use_chat, system=system) for i in idx]
@@ -422,13 +575,15 @@ class HFLM(LM):
             for j, x in enumerate(ids):
                 self._check_length(len(x) + max_new_tokens, f"prompt {idx[j]}")
             return self._generate_ids(ids, max_new_tokens, stop, float(temperature),
-                                      [(prompts[i], sample_index) for i in idx])
+                                      [(prompts[i], sample_index) for i in idx],
+                                      None if schemas is None else [schemas[i] for i in idx])
 
         out = self._calls.run("generate", payloads, params, compute, sample_index=sample_index)
         return [Generation(**o) for o in out]
 
     def _generate_ids(self, ids: list[list[int]], max_new_tokens: int, stop: list[str],
-                      temperature: float, seeds: list[tuple[str, int]]) -> list[dict]:
+                      temperature: float, seeds: list[tuple[str, int]],
+                      schemas: list[dict] | None = None) -> list[dict]:
         import torch
         from transformers import GenerationConfig
 
@@ -455,9 +610,15 @@ class HFLM(LM):
             for r, i in enumerate(group):  # left padding: every prompt ends at the same column
                 inp[r, width - len(ids[i]):] = torch.tensor(ids[i])
                 mask[r, width - len(ids[i]):] = 1
-            extra = {}
+            processors = []
+            if schemas is not None:  # before the sampler, which draws from what it leaves
+                from selfknow.models.json_constraint import SchemaLogitsProcessor
+
+                processors.append(SchemaLogitsProcessor(
+                    self._enforcer_data, [schemas[i] for i in group], width, eos))
             if temperature > 0:
-                extra["logits_processor"] = [_SeededSampler(temperature, [seeds[i] for i in group])]
+                processors.append(_SeededSampler(temperature, [seeds[i] for i in group]))
+            extra = {"logits_processor": processors} if processors else {}
             with torch.inference_mode():
                 out = model.generate(input_ids=inp.to(model.device),
                                      attention_mask=mask.to(model.device),
@@ -466,6 +627,18 @@ class HFLM(LM):
                 gen = out[r, width:].tolist()
                 results[i] = self._finish(gen, len(ids[i]), stop)
         return results  # type: ignore[return-value]
+
+    @property
+    def _enforcer_data(self):
+        """lm-format-enforcer's table of this tokenizer (built on first use, ~1.5 s for a
+        49k vocabulary)."""
+        if not hasattr(self, "_enforcer_data_cache"):
+            from selfknow.models.json_constraint import enforcer_tokenizer_data
+
+            vocab = int(self.model.config.get_text_config().vocab_size)
+            self._enforcer_data_cache = enforcer_tokenizer_data(self.tokenizer, vocab,
+                                                                self.eos_ids)
+        return self._enforcer_data_cache
 
     def _finish(self, gen: list[int], n_in: int, stop: list[str]) -> dict:
         """Cut generated ids at the first EOS or stop string: text (before the stop), and the

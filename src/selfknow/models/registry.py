@@ -6,13 +6,24 @@ asked for, so importing the registry does not import torch or httpx.
 """
 from __future__ import annotations
 
+import copy
+import gc
 import importlib
+import json
 import logging
+import math
 import os
+import struct
+import sys
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
+import jsonschema
+
+from selfknow.config import ConfigError, check_model_entry
 from selfknow.models.base import LM
+from selfknow.schema import fill_defaults, strict, subschema
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +36,7 @@ class UnsupportedCall(NotImplementedError):
     """The backend cannot perform this call type at all (e.g. beam search over an HTTP API)."""
 
 
-class ModelSpecError(ValueError):
+class ModelSpecError(ConfigError):
     """A config model entry is malformed; the message names the model and the key."""
 
 
@@ -53,101 +64,24 @@ def backend_class(name: str) -> Callable[..., LM]:
     return _BACKENDS[name]
 
 
-# key -> (accepted types, description). `None` in a type tuple allows null.
-_COMMON_KEYS: dict[str, tuple] = {
-    "name": (str,),
-    "backend": (str,),
-    "checkpoints": (list,),
-    "batch_size": (int,),
-    "chat": (bool,),
-}
-_KEYS: dict[str, dict[str, tuple]] = {
-    "hf": {
-        "path": (str,), "hub_id": (str,), "revision": (str,), "gguf_file": (str,),
-        "dtype": (str,), "device": (str,), "trust_remote_code": (bool,),
-        "max_length": (int,),
-    },
-    "openai": {
-        "base_url": (str,), "model": (str,), "api_key_env": (str,), "mode": (str,),
-        "max_concurrency": (int,), "max_retries": (int,), "timeout_s": (int, float),
-        "logprobs": (bool,), "echo_logprobs": (bool,), "top_logprobs": (int,),
-        "backoff_s": (int, float), "max_backoff_s": (int, float), "seed": (int,),
-    },
-}
-_CHECKPOINT_KEYS = {"name": (str,), "revision": (str,), "path": (str,), "gguf_file": (str,)}
-_DTYPES = {"auto", "float32", "float16", "bfloat16"}
-
-
 def validate_spec(spec: Any) -> dict:
-    """Check a config model entry; return it unchanged or raise ModelSpecError naming the
-    model and the offending key. Keys the backend does not know are logged, not rejected:
-    other stages keep their own keys in model entries."""
+    """A model entry checked against the config schema's `models` item and the checks it
+    cannot state (`selfknow.config.check_model_entry`), with the schema's defaults filled in:
+    the one validator of model entries, for config files and for specs built in code alike.
+    Raises ModelSpecError naming the model and the key."""
     if not isinstance(spec, dict):
         raise ModelSpecError(f"model entry must be a mapping, got {type(spec).__name__}")
-    name = spec.get("name")
-    if not isinstance(name, str) or not name:
-        raise ModelSpecError(f"model entry {spec!r}: key 'name' must be a non-empty string")
-    where = f"model {name!r}"
-    backend = spec.get("backend")
-    if backend not in _KEYS and backend not in _BACKENDS:
-        raise ModelSpecError(f"{where}: key 'backend' must be one of "
-                             f"{sorted(set(_KEYS) | set(_BACKENDS))}, got {backend!r}")
-    allowed = {**_COMMON_KEYS, **_KEYS.get(backend, {})}
-    for key, value in spec.items():
-        if key not in allowed:
-            # other stages may keep their own keys in a model entry (the config schema checks
-            # those); a misspelt backend key is still worth a warning
-            if backend in _KEYS:
-                log.warning("%s: key %r is not used by backend %r", where, key, backend)
-            continue
-        if not isinstance(value, allowed[key]) or (isinstance(value, bool)
-                                                    and bool not in allowed[key]):
-            types = "/".join(t.__name__ for t in allowed[key])
-            raise ModelSpecError(f"{where}: key {key!r} must be {types}, got {value!r}")
-    for key in ("batch_size", "max_concurrency", "top_logprobs"):
-        if key in spec and spec[key] < 1:
-            raise ModelSpecError(f"{where}: key {key!r} must be >= 1, got {spec[key]!r}")
-    if "max_retries" in spec and spec["max_retries"] < 0:
-        raise ModelSpecError(f"{where}: key 'max_retries' must be >= 0")
-    if "timeout_s" in spec and spec["timeout_s"] <= 0:
-        raise ModelSpecError(f"{where}: key 'timeout_s' must be > 0")
-
-    ckpts = spec.get("checkpoints", [])
-    seen = set()
-    for i, ck in enumerate(ckpts):
-        if not isinstance(ck, dict) or not isinstance(ck.get("name"), str) or not ck["name"]:
-            raise ModelSpecError(f"{where}: checkpoints[{i}] must be a mapping with a "
-                                 f"non-empty string 'name', got {ck!r}")
-        for key, value in ck.items():
-            if key in _CHECKPOINT_KEYS and not isinstance(value, _CHECKPOINT_KEYS[key]):
-                raise ModelSpecError(f"{where}: checkpoints[{i}] ({ck['name']!r}): key {key!r} "
-                                     f"must be a string, got {value!r}")
-        if ck["name"] in seen:
-            raise ModelSpecError(f"{where}: checkpoint name {ck['name']!r} appears twice")
-        seen.add(ck["name"])
-
-    if backend == "hf":
-        has_ckpt_path = bool(ckpts) and all("path" in c for c in ckpts)
-        if ("path" in spec) == ("hub_id" in spec) and not has_ckpt_path:
-            raise ModelSpecError(f"{where}: hf backend needs exactly one of 'path' (local dir) "
-                                 f"or 'hub_id' (or a 'path' on every checkpoint)")
-        if spec.get("dtype", "float32") not in _DTYPES:
-            raise ModelSpecError(f"{where}: key 'dtype' must be one of {sorted(_DTYPES)}, "
-                                 f"got {spec['dtype']!r}")
-        dev = spec.get("device", "cpu")
-        if dev not in ("cpu", "auto") and not dev.startswith("cuda"):
-            raise ModelSpecError(f"{where}: key 'device' must be cpu, cuda[:n] or auto, "
-                                 f"got {dev!r}")
-    if backend == "openai":
-        for key in ("base_url", "model"):
-            if key not in spec:
-                raise ModelSpecError(f"{where}: openai backend needs key {key!r}")
-        if spec.get("mode", "chat") not in ("chat", "completions"):
-            raise ModelSpecError(f"{where}: key 'mode' must be 'chat' or 'completions', "
-                                 f"got {spec['mode']!r}")
-        if spec.get("echo_logprobs") and spec.get("mode", "chat") != "completions":
-            raise ModelSpecError(f"{where}: 'echo_logprobs: true' needs 'mode: completions'")
-    return spec
+    where = f"model {spec.get('name')!r}"
+    item = subschema("models.*")
+    for e in sorted(jsonschema.Draft202012Validator(item).iter_errors(spec), key=lambda e: list(map(str, e.absolute_path))):
+        key = ".".join(map(str, e.absolute_path))
+        if e.validator == "enum":
+            raise ModelSpecError(f"{where}: key {key!r} must be one of {e.validator_value}, got {e.instance!r}")
+        raise ModelSpecError(f"{where}: " + (f"key {key!r}: " if key else "") + e.message)
+    spec = copy.deepcopy(spec)
+    fill_defaults(spec, item)
+    check_model_entry(spec, where, ModelSpecError)
+    return strict(spec, item, f"models[{spec['name']}].")
 
 
 def resolve_checkpoint(spec: dict, checkpoint: str | None) -> dict:
@@ -173,9 +107,113 @@ def load_lm(
     """Build the LM for one config model entry at one checkpoint, optionally with a LoRA
     adapter dir on top; every call goes through the request cache in `cache_dir` (None turns
     caching off)."""
-    validate_spec(spec)
+    spec = validate_spec(spec)
     cls = backend_class(spec["backend"])
     ck = resolve_checkpoint(spec, checkpoint)
     if adapter is not None and not Path(adapter).is_dir():
         raise ModelSpecError(f"model {spec['name']!r}: adapter dir {str(adapter)!r} not found")
-    return cls(spec, ck, cache_dir=cache_dir, adapter=None if adapter is None else str(adapter))
+    lm = cls(spec, ck, cache_dir=cache_dir, adapter=None if adapter is None else str(adapter))
+    if "token_budgets" in spec:
+        lm.token_budgets = dict(spec["token_budgets"])
+    return lm
+
+
+def repeats_share_requests(spec: dict, temperature: float) -> bool:
+    """Whether repeats of the same generation request at `temperature` are one request and one
+    cache entry for this model entry: only greedy decoding on a deterministic backend."""
+    return temperature == 0 and backend_class(spec["backend"]).greedy_deterministic
+
+
+# ---- memory: resident base models and the size of a job's memory request ---------------------
+class _Residency:
+    """Process-wide count of base-model weight loads and of base models alive at once."""
+
+    def __init__(self) -> None:
+        self.resident = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Start counting loads afresh; bases still alive count towards the new peak."""
+        self.loads = 0
+        self.peak = self.resident
+
+    def _released(self) -> None:
+        self.resident -= 1
+
+
+RESIDENCY = _Residency()
+
+
+def track_base(model) -> None:
+    """Count one load of base weights (`model`) as resident until the object is freed."""
+    RESIDENCY.loads += 1
+    RESIDENCY.resident += 1
+    RESIDENCY.peak = max(RESIDENCY.peak, RESIDENCY.resident)
+    weakref.finalize(model, RESIDENCY._released)
+
+
+def residency_summary() -> dict:
+    """{"base_loads", "peak_resident_bases"} since the last `RESIDENCY.reset()`."""
+    return {"base_loads": RESIDENCY.loads, "peak_resident_bases": RESIDENCY.peak}
+
+
+def free_memory() -> None:
+    """Collect unreachable models (peft wrappers hold reference cycles) and return freed CUDA
+    blocks to the driver, so that the next model fits where the last one was."""
+    gc.collect()
+    torch = sys.modules.get("torch")  # never import torch just to free memory
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+#: bytes per parameter of a loaded model by config `dtype` ("auto" keeps the stored dtype,
+#: at most float32)
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 4}
+#: what a job needs beyond the weights: the Python process with torch and transformers
+#: imported, batches, activations and the KV cache
+MEM_OVERHEAD_MB = 2048
+#: headroom on the weights themselves: LoRA parameters with their gradients and AdamW state,
+#: buffers, allocator fragmentation
+MEM_WEIGHT_FACTOR = 1.25
+MEM_UNKNOWN_MB = 4000  # a model whose size is unknown when the DAG is built (not yet trained)
+
+
+def safetensors_params(path: str | os.PathLike) -> int:
+    """Number of parameters stored in one .safetensors file, from its JSON header."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return sum(math.prod(t["shape"]) for k, t in header.items() if k != "__metadata__")
+
+
+def _local_params(directory: Path) -> int | None:
+    files = sorted(directory.glob("*.safetensors"))
+    return sum(safetensors_params(f) for f in files) if files else None
+
+
+def model_params(spec: dict) -> int | None:
+    """Parameter count of a model entry: its declared `params_b` (billions), else the largest
+    local checkpoint's safetensors headers; None when neither is known (hub weights not yet
+    downloaded, or a model the workflow has not trained yet)."""
+    if "params_b" in spec:
+        return int(spec["params_b"] * 1e9)
+    dirs = [Path(c["path"]) for c in spec.get("checkpoints", []) if "path" in c]
+    if "path" in spec:
+        root = Path(spec["path"])
+        dirs += [root / c["name"] for c in spec.get("checkpoints", [])] or [root]
+    counts = [c for c in (_local_params(d) for d in dirs if d.is_dir()) if c is not None]
+    return max(counts) if counts else None
+
+
+def estimate_mem_mb(spec: dict, bases: int = 1) -> int:
+    """Host memory (MB) a job holding `bases` copies of this model's base weights asks for:
+    the model's explicit `mem_mb` if set, else weight bytes (parameters x bytes of the loaded
+    `dtype`) x `bases` x MEM_WEIGHT_FACTOR plus MEM_OVERHEAD_MB; MEM_UNKNOWN_MB when the size
+    cannot be known yet (`model_params`)."""
+    if "mem_mb" in spec:
+        return int(spec["mem_mb"])
+    params = model_params(spec)
+    if params is None:
+        return MEM_UNKNOWN_MB
+    weight_mb = params * DTYPE_BYTES[spec.get("dtype", "float32")] / 2**20
+    return int(math.ceil(weight_mb * bases * MEM_WEIGHT_FACTOR + MEM_OVERHEAD_MB))
