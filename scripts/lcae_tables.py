@@ -1,4 +1,6 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
+from selfknow.config import model_spec
+from selfknow.protocols.lcae.jobs import stage2_repeats_shared
 from selfknow.protocols.lcae.tables import write_tables
 from selfknow.report.provenance import job_provenance
 from selfknow.report.tables import set_decimals
@@ -10,4 +12,7 @@ with job_log(snakemake.log[0], "lcae_tables") as summary:
     prov = job_provenance(snakemake.config, snakemake.input, sections=["lcae"], models=lc["examinee_models"],
                           datasets=[lc["dataset"]])
     summary.update(write_tables(snakemake.input.stage3, snakemake.input.item_params, dict(snakemake.output.items()),
-                                snakemake.output.figure2, dict(snakemake.params.prices), provenance=prov))
+                                snakemake.output.figure2, dict(snakemake.params.prices),
+                                [m for m in lc["examinee_models"]
+                                 if stage2_repeats_shared(model_spec(snakemake.config, m), lc["stage2_temperature"])],
+                                provenance=prov))

@@ -27,9 +27,15 @@ class ScriptedLM(LM):
         self.stats = CallStats()
         self._respond, self._beams, self._loglik, self._next = respond, beams, loglik, next_token
         self.prompts: list[str] = []
+        #: the JSON schema each prompt was given (None: free text)
+        self.schemas: list[dict | None] = []
+        #: the max_new_tokens of each generate call, in order
+        self.budgets: list[int] = []
 
     def generate(self, prompts, *, max_new_tokens, stop=None, chat=False, system=None,
-                 temperature=0.0, sample_index=0):
+                 temperature=0.0, sample_index=0, json_schemas=None):
+        self.schemas += [None] * len(prompts) if json_schemas is None else list(json_schemas)
+        self.budgets.append(max_new_tokens)
         out = []
         for p in prompts:
             self.prompts.append(p)

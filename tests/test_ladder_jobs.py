@@ -165,6 +165,31 @@ def test_score_job_levels_match_their_definitions(run):
     assert set(sess["level"]) >= {"L0", "L1", "L2", "L3", "L4"}
 
 
+def test_lsa_clean_turn_metrics_are_not_the_recorded_confidences(run):
+    """Issue 15: LSA-clean's ECE/AUROC equalled GT-SelfStats' to three decimals. GT-SelfStats
+    (like ZS) scores the recorded answer confidence, as the authors' baselines do, so its
+    ECE/AUROC are those of the answers (checked against scikit-learn); LSA-clean had been given
+    the same recorded confidences although nothing of LSA produced them. It has no turn
+    confidences (LSA is queried on observed histories only; the paper's Table 24 reports its
+    CBF), so its answer metrics are empty while its profile is scored."""
+    from sklearn.metrics import roc_auc_score
+
+    sess = pd.read_parquet(run["tmp"] / "sessions.parquet")
+    main = pd.read_parquet(run["tmp"] / "main.parquet")
+    by = {e: g.set_index("session_id").sort_index() for e, g in sess.groupby("estimator")}
+    gt, zs, clean = by["GT-SelfStats"], by["ZS"], by["LSA-clean"]
+    for sid, g in main.groupby("session_id"):
+        y, c = g["correct"].astype(bool), g["confidence"].astype(float)
+        ref = roc_auc_score(y, c) if y.nunique() == 2 else 0.5
+        assert gt.loc[sid, "AUROC"] == pytest.approx(ref, abs=5e-4)   # authors round to 3
+    assert np.allclose(gt[["ECE", "AUROC"]], zs[["ECE", "AUROC"]])
+    assert clean[["ECE", "AUROC"]].isna().all().all() and len(clean) == 6
+    assert clean["CBF"].notna().all() and (clean["CBF"] < gt["CBF"] - 0.05).all()
+    table = pd.read_csv(run["tables"]["main_csv"]).set_index("estimator")
+    assert np.isnan(table.loc["LSA-clean", "ECE"]) and np.isnan(table.loc["LSA-clean", "AUROC"])
+    assert table.loc["GT-SelfStats", "AUROC"] == pytest.approx(table.loc["ZS", "AUROC"])
+
+
 def test_controls_clean_labels_make_count_exact(run):
     ctrl = pd.read_parquet(run["tmp"] / "controls.parquet")
     clean = ctrl[(ctrl["condition"] == "clean") & (ctrl["estimator"] == "Count")]

@@ -5,7 +5,8 @@ import pytest
 
 from fakes import ScriptedLM
 from selfknow.protocols.lcae.examinees import STRATEGIES, answer_items, parse_final_letter
-from selfknow.protocols.lcae.metacognition import CONDITIONS, assess, parse_assessment
+from selfknow.protocols.lcae.metacognition import (CONDITIONS, assess, assessment_schema,
+                                                   parse_assessment)
 
 
 def _items():
@@ -110,6 +111,29 @@ def test_stage2_conditions_chat():
         assert (out["mode"] == "slow").all() == (cond in ("dpr", "ids_dpr"))
 
 
+def test_stage2_asks_for_the_assessment_schema_of_each_item():
+    """Only the Stage-2 assessment asks for JSON: its schema has the item's own option letters,
+    and the reply it allows parses; the route and the reflection stay free text."""
+    import json
+
+    import jsonschema
+
+    items = _items().assign(choices=[["a", "b"], ["a", "b", "c"], ["a", "b", "c", "d"]])
+    stage1 = pd.DataFrame({"item_id": items.item_id, "strategy": "standard", "answer": ["B", "A", "C"]})
+    lm = ScriptedLM(lambda p: "Slow" if "Fast or Slow" in p else "Narrowing.")
+    assess(lm, items, stage1, "ids_dpr", {"q1": 0.1, "q2": 0.5, "q3": 0.9}, chat=True, repeat=0)
+    asked = [(p, s) for p, s in zip(lm.prompts, lm.schemas) if s is not None]
+    assert [p for p, _ in asked] == [p for p in lm.prompts if "Estimate the probability" in p]
+    schemas = [s for _, s in asked]
+    assert schemas == [assessment_schema(n) for n in (2, 3, 4)]
+    assert schemas[1]["properties"]["final_answer"]["enum"] == ["A", "B", "C"]
+    reply = '{"error_probability": 0.25, "final_answer": "C"}'
+    jsonschema.validate(json.loads(reply), schemas[1])
+    assert parse_assessment(reply, 3) == (0.25, "C")
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"error_probability": 0.25, "final_answer": "D"}, schemas[1])
+
+
 def test_stage2_base_error_probability_is_the_digit_expectation():
     items = _items()
     stage1 = pd.DataFrame({"item_id": items.item_id, "strategy": "standard", "answer": ["B", "C", "A"]})
@@ -128,3 +152,57 @@ def test_stage2_base_error_probability_is_the_digit_expectation():
     assert base["correct_final"].all()
     dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0)
     assert (dpr["mode"] == "fast").all()  # " Fast" is the likelier route
+
+
+def test_stage_budgets_come_from_the_model_entry_or_the_stage():
+    items = _items()
+    stage1 = pd.DataFrame({"item_id": items["item_id"], "answer": ["B", "C", "D"]})
+    ie = dict(zip(items["item_id"], [0.2, 0.5, 0.8]))
+    lm = ScriptedLM(lambda p: "slow. Probability wrong: 0.3")
+    assess(lm, items, stage1, "dpr", ie, chat=True, repeat=0, max_new_tokens=100)
+    assert lm.budgets == [8, 100, 64]  # route, reflection, the stage's own assessment budget
+    lm.budgets.clear()
+    lm.token_budgets = {"lcae_stage1": 900, "lcae_stage2": 700}
+    assess(lm, items, stage1, "dpr", ie, chat=True, repeat=0, max_new_tokens=100)
+    answer_items(lm, items, "cot", chat=True, max_new_tokens=256)
+    assert lm.budgets == [8, 100, 700, 900]
+    with pytest.raises(ValueError, match="unknown budget stage 'lcae_stage9'"):
+        lm.budget("lcae_stage9", 1)
+
+
+def test_table3_note_names_the_models_whose_repeats_were_shared():
+    from selfknow.protocols.lcae.jobs import stage2_repeats_shared
+    from selfknow.protocols.lcae.tables import repeats_note
+
+    hf_chat, hf_base = {"name": "smol", "backend": "hf", "chat": True}, {"name": "wm", "backend": "hf"}
+    api = {"name": "gpt", "backend": "openai"}
+    # a base LM assesses by log-likelihoods: the same at any temperature
+    assert [stage2_repeats_shared(s, 0.0) for s in (hf_chat, hf_base, api)] == [True, True, False]
+    assert [stage2_repeats_shared(s, 0.7) for s in (hf_chat, hf_base, api)] == [False, True, False]
+    note = repeats_note(["gpt", "smol", "wm"], ["smol", "wm"])
+    assert "intervals are points, for: smol, wm (" in note
+    assert note.endswith("Repeats were separate requests, each its own answer, for: gpt.")
+    assert "separate" not in repeats_note(["wm"], ["wm"]) and "points" not in repeats_note(["gpt"], [])
+
+
+def test_table1_squared_variant_is_the_mean_squared_error_over_repeats_with_the_same_tests():
+    from selfknow.protocols.lcae.tables import per_condition_table
+    from selfknow.stats.lcae import lcae
+
+    # three examinees x 4 conditions x 2 repeats; each repeat's squared LCAE from (e, ĉ) pairs
+    e = np.array([0.2, 0.6])
+    rows = []
+    for k, ex in enumerate(["m1", "m2", "m3"]):
+        for j, cond in enumerate(["baseline", "ids", "dpr", "ids_dpr"]):
+            for rep in range(2):
+                c = np.clip(e + 0.1 * (k + j + rep), 0, 1)
+                rows.append({"examinee": ex, "condition": cond, "repeat": rep, "theta": 0.0,
+                             "lcae": float(lcae(e, c)), "lcae_squared": float(lcae(e, c, kind="squared"))})
+    table, notes = per_condition_table(pd.DataFrame(rows), "lcae_squared")
+    # m1 at baseline: repeats shift ĉ by 0 and 0.1, so (0 + 0.01) / 2; m2 at IDS+DPR by 0.4 and 0.5,
+    # clipped at 1 for e = 0.6 in the second: ((0.16 + 0.16) / 2 + (0.25 + 0.16) / 2) / 2
+    assert table.loc[0, "Baseline"] == pytest.approx(0.005)
+    assert table.loc[1, "IDS+DPR"] == pytest.approx((0.16 + 0.205) / 2)
+    assert table.loc[3, "examinee"] == "mean" and table.loc[3, "DPR"] == pytest.approx(table.loc[:2, "DPR"].mean())
+    assert notes.startswith("Friedman χ²(3) = ") and "Holm-adjusted p" in notes
+    assert not np.allclose(table.loc[:2, "Baseline"], per_condition_table(pd.DataFrame(rows), "lcae")[0].loc[:2, "Baseline"])

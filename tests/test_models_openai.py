@@ -17,12 +17,47 @@ from selfknow.models.openai_api import RequestFailed
 TOP = {"A": -0.2, "B": -1.9, " A": -3.0, "7": -4.0}
 
 
+def reasoning_rule_violation(path: str, body: dict) -> tuple[str, str] | None:
+    """(param, message) of the first rule an OpenAI reasoning model (o-series, gpt-5 family)
+    answers with HTTP 400, as OpenAI words it; None if the body keeps them all."""
+    if path.endswith("/chat/completions"):
+        if "max_tokens" in body:
+            return "max_tokens", ("Unsupported parameter: 'max_tokens' is not supported with this "
+                                  "model. Use 'max_completion_tokens' instead.")
+        if "stop" in body:
+            return "stop", "Unsupported parameter: 'stop' is not supported with this model."
+    for param in ("temperature", "top_p"):
+        if param in body and body[param] != 1:
+            return param, (f"Unsupported value: '{param}' does not support {body[param]!r} with this "
+                           f"model. Only the default (1) value is supported.")
+    return None
+
+
+def schema_instance(fmt: dict) -> dict:
+    """What a server honouring a strict `json_schema` response format answers: an instance of
+    the schema (probabilities 0.5, the last enum value). A schema OpenAI's strict mode refuses
+    (a key not required, or other keys allowed) raises, as the server's HTTP 400 would."""
+    schema = fmt["schema"]
+    props = schema["properties"]
+    if not fmt.get("strict") or sorted(schema["required"]) != sorted(props) \
+            or schema.get("additionalProperties") is not False:
+        raise ValueError(f"not a strict schema: {fmt}")
+    return {k: v["enum"][-1] if "enum" in v else (v["minimum"] + v["maximum"]) / 2
+            for k, v in props.items()}
+
+
 class FakeServer:
-    """OpenAI-compatible server. `failures` is consumed one per request ("429", "500",
-    "hang"); a prompt containing FAIL always gets 500, BAD gets 400; `delay` slows every
-    answer (to observe concurrency); `give_logprobs=False` ignores the logprobs parameter."""
+    """OpenAI-compatible server (Chat Completions, Responses, completions). `failures` is
+    consumed one per request ("429", "500", "hang"); a prompt containing FAIL always gets 500,
+    BAD gets 400; `delay` slows every answer (to observe concurrency); `give_logprobs=False`
+    ignores the logprobs parameter. `reasoning=True` serves a reasoning model: the parameters
+    it rejects get HTTP 400 (`reasoning_rule_violation`), and it spends `reasoning_spend` hidden
+    tokens from the token limit before its 3-token answer (an empty, cut answer if the limit
+    is smaller)."""
 
     def __init__(self):
+        self.reasoning = False
+        self.reasoning_spend = 0
         self.failures: list[str] = []
         self.requests: list[tuple[str, dict, dict]] = []
         self.delay = 0.0
@@ -71,6 +106,11 @@ class FakeServer:
                     return self._send(500, {"error": "boom"})
                 if "BAD" in text:
                     return self._send(400, {"error": "bad request"})
+                broken = reasoning_rule_violation(self.path, body) if server.reasoning else None
+                if broken:
+                    param, message = broken
+                    return self._send(400, {"error": {"message": message, "type": "invalid_request_error",
+                                                      "param": param, "code": "unsupported_parameter"}})
                 if mode == "hang":
                     time.sleep(server.hang_s)
                 time.sleep(server.delay)
@@ -82,13 +122,27 @@ class FakeServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
 
+    def _budget_left(self, body, limit_key):
+        """Whether a reasoning model's answer fits the token limit after its hidden reasoning,
+        and the output tokens spent (a classic model's 3-token answer always fits)."""
+        if not self.reasoning:
+            return True, 3
+        limit = body[limit_key]
+        return limit >= self.reasoning_spend + 3, min(limit, self.reasoning_spend + 3)
+
     def respond(self, path, body):
+        if path.endswith("/responses"):
+            return self._respond_responses(body)
         usage = {"prompt_tokens": 11, "completion_tokens": 3}
         want_lp = self.give_logprobs and body.get("logprobs")
         if path.endswith("/chat/completions"):
             user = body["messages"][-1]["content"]
-            choice = {"index": 0, "finish_reason": "stop",
-                      "message": {"role": "assistant", "content": f"echo: {user}\nsecond line"}}
+            fits, spent = self._budget_left(body, "max_completion_tokens" if self.reasoning else "max_tokens")
+            usage["completion_tokens"] = spent
+            choice = {"index": 0, "finish_reason": "stop" if fits else "length",
+                      "message": {"role": "assistant", "content": f"echo: {user}\nsecond line" if fits else ""}}
+            if fits and (body.get("response_format") or {}).get("type") == "json_schema":
+                choice["message"]["content"] = json.dumps(schema_instance(body["response_format"]["json_schema"]))
             if want_lp:
                 choice["logprobs"] = {"content": [{
                     "token": "A", "logprob": -0.2,
@@ -107,6 +161,23 @@ class FakeServer:
             choice["logprobs"] = {"tokens": ["A"], "token_logprobs": [-0.2],
                                   "top_logprobs": [dict(TOP)]}
         return {"object": "text_completion", "choices": [choice], "usage": usage}
+
+    def _respond_responses(self, body):
+        """A Responses API answer as OpenAI documents it: a reasoning item, then a message
+        whose content parts are `output_text`; `incomplete` when the limit ran out."""
+        fits, spent = self._budget_left(body, "max_output_tokens")
+        output = [{"type": "reasoning", "id": "rs_1", "summary": []}]
+        if fits:
+            output.append({"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                           "content": [{"type": "output_text", "text": "echo: ", "annotations": []},
+                                       {"type": "output_text", "text": f"{body['input']}\nsecond line",
+                                        "annotations": []}]})
+        return {"id": "resp_1", "object": "response", "model": body["model"],
+                "status": "completed" if fits else "incomplete",
+                "incomplete_details": None if fits else {"reason": "max_output_tokens"},
+                "instructions": body.get("instructions"), "output": output,
+                "usage": {"input_tokens": 11, "output_tokens": spent,
+                          "output_tokens_details": {"reasoning_tokens": spent - 3 if fits else spent}}}
 
     def close(self):
         if self.thread.is_alive():
@@ -255,3 +326,141 @@ def test_rerun_makes_zero_http_requests(server, tmp_path):
     np.testing.assert_array_equal(again.next_token_logprobs(prompts, ["A", "B"]), lp)
     assert len(server.requests) == n and again.http_requests == 0
     assert (again.stats.hits, again.stats.misses) == (6, 0)
+
+
+# ---- reasoning models, the Responses API, repeats -----------------------------------------------
+
+
+def test_reasoning_server_refuses_what_openai_refuses(server):
+    import httpx
+
+    server.reasoning = True
+    classic = load_lm(spec(server, logprobs=False), cache_dir=None)
+    with pytest.raises(RequestFailed, match='1 attempt.*HTTP 400.*"param": "max_tokens"'):
+        classic.generate(["q"], max_new_tokens=16)
+    half = load_lm(spec(server, logprobs=False, token_param="max_completion_tokens"), cache_dir=None)
+    with pytest.raises(RequestFailed, match='HTTP 400.*"param": "temperature"'):
+        half.generate(["q"], max_new_tokens=16)
+    assert len(server.requests) == 2  # a 400 is not retried
+    # top_p and stop, which the backend never sends to such a model, are refused as well;
+    # temperature 1 (the default) is accepted on both endpoints
+    chat = {"model": "m", "messages": [{"role": "user", "content": "q"}], "max_completion_tokens": 9}
+    for extra, param in (({"top_p": 0.9}, "top_p"), ({"stop": ["\n"]}, "stop"), ({"temperature": 0.7}, "temperature")):
+        r = httpx.post(f"{server.url}/chat/completions", json={**chat, **extra}, timeout=5)
+        assert r.status_code == 400 and r.json()["error"]["param"] == param
+    r = httpx.post(f"{server.url}/responses", json={"model": "m", "input": "q", "top_p": 0.5}, timeout=5)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "top_p"
+    assert httpx.post(f"{server.url}/chat/completions", json={**chat, "temperature": 1}, timeout=5).status_code == 200
+
+
+def test_reasoning_preset_passes_the_rules_and_leaves_room_to_reason(server):
+    server.reasoning, server.reasoning_spend = True, 900  # more than LADDER's or LCAE's 64-token budget
+    lm = load_lm(spec(server, logprobs=False, request_preset="openai_reasoning"), cache_dir=None)
+    [g] = lm.generate(["hello"], max_new_tokens=64, stop=["\n"], system="be brief", temperature=0.0)
+    assert (g.text, g.finish_reason, g.tokens_out) == ("echo: hello", "stop", 903)  # stop cut here
+    body = server.requests[-1][1]
+    assert body == {"model": "srv-m", "max_completion_tokens": 64 + 8192, "reasoning_effort": "medium",
+                    "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello"}]}
+    # a stage that samples (LADDER's simulated user at 0.7) sends no temperature or seed either
+    [u] = lm.generate(["user turn"], max_new_tokens=80, temperature=0.7, sample_index=2)
+    assert u.text.startswith("echo: user turn") and not {"temperature", "seed"} & set(server.requests[-1][1])
+    # an option on the entry wins over its preset: without headroom the reasoning eats the budget
+    tight = load_lm(spec(server, logprobs=False, request_preset="openai_reasoning", reasoning_tokens=0,
+                         reasoning_effort="low"), cache_dir=None)
+    [t] = tight.generate(["hello"], max_new_tokens=64)
+    assert (t.text, t.finish_reason) == ("", "length")
+    assert server.requests[-1][1]["max_completion_tokens"] == 64
+    assert server.requests[-1][1]["reasoning_effort"] == "low"
+    with pytest.raises(ModelSpecError, match="'api-model'.*'request_preset' must be one of"):
+        load_lm(spec(server, request_preset="o9"), cache_dir=None)
+    with pytest.raises(ModelSpecError, match="'api-model'.*'token_param' must be one of"):
+        load_lm(spec(server, token_param="max_new_tokens"), cache_dir=None)
+
+
+def test_responses_endpoint(server):
+    lm = load_lm(spec(server, mode="responses", logprobs=False), cache_dir=None)
+    [g] = lm.generate(["hello"], max_new_tokens=20, stop=["\n"], system="be brief")
+    # the answer is the message item's output_text parts, after the reasoning item
+    assert (g.text, g.tokens_in, g.tokens_out, g.finish_reason) == ("echo: hello", 11, 3, "stop")
+    path, body, _ = server.requests[-1]
+    assert path == "/v1/responses"
+    assert body == {"model": "srv-m", "temperature": 0.0, "input": "hello", "instructions": "be brief",
+                    "max_output_tokens": 20}
+    # a reasoning model behind it, with the preset: reasoning.effort, no temperature
+    server.reasoning, server.reasoning_spend = True, 500
+    reasoning = load_lm(spec(server, mode="responses", logprobs=False, request_preset="openai_reasoning"),
+                        cache_dir=None)
+    [r] = reasoning.generate(["hi"], max_new_tokens=16)
+    assert (r.text, r.tokens_out, r.finish_reason) == ("echo: hi\nsecond line", 503, "stop")
+    assert server.requests[-1][1] == {"model": "srv-m", "input": "hi", "max_output_tokens": 16 + 8192,
+                                      "reasoning": {"effort": "medium"}}
+    # the limit runs out inside the reasoning: status incomplete, recorded as a cut answer
+    cut = load_lm(spec(server, mode="responses", logprobs=False, request_preset="openai_reasoning",
+                       reasoning_tokens=0), cache_dir=None)
+    [c] = cut.generate(["hi"], max_new_tokens=16)
+    assert (c.text, c.tokens_out, c.finish_reason) == ("", 16, "length")
+    with pytest.raises(ModelSpecError, match="'api-model'.*'logprobs: true' needs 'mode: chat'"):
+        load_lm(spec(server, mode="responses"), cache_dir=None)
+
+
+def test_repeats_are_requests_for_an_api_model_and_shared_by_local_greedy_decoding(server, tmp_path):
+    from model_fixtures import build_tiny_gpt2
+
+    from selfknow.models.registry import repeats_share_requests
+
+    api = load_lm(spec(server), cache_dir=tmp_path / "api")
+    first = [api.generate(["same prompt"], max_new_tokens=8, sample_index=k)[0] for k in range(3)]
+    assert len(server.requests) == 3 and len(list((tmp_path / "api").rglob("*.json"))) == 3
+    again = load_lm(spec(server), cache_dir=tmp_path / "api")
+    assert [again.generate(["same prompt"], max_new_tokens=8, sample_index=k)[0] for k in range(3)] == first
+    assert again.http_requests == 0
+    build_tiny_gpt2(tmp_path / "tiny")
+    local = load_lm({"name": "tiny", "backend": "hf", "path": str(tmp_path / "tiny")}, cache_dir=tmp_path / "hf")
+    greedy = [local.generate(["same prompt"], max_new_tokens=4, sample_index=k)[0] for k in range(3)]
+    assert greedy == [greedy[0]] * 3 and (local.stats.misses, local.stats.hits) == (1, 2)
+    assert len(list((tmp_path / "hf").rglob("*.json"))) == 1
+    for k in range(3):  # sampling: one request per repeat again
+        local.generate(["same prompt"], max_new_tokens=4, temperature=1.0, sample_index=k)
+    assert local.stats.misses == 4
+    assert repeats_share_requests({"backend": "hf"}, 0.0)
+    assert not repeats_share_requests({"backend": "hf"}, 0.7)
+    assert not repeats_share_requests({"backend": "openai"}, 0.0)
+
+
+# ---- structured output -------------------------------------------------------------------------
+
+
+def test_json_schemas_go_to_the_server_as_a_strict_response_format(server, tmp_path):
+    """Each prompt's schema reaches a server that honours it as a strict json_schema
+    response_format, and the reply is an instance of it (the LADDER profile and LCAE Stage-2
+    schemas, as the protocols build them); `structured_output: false` and the completions
+    endpoint send none; a constrained reply has its own cache entry."""
+    import jsonschema
+
+    from selfknow.protocols.ladder.prompted import profile_schema
+    from selfknow.protocols.lcae.metacognition import assessment_schema
+
+    schemas = [profile_schema(["anatomy", "astronomy"]), assessment_schema(3)]
+    lm = load_lm(spec(server), cache_dir=tmp_path)
+    out = lm.generate(["p1", "p2"], max_new_tokens=32, json_schemas=schemas)
+    sent = {body["messages"][-1]["content"]: body for _, body, _ in server.requests}
+    for prompt, schema, g in zip(["p1", "p2"], schemas, out):
+        assert sent[prompt]["response_format"] == {
+            "type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+        jsonschema.validate(json.loads(g.text), schema)
+    assert json.loads(out[1].text) == {"error_probability": 0.5, "final_answer": "C"}
+    n = len(server.requests)
+    free = lm.generate(["p1"], max_new_tokens=32)
+    assert free[0].text.startswith("echo: p1") and len(server.requests) == n + 1   # not the cached reply
+    assert lm.generate(["p1"], max_new_tokens=32, json_schemas=schemas[:1]) == out[:1]
+    assert len(server.requests) == n + 1
+
+    off = load_lm(spec(server, structured_output=False), cache_dir=None)
+    assert off.generate(["p3"], max_new_tokens=32, json_schemas=schemas[:1])[0].text.startswith("echo: p3")
+    comp = load_lm(spec(server, mode="completions"), cache_dir=None)
+    comp.generate(["p4"], max_new_tokens=32, json_schemas=schemas[:1])
+    assert all("response_format" not in body for _, body, _ in server.requests[n + 1:])
+    responses = load_lm(spec(server, mode="responses", logprobs=False), cache_dir=None)
+    responses.generate(["p5"], max_new_tokens=32, json_schemas=schemas[1:])
+    assert server.requests[-1][1]["text"] == {"format": {
+        "type": "json_schema", "name": "reply", "schema": schemas[1], "strict": True}}

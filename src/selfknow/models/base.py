@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Sequence
+from types import MappingProxyType
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -41,6 +42,33 @@ class CallStats:
     extra: dict = field(default_factory=dict)
 
 
+#: protocol stages whose generation budget (max new tokens) a model entry may set in
+#: `token_budgets`, each looked up with `LM.budget` where the stage generates
+BUDGET_STAGES = ("ladder_answer", "lcae_stage1", "lcae_stage2", "judge")
+
+
+def structured_output(spec: Mapping) -> bool:
+    """Whether a model entry constrains replies to the JSON schemas it is given: its
+    `structured_output` key, else the config schema's default for it."""
+    if "structured_output" in spec:
+        return bool(spec["structured_output"])
+    from selfknow.schema import subschema
+
+    return bool(subschema("models.*.structured_output")["default"])
+
+
+def constrained_schemas(prompts: Sequence[str], json_schemas: Sequence[dict] | None,
+                        enabled: bool) -> list[dict] | None:
+    """The per-prompt schemas a backend constrains `generate` with: None when the caller
+    gives none or the model entry has `structured_output` off."""
+    if json_schemas is None:
+        return None
+    if len(json_schemas) != len(prompts):
+        raise ValueError(f"generate: {len(json_schemas)} JSON schemas for {len(prompts)} prompts "
+                         f"(one per prompt)")
+    return [dict(s) for s in json_schemas] if enabled else None
+
+
 class LogprobsUnavailable(RuntimeError):
     """The backend/server cannot give the log-probabilities a method needs."""
 
@@ -54,6 +82,18 @@ class LM(abc.ABC):
     revision: str | None
     adapter: str | None
     stats: CallStats
+    #: whether a temperature-0 request gets the same answer every time (local greedy decoding);
+    #: hosted APIs give no such promise, so their repeats are separate requests
+    greedy_deterministic: bool = True
+    #: the model entry's `token_budgets` (set by `load_lm`)
+    token_budgets: Mapping[str, int] = MappingProxyType({})
+
+    def budget(self, stage: str, default: int) -> int:
+        """Max new tokens of protocol stage `stage` (one of BUDGET_STAGES) for this model: the
+        model entry's `token_budgets[stage]`, else the stage's own `default`."""
+        if stage not in BUDGET_STAGES:
+            raise ValueError(f"unknown budget stage {stage!r}; known: {', '.join(BUDGET_STAGES)}")
+        return int(self.token_budgets.get(stage, default))
 
     @abc.abstractmethod
     def generate(
@@ -66,9 +106,15 @@ class LM(abc.ABC):
         system: str | None = None,
         temperature: float = 0.0,
         sample_index: int = 0,
+        json_schemas: Sequence[dict] | None = None,
     ) -> list[Generation]:
         """Greedy (temperature 0) or sampled continuation of each prompt, cut at the first stop
-        string. With `chat=True` the prompt is the user turn of the model's chat template."""
+        string. With `chat=True` the prompt is the user turn of the model's chat template.
+
+        `json_schemas` (one JSON schema per prompt) asks for structured output: a backend
+        whose model entry has `structured_output` on constrains the reply to its schema
+        (see `structured_output`), any other returns free text; callers parse every reply and
+        count the unparsable ones either way."""
 
     @abc.abstractmethod
     def beam_search(

@@ -212,14 +212,17 @@ class RequestCache:
 class CachedCalls:
     """The request-building half of caching, shared by backends: `identity()` returns the
     backend/model/revision/adapter part of every key (called once, lazily, since fingerprinting
-    a local model dir reads it); `run` caches one batch call per request."""
+    a local model dir reads it); `run` caches one batch call per request.
+    `greedy_deterministic` says that the backend answers a temperature-0 request the same way
+    every time (local greedy decoding), so that its repeats may share one entry."""
 
     def __init__(self, cache_dir: str | os.PathLike | None, identity: Callable[[], dict],
-                 stats: CallStats):
+                 stats: CallStats, *, greedy_deterministic: bool = True):
         self.cache = RequestCache(cache_dir)
         self._identity_fn = identity
         self._identity: dict | None = None
         self.stats = stats
+        self.greedy_deterministic = greedy_deterministic
 
     @property
     def identity(self) -> dict:
@@ -237,10 +240,10 @@ class CachedCalls:
         sample_index: int = 0,
     ) -> list[Any]:
         """Answer `call` for each payload (one prompt or pair each) from the cache, computing
-        the misses with `compute(miss_indices)`. `sample_index` tells sampled repeats apart; a
-        call without a positive `temperature` param is deterministic, so its repeats share one
-        entry."""
-        sampled = float(params.get("temperature") or 0) > 0
+        the misses with `compute(miss_indices)`. `sample_index` tells repeats apart whenever
+        the answer may vary: a positive `temperature` param, or a backend that is not
+        `greedy_deterministic`. Only deterministic calls share one entry across repeats."""
+        varies = float(params.get("temperature") or 0) > 0 or not self.greedy_deterministic
         requests = [{**self.identity, "call": call, "payload": p, "params": params,
-                     "sample_index": int(sample_index) if sampled else 0} for p in payloads]
+                     "sample_index": int(sample_index) if varies else 0} for p in payloads]
         return self.cache.map(requests, compute, self.stats)

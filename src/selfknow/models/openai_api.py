@@ -12,6 +12,22 @@ answer carries them; otherwise `LogprobsUnavailable` names the model and method.
 outside the server's top-`top_logprobs` list get -inf (an API exposes no more). `loglikelihood`
 uses completions with `echo` (`echo_logprobs: true`, as vLLM supports); llama.cpp's echo is off
 by one token, so it must not be switched on there.
+
+Structured output: `generate(json_schemas=...)` on a model entry with `structured_output` on
+sends each prompt's schema as a strict `response_format` (chat) or `text.format` (responses);
+the legacy completions endpoint gets none.
+
+Request options (`request_options`) shape every body: the endpoint (`mode`: Chat Completions,
+Responses or legacy completions), the token-limit parameter (`token_param`), whether temperature
+(and a sampling seed) may be sent (`sampling_params`), whether stop strings may be sent
+(`send_stop`; they are always cut here too), `reasoning_effort`, and `reasoning_tokens` added to
+every token limit for the hidden reasoning a reasoning model spends from the same budget.
+`request_preset: openai_reasoning` sets them as OpenAI's reasoning models (o-series, gpt-5 family)
+require; an option set on the model entry wins over its preset.
+
+A hosted model may answer the same request differently twice even at temperature 0, so its
+repeats (`sample_index`) are separate requests and cache entries at any temperature
+(`greedy_deterministic = False`).
 """
 from __future__ import annotations
 
@@ -26,13 +42,50 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from selfknow.models.base import LM, CallStats, Generation, LogprobsUnavailable
+from selfknow.models.base import (LM, CallStats, Generation, LogprobsUnavailable,
+                                  constrained_schemas, structured_output)
 from selfknow.models.cache import CachedCalls, PartialFailure
 from selfknow.models.registry import ModelSpecError, UnsupportedCall, register_backend
 
 log = logging.getLogger(__name__)
 
 _RETRY_STATUS = {408, 409, 425, 429} | set(range(500, 600))
+
+#: request options of a model entry without them or a preset: a classic chat model
+REQUEST_OPTION_DEFAULTS = {"token_param": "max_tokens", "sampling_params": True, "send_stop": True,
+                           "reasoning_effort": None, "reasoning_tokens": 0}
+#: presets (`request_preset`): request options a family of hosted models requires
+REQUEST_PRESETS = {
+    # OpenAI reasoning models reject `max_tokens`, any temperature/top_p but the default, and
+    # `stop`; their token limit also pays for hidden reasoning tokens. "medium" is the API's own
+    # default effort, written out so that it is part of every cache key.
+    "openai_reasoning": {"token_param": "max_completion_tokens", "sampling_params": False,
+                         "send_stop": False, "reasoning_effort": "medium",
+                         "reasoning_tokens": 8192},
+}
+
+
+def request_options(spec: dict) -> dict:
+    """The request options of a model entry: each option the entry sets, else its
+    `request_preset`'s, else REQUEST_OPTION_DEFAULTS. (Resolved here rather than as schema
+    defaults: a filled-in default could not be told from an option the user set over a preset.)"""
+    preset = REQUEST_PRESETS[spec["request_preset"]] if "request_preset" in spec else {}
+    return {key: spec[key] if key in spec else preset.get(key, default)
+            for key, default in REQUEST_OPTION_DEFAULTS.items()}
+
+
+def _with_response_format(endpoint: str, body: dict, schema: dict) -> bool:
+    """Ask for a reply within `schema` in the structured-output form of `endpoint` (strict
+    JSON schema, as OpenAI, vLLM and llama.cpp's server take it); False for the legacy
+    completions endpoint, which has no standard form (the reply stays free text)."""
+    fmt = {"name": "reply", "schema": schema, "strict": True}
+    if endpoint == "/chat/completions":
+        body["response_format"] = {"type": "json_schema", "json_schema": fmt}
+    elif endpoint == "/responses":
+        body["text"] = {"format": {"type": "json_schema", **fmt}}
+    else:
+        return False
+    return True
 
 
 class RequestFailed(RuntimeError):
@@ -59,6 +112,8 @@ def _retry_after(value: str | None) -> float | None:
 class OpenAILM(LM):
     """A model behind an OpenAI-compatible endpoint (see module docstring)."""
 
+    greedy_deterministic = False
+
     def __init__(self, spec: dict, checkpoint: dict, *, cache_dir=None, adapter=None):
         if adapter is not None:
             raise ModelSpecError(f"model {spec['name']!r}: the openai backend cannot load a "
@@ -69,17 +124,19 @@ class OpenAILM(LM):
         self.adapter = None
         self.stats = CallStats()
         self.base_url = spec["base_url"].rstrip("/")
-        self.mode = spec.get("mode", "chat")
-        self.max_concurrency = int(spec.get("max_concurrency", 4))
-        self.max_retries = int(spec.get("max_retries", 5))
-        self.timeout_s = float(spec.get("timeout_s", 60))
-        self.backoff_s = float(spec.get("backoff_s", 1.0))
-        self.max_backoff_s = float(spec.get("max_backoff_s", 60.0))
-        self.seed = int(spec.get("seed", 0))
-        self.top_logprobs = int(spec.get("top_logprobs", 20))
-        self.has_logprobs = bool(spec.get("logprobs", False))
-        self.echo_logprobs = bool(spec.get("echo_logprobs", False))
-        self.chat_default = bool(spec.get("chat", self.mode == "chat"))
+        self.mode = spec["mode"]
+        self.max_concurrency = int(spec["max_concurrency"])
+        self.max_retries = int(spec["max_retries"])
+        self.timeout_s = float(spec["timeout_s"])
+        self.backoff_s = float(spec["backoff_s"])
+        self.max_backoff_s = float(spec["max_backoff_s"])
+        self.seed = int(spec["seed"])
+        self.top_logprobs = int(spec["top_logprobs"])
+        self.has_logprobs = bool(spec["logprobs"])
+        self.echo_logprobs = bool(spec["echo_logprobs"])
+        self.chat_default = bool(spec.get("chat", self.mode != "completions"))
+        self.options = request_options(spec)
+        self.structured_output = structured_output(spec)
         key_env = spec.get("api_key_env")
         self.api_key = None
         if key_env:
@@ -89,15 +146,23 @@ class OpenAILM(LM):
                                      f"(key 'api_key_env') is not set")
         self._client = None
         self._client_lock = threading.Lock()
-        self._calls = CachedCalls(cache_dir, self._identity, self.stats)
+        self._calls = CachedCalls(cache_dir, self._identity, self.stats,
+                                  greedy_deterministic=self.greedy_deterministic)
         #: real HTTP requests sent (attempts, retries included); tests read it
         self.http_requests = 0
+        # ---- batch hook: with `batch: true`, _map and _post go through Batch API jobs
+        self.batch = None
+        if spec["batch"]:
+            from selfknow.models.openai_batch import BatchJobs
+
+            self.batch = BatchJobs(self, spec, cache_dir)
+        # ---- end of batch hook
 
     def _identity(self) -> dict:
         # base_url is left out on purpose: the same served model on another node or port
         # (a vLLM job on a new cluster node) must hit the same cache entries
         return {"backend": "openai", "model_id": self.model_id, "revision": self.revision,
-                "adapter": None}
+                "adapter": None, "request": {"mode": self.mode, **self.options}}
 
     # ---- HTTP --------------------------------------------------------------------------
     @property
@@ -122,6 +187,17 @@ class OpenAILM(LM):
     def _post(self, endpoint: str, body: dict, index: int) -> dict:
         """POST with retries (module docstring); `index` is the request's position in its
         batch, for the error message and the seeded jitter."""
+        # ---- batch hook: the batch job captures the request, later answers it
+        if self.batch is not None:
+            return self.batch.post(endpoint, body, index)
+        # ---- end of batch hook
+        return self._send("POST", endpoint, index, lambda resp: resp.json(), json=body)
+
+    def _send(self, method: str, path: str, index: int | str, decode: Callable[[Any], Any],
+              **kwargs) -> Any:
+        """`decode(response)` of one HTTP request, with retries (module docstring); `index`
+        names the request in the error message and seeds the jitter; a ValueError from
+        `decode` (invalid JSON) is retried."""
         import httpx
 
         last = "no attempt"
@@ -130,13 +206,13 @@ class OpenAILM(LM):
             try:
                 with self._client_lock:
                     self.http_requests += 1
-                resp = self.client.post(endpoint, json=body)
+                resp = self.client.request(method, path, **kwargs)
             except (httpx.TimeoutException, httpx.TransportError) as err:
                 last = f"{type(err).__name__}: {err}"
             else:
                 if resp.status_code < 300:
                     try:
-                        return resp.json()
+                        return decode(resp)
                     except ValueError:
                         last = f"invalid JSON in response: {resp.text[:200]!r}"
                 else:
@@ -150,15 +226,19 @@ class OpenAILM(LM):
                 rng = random.Random(f"{self.seed}:{index}:{attempt}")
                 wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
                 wait *= 0.5 + rng.random()  # jitter in [0.5, 1.5): jobs don't retry in step
-            log.info("model %r %s request %d: %s; retry %d in %.2fs", self.name, endpoint,
-                     index, last, attempt + 1, wait)
+            log.info("model %r %s %s request %s: %s; retry %d in %.2fs", self.name, method,
+                     path, index, last, attempt + 1, wait)
             time.sleep(min(wait, self.max_backoff_s))
-        raise RequestFailed(f"model {self.name!r}: POST {self.base_url}{endpoint} request "
+        raise RequestFailed(f"model {self.name!r}: {method} {self.base_url}{path} request "
                             f"{index} failed after {attempt + 1} attempt(s): {last}")
 
     def _map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
         """fn over the request indices `idx`, `max_concurrency` at a time. If any fails, the
         others still finish and are cached (PartialFailure); the first error is raised."""
+        # ---- batch hook: one batch job answers every request fn sends
+        if self.batch is not None:
+            self.batch.prepare(fn, idx)
+        # ---- end of batch hook
         workers = max(1, min(self.max_concurrency, len(idx)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(fn, i) for i in idx]
@@ -174,63 +254,104 @@ class OpenAILM(LM):
         return [done[j] for j in range(len(idx))]
 
     # ---- request bodies ----------------------------------------------------------------
-    def _body(self, prompt: str, *, chat: bool, system: str | None, max_tokens: int,
-              temperature: float, stop: Sequence[str] | None,
-              sample_index: int) -> tuple[str, dict]:
-        body: dict[str, Any] = {"model": self.model_id, "max_tokens": int(max_tokens),
-                                "temperature": float(temperature)}
-        if stop:
+    def request_body(self, prompt: str, *, chat: bool, system: str | None, max_tokens: int,
+                     temperature: float, stop: Sequence[str] | None,
+                     sample_index: int) -> tuple[str, dict]:
+        """(endpoint, JSON body) of one request for `prompt`, shaped by the model's request
+        options (module docstring); `max_tokens` is the visible answer's budget."""
+        opts = self.options
+        limit = int(max_tokens) + int(opts["reasoning_tokens"])
+        body: dict[str, Any] = {"model": self.model_id}
+        if opts["sampling_params"]:
+            body["temperature"] = float(temperature)
+        if chat and self.mode == "responses":
+            # the Responses API takes no stop strings and no seed: stops are cut from the text
+            body["input"] = prompt
+            if system is not None:
+                body["instructions"] = system
+            body["max_output_tokens"] = limit
+            if opts["reasoning_effort"] is not None:
+                body["reasoning"] = {"effort": opts["reasoning_effort"]}
+            return "/responses", body
+        if stop and opts["send_stop"]:
             body["stop"] = list(stop)
-        if temperature > 0:
+        if temperature > 0 and opts["sampling_params"]:
             body["seed"] = int(self.seed + sample_index)
         if chat:
-            if self.mode != "chat":
-                raise ValueError(f"model {self.name!r}: chat=True needs 'mode: chat' "
-                                 f"(the spec says {self.mode!r})")
+            if self.mode == "completions":
+                raise ValueError(f"model {self.name!r}: chat=True needs 'mode: chat' or "
+                                 f"'mode: responses' (the spec says 'completions')")
             msgs = [{"role": "system", "content": system}] if system is not None else []
             msgs.append({"role": "user", "content": prompt})
             body["messages"] = msgs
+            body[opts["token_param"]] = limit
+            if opts["reasoning_effort"] is not None:
+                body["reasoning_effort"] = opts["reasoning_effort"]
             return "/chat/completions", body
         if system is not None:
             raise ValueError(f"model {self.name!r}: a system prompt needs chat=True")
-        if self.mode == "chat":
+        if self.mode != "completions":
             raise ValueError(f"model {self.name!r}: a raw (non-chat) prompt needs "
                              f"'mode: completions'")
         body["prompt"] = prompt
+        body["max_tokens"] = limit  # the legacy endpoint knows no other name
         return "/completions", body
+
+    def read_generation(self, data: dict, endpoint: str, i: int) -> dict:
+        """{text, tokens_in, tokens_out, finish_reason} of one answer of `endpoint`'s shape."""
+        if endpoint == "/responses":
+            output = data.get("output")
+            if data.get("status") == "failed" or not isinstance(output, list):
+                raise RequestFailed(f"model {self.name!r}: {endpoint} request {i}: no output: "
+                                    f"{str(data)[:300]}")
+            # reasoning items carry no text; the answer is the message items' output_text parts
+            text = "".join(part.get("text") or "" for item in output
+                           if item.get("type") == "message"
+                           for part in item.get("content") or []
+                           if part.get("type") == "output_text")
+            cut = (data.get("incomplete_details") or {}).get("reason") == "max_output_tokens"
+            usage = data.get("usage") or {}
+            return {"text": text, "tokens_in": int(usage.get("input_tokens") or 0),
+                    "tokens_out": int(usage.get("output_tokens") or 0),
+                    "finish_reason": "length" if cut else "stop"}
+        choice = self._choice(data, endpoint, i)
+        text = (choice.get("message") or {}).get("content") if endpoint == "/chat/completions" \
+            else choice.get("text")
+        usage = data.get("usage") or {}
+        return {"text": text or "", "tokens_in": int(usage.get("prompt_tokens") or 0),
+                "tokens_out": int(usage.get("completion_tokens") or 0),
+                "finish_reason": "length" if choice.get("finish_reason") == "length" else "stop"}
 
     def _use_chat(self, chat: bool) -> bool:
         return bool(chat) or self.chat_default
 
     # ---- LM interface ------------------------------------------------------------------
     def generate(self, prompts, *, max_new_tokens, stop=None, chat=False, system=None,
-                 temperature=0.0, sample_index=0):
+                 temperature=0.0, sample_index=0, json_schemas=None):
         prompts, stop = list(prompts), list(stop or [])
         use_chat = self._use_chat(chat)
-        bodies = [self._body(p, chat=use_chat, system=system, max_tokens=max_new_tokens,
-                             temperature=temperature, stop=stop, sample_index=sample_index)
+        bodies = [self.request_body(p, chat=use_chat, system=system, max_tokens=max_new_tokens,
+                                    temperature=temperature, stop=stop, sample_index=sample_index)
                   for p in prompts]
+        schemas = constrained_schemas(prompts, json_schemas, self.structured_output)
+        payloads = [{"prompt": p} for p in prompts]
+        if schemas is not None:
+            for (endpoint, body), payload, schema in zip(bodies, payloads, schemas):
+                if _with_response_format(endpoint, body, schema):
+                    payload["json_schema"] = schema  # a constrained reply is another request
 
         def one(i: int) -> dict:
             endpoint, body = bodies[i]
-            data = self._post(endpoint, body, i)
-            choice = self._choice(data, endpoint, i)
-            text = (choice.get("message") or {}).get("content") if use_chat else \
-                choice.get("text")
-            text = text or ""
-            finish = choice.get("finish_reason") or "stop"
+            out = self.read_generation(self._post(endpoint, body, i), endpoint, i)
             # servers differ on whether the stop string is returned; cut it here
-            hits = [text.find(s) for s in stop if s and s in text]
+            hits = [out["text"].find(s) for s in stop if s and s in out["text"]]
             if hits:
-                text, finish = text[:min(hits)], "stop"
-            usage = data.get("usage") or {}
-            return {"text": text, "tokens_in": int(usage.get("prompt_tokens") or 0),
-                    "tokens_out": int(usage.get("completion_tokens") or 0),
-                    "finish_reason": "length" if finish == "length" else "stop"}
+                out.update(text=out["text"][:min(hits)], finish_reason="stop")
+            return out
 
         params = {"max_new_tokens": int(max_new_tokens), "stop": stop, "chat": use_chat,
                   "system": system, "temperature": float(temperature)}
-        out = self._calls.run("generate", [{"prompt": p} for p in prompts], params,
+        out = self._calls.run("generate", payloads, params,
                               lambda idx: self._map(one, idx), sample_index=sample_index)
         return [Generation(**o) for o in out]
 
@@ -253,8 +374,9 @@ class OpenAILM(LM):
         use_chat = self._use_chat(chat)
 
         def one(i: int) -> list[float]:
-            endpoint, body = self._body(prompts[i], chat=use_chat, system=None, max_tokens=1,
-                                        temperature=0.0, stop=None, sample_index=0)
+            endpoint, body = self.request_body(prompts[i], chat=use_chat, system=None,
+                                               max_tokens=1, temperature=0.0, stop=None,
+                                               sample_index=0)
             if use_chat:
                 body.update(logprobs=True, top_logprobs=self.top_logprobs)
             else:
@@ -297,9 +419,11 @@ class OpenAILM(LM):
 
         def one(i: int) -> float:
             ctx, cont = pairs[i]
-            body = {"model": self.model_id, "prompt": ctx + cont, "max_tokens": 1,
-                    "temperature": 0.0, "echo": True, "logprobs": 1}
-            data = self._post("/completions", body, i)
+            endpoint, body = self.request_body(ctx + cont, chat=False, system=None,
+                                               max_tokens=1, temperature=0.0, stop=None,
+                                               sample_index=0)
+            body.update(echo=True, logprobs=1)
+            data = self._post(endpoint, body, i)
             lp = self._choice(data, "/completions", i).get("logprobs") or {}
             offsets, token_lps = lp.get("text_offset"), lp.get("token_logprobs")
             if not offsets or not token_lps:

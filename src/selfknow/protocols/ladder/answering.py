@@ -237,7 +237,7 @@ def answer_by_json(lm: LM, items: pd.DataFrame, *, max_new_tokens: int = 64,
                for r in recs]
     texts: list[str] = []
     for s in range(0, len(prompts), batch_size):
-        gens = lm.generate(prompts[s:s + batch_size], max_new_tokens=max_new_tokens,
+        gens = lm.generate(prompts[s:s + batch_size], max_new_tokens=lm.budget("ladder_answer", max_new_tokens),
                            chat=chat, temperature=0.0)
         texts.extend(g.text for g in gens)
     out = []

@@ -24,6 +24,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.config import is_chat
 from selfknow.items import sample_items
 from selfknow.records import read_parquet, write_json, write_parquet
 
@@ -54,11 +55,6 @@ SCORE_PARTS = ("sessions", "bootstrap", "controls", "grid", "partitions", "tiers
                "heldout", "decoder", "simulators", "pairs", "answers", "reliability")
 TIER_ESTIMATORS = ["NoMemory", "ZS", "Global", "Count", "Bayes-Domain", "OraclePDC"]
 HELDOUT_ESTIMATORS = ["NoMemory", "Global", "Count", "Bayes-Domain", "EM-Joint"]
-
-
-def is_chat(spec: Mapping) -> bool:
-    """Chat/API models answer and self-report in JSON; base LMs answer by log-probabilities."""
-    return bool(spec.get("chat", False)) or spec["backend"] == "openai"
 
 
 # ============================================================================= sessions
@@ -194,7 +190,8 @@ def prompted_session_scores(turns: pd.DataFrame, profiles: pd.DataFrame,
     """Per-session metrics of the prompted levels (ZS, LSA, GT-SelfStats, and LSA on clean
     feedback as "LSA-clean"): profile metrics against the session's eligible domains, answer
     metrics of the query confidences (recorded answer confidence for ZS / GT-SelfStats as the
-    authors' baselines; LSA's asked confidence where `query` has the session, else NaN), and
+    authors' baselines, hence equal for the two; LSA's asked confidence where `query` has the
+    session, else NaN; none for LSA-clean), and
     whether the session's reply was unparsable (`unparsable`, 0/1) or partly filled."""
     names = {**PROMPTED, "lsa_clean": "LSA-clean"}
     prof = profiles[profiles["session_id"].astype(str) != MODEL_LEVEL]
@@ -214,6 +211,11 @@ def prompted_session_scores(turns: pd.DataFrame, profiles: pd.DataFrame,
             if method == "lsa":
                 q = qi.get((model, sid))
                 conf = None if q is None else q.reindex(g["turn"].astype(int)).to_numpy(float)
+            elif method == "lsa_clean":
+                # LSA's turn confidences are its own queries on the observed history; none are
+                # asked on the clean one (the paper's Table 24 has its CBF only), and the
+                # recorded answer confidence would pass for them
+                conf = None
             else:
                 conf = g["confidence"].astype(float).to_numpy()
             if conf is not None and not np.isnan(conf).any():

@@ -8,7 +8,8 @@
   and asked to report them back.
 
 Two prompt modes. "json" (default, the paper: one domain-indexed JSON profile per call,
-prompts/{zs_prior,lsa,gt_selfstats}.txt). "per_domain" (the authors' released code,
+prompts/{zs_prior,lsa,gt_selfstats}.txt; the reply is constrained to `profile_schema` where the
+model entry has `structured_output` on). "per_domain" (the authors' released code,
 `capbound_baselines_v4.py`: one call per domain, "Reply with ONLY a single integer between 0
 and 100", prompts/*_domain.txt; LSA there sees only that domain's turns and needs >= 2).
 
@@ -128,12 +129,22 @@ def _domain_list(domains: Sequence[str]) -> str:
     return "\n".join(f"- {d}" for d in domains)
 
 
+def profile_schema(domains: Sequence[str]) -> dict:
+    """The JSON schema of a profile reply: every domain (in the prompt's order) mapped to a
+    probability, no other key. Given to `generate` in json mode: a model entry with
+    `structured_output` on replies within it (LM.generate)."""
+    return {"type": "object",
+            "properties": {d: {"type": "number", "minimum": 0, "maximum": 1} for d in domains},
+            "required": list(domains), "additionalProperties": False}
+
+
 def _generate(lm: LM, prompts: list[str], max_new_tokens: int, batch_size: int,
-              chat: bool) -> list[str]:
+              chat: bool, schemas: list[dict] | None = None) -> list[str]:
     out: list[str] = []
     for s in range(0, len(prompts), batch_size):
         gens = lm.generate(prompts[s:s + batch_size], max_new_tokens=max_new_tokens,
-                           chat=chat, temperature=0.0)
+                           chat=chat, temperature=0.0,
+                           json_schemas=None if schemas is None else schemas[s:s + batch_size])
         out.extend(g.text for g in gens)
     return out
 
@@ -191,7 +202,7 @@ def zs_prior(lm: LM, domains: Sequence[str], *, model: str = "", mode: str = "js
     if mode == "json":
         t = load_prompt("zs_prior").substitute(domain_list=_domain_list(domains),
                                                example_domain=domains[0])
-        reply = _generate(lm, [t], max_new_tokens, 1, chat)[0]
+        reply = _generate(lm, [t], max_new_tokens, 1, chat, [profile_schema(domains)])[0]
         rows = _rows("zs_prior", model, MODEL_LEVEL, parse_profile(reply, domains, default=default, clip=clip),
                      reply)
     elif mode == "per_domain":
@@ -250,7 +261,8 @@ def lsa_profiles(lm: LM, turns: pd.DataFrame, *, mode: str = "json",
                  t.substitute(history=lsa_history(g, question_chars, feedback_chars),
                               domain_list=_domain_list(doms), example_domain=doms[0]))
                 for m, sid, g, doms in sessions if doms]
-        replies = _generate(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat)
+        replies = _generate(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat,
+                            [profile_schema(doms) for _, _, doms, _ in todo])
         for (m, sid, doms, _), reply in zip(todo, replies):
             rows += _rows("lsa", m, sid, parse_profile(reply, doms, default=default, clip=clip),
                           reply)
@@ -301,7 +313,8 @@ def gt_selfstats_profiles(lm: LM, turns: pd.DataFrame, *, mode: str = "json",
                 for r in st.itertuples(index=False))
             todo.append((m, sid, list(st["domain"]),
                          t.substitute(stats=text, example_domain=st["domain"].iloc[0])))
-        replies = _generate(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat)
+        replies = _generate(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat,
+                            [profile_schema(doms) for _, _, doms, _ in todo])
         for (m, sid, doms, _), reply in zip(todo, replies):
             rows += _rows("gt_selfstats", m, sid,
                           parse_profile(reply, doms, default=default, clip=clip), reply)

@@ -176,7 +176,10 @@ NOTES = {
              "prompted (the answering model itself if it is a chat model, else the configured "
              "prompted model); `unparsable` = share of sessions whose JSON profile could not be "
              "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
-             "clean verdicts. kendall_tau is empty where a profile is constant across domains "
+             "clean verdicts (CBF only, as the paper's Table 24). ECE / AUROC are those of each "
+             "estimator's turn confidences: ZS and GT-SelfStats return the recorded answer "
+             "confidence (the authors' baselines), so theirs are equal; LSA's are its per-turn "
+             "queries (empty for sessions not queried). kendall_tau is empty where a profile is constant across domains "
              "(NoMemory, Global): τ is undefined there (the paper's §D.4)."),
     "controls": ("Matched input: observed = the decoded labels; corrected = every decoded "
                  "label replaced by the true outcome (missing stays missing); clean = the true "

@@ -81,7 +81,7 @@ def answer_chat(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int 
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     prompts = [fill(strategy, question=q, choices=list(c)) for q, c in zip(items["question"], items["choices"])]
-    gens = lm.generate(prompts, max_new_tokens=max_new_tokens, chat=True)
+    gens = lm.generate(prompts, max_new_tokens=lm.budget("lcae_stage1", max_new_tokens), chat=True)
     answers = [parse_final_letter(g.text, len(c)) for g, c in zip(gens, items["choices"])]
     return pd.DataFrame({
         "item_id": items["item_id"].values, "strategy": strategy, "prompt": prompts,

@@ -4,8 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from selfknow.config import is_chat
 from selfknow.items import sample_items
 from selfknow.models import load_lm
+from selfknow.models.registry import repeats_share_requests
 from selfknow.protocols.lcae.examinees import answer_items
 from selfknow.protocols.lcae.metacognition import assess
 from selfknow.records import read_parquet, write_parquet
@@ -25,6 +27,13 @@ def sample_job(test_items: str, n_items: int, seed: int, out: str) -> dict:
     return {"items": len(items)}
 
 
+def stage2_repeats_shared(spec: dict, temperature: float) -> bool:
+    """Whether this examinee's Stage-2 repeats are one set of requests (so identical): a base
+    LM's assessment reads log-likelihoods, deterministic at any temperature; an instruct/API
+    model's is generated, and shared only under greedy decoding on a deterministic backend."""
+    return not is_chat(spec) or repeats_share_requests(spec, temperature)
+
+
 def _per_group(work: pd.DataFrame, column: str, fn) -> pd.DataFrame:
     return pd.concat([fn(g.drop(columns=[column, "record_key"]), v) for v, g in work.groupby(column, sort=False)],
                      ignore_index=True)
@@ -35,7 +44,7 @@ def stage1_job(items_path: str, spec: dict, checkpoint: str, strategies: list[st
     """Stage-1 records of one (model, checkpoint) under every strategy (one examinee each)."""
     items = read_parquet(items_path)
     lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
-    chat = bool(spec.get("chat", False)) or spec["backend"] == "openai"
+    chat = is_chat(spec)
     work = pd.concat([items.assign(strategy=s) for s in strategies], ignore_index=True)
     work["record_key"] = work["strategy"] + ":" + work["item_id"]
     df = map_chunks(
@@ -82,7 +91,7 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
     stage1 = stage1[stage1["strategy"] == "standard"]
     item_error_p = dict(zip(*read_parquet(irt_items_path)[["item_id", "item_error_p"]].T.values))
     lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
-    chat = bool(spec.get("chat", False)) or spec["backend"] == "openai"
+    chat = is_chat(spec)
     work = pd.concat([items.assign(condition=c, repeat=r) for c in conditions for r in range(repeats)], ignore_index=True)
     work["record_key"] = work["condition"] + ":" + work["repeat"].astype(str) + ":" + work["item_id"]
 

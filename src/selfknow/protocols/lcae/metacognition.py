@@ -8,8 +8,9 @@ that the answer is wrong, and may revise the answer. Conditions:
             (SNAPPS' Narrow-Analyze-Probe for medicine; a generic N-A-P otherwise) and the
             reflection is shown before the assessment;
 - ids_dpr:  both.
-Instruct models answer in JSON; a reply that cannot be parsed is recorded (error_p = NaN,
-`parsed` False), counted, and keeps its Stage-1 answer.
+Instruct models answer in JSON (constrained to `assessment_schema` where the model entry has
+`structured_output` on); a reply that cannot be parsed is recorded (error_p = NaN, `parsed`
+False), counted, and keeps its Stage-1 answer.
 
 Base LMs (the mini world) are asked the same things in completion form and read off their
 continuation likelihoods: the error probability is the expectation over the digits
@@ -65,6 +66,16 @@ def parse_assessment(text: str, n_choices: int) -> tuple[float, str | None]:
     return p, letter
 
 
+def assessment_schema(n_choices: int) -> dict:
+    """The JSON schema of a Stage-2 reply (prompts/stage2_assess.txt): the error probability
+    and the (possibly revised) option letter. Given to `generate`: a model entry with
+    `structured_output` on replies within it (LM.generate)."""
+    return {"type": "object",
+            "properties": {"error_probability": {"type": "number", "minimum": 0, "maximum": 1},
+                           "final_answer": {"type": "string", "enum": list(LETTERS[:n_choices])}},
+            "required": ["error_probability", "final_answer"], "additionalProperties": False}
+
+
 def _difficulty(cond: str, item_error_p: float) -> str:
     return template("ids").format(item_error_p=item_error_p) if cond in ("ids", "ids_dpr") else ""
 
@@ -96,7 +107,8 @@ def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
                 tok_in[j] += g.tokens_in
                 tok_out[j] += g.tokens_out
     prompts = [fill("stage2_assess", reflection=r, **b) for b, r in zip(base, reflections)]
-    gens = lm.generate(prompts, max_new_tokens=64, chat=True, temperature=temperature, sample_index=repeat)
+    gens = lm.generate(prompts, max_new_tokens=lm.budget("lcae_stage2", 64), chat=True, temperature=temperature,
+                       sample_index=repeat, json_schemas=[assessment_schema(len(b["choices"])) for b in base])
     for k, (i, b, g) in enumerate(zip(items["item_id"], base, gens)):
         p, revised = parse_assessment(g.text, len(b["choices"]))
         rows.append(dict(item_id=i, error_p=p, parsed=not np.isnan(p), mode=modes[k],
