@@ -412,3 +412,150 @@ def test_cli_registry_rejects_duplicates():
     assert "rasch" in COMMANDS
     with pytest.raises(ValueError, match="already registered"):
         register("rasch", "again", lambda p: None, lambda a: 0)
+
+
+# ----------------------------------------------------------------------------- sparse, files
+
+def _missing_matrix(seed, n=40, L=12, missing=0.3):
+    rng = np.random.default_rng(seed)
+    X = simulate(rng.normal(0.0, 1.0, n), np.linspace(-1.5, 1.5, L), seed=seed + 1)
+    X[rng.random(X.shape) < missing] = np.nan
+    return X
+
+
+def test_sparse_blocks_match_dense(monkeypatch):
+    """The same fit whether the cells are walked in one block or in blocks of about 37 cells
+    (block boundaries every few rows, an empty row among them), and whether the input is
+    dense or already sparse."""
+    from selfknow.stats import responses
+
+    X = _missing_matrix(41)
+    X[5] = np.nan                       # an empty row, inside a block
+    R = responses.Responses.from_dense(X)
+    assert np.array_equal(R.to_dense(), X, equal_nan=True) and R.n_cells == (~np.isnan(X)).sum()
+    one_block = fit_rasch(X, "jml")
+    monkeypatch.setattr(responses, "BLOCK_CELLS", 37)
+    many = fit_rasch(responses.Responses.from_dense(X), "jml")
+    assert len(list(responses.Responses.from_dense(X).blocks())) > 5
+    for name in ("theta", "se_theta", "b", "se_b", "infit_item", "outfit_person"):
+        assert np.allclose(getattr(many, name), getattr(one_block, name), rtol=1e-12, atol=1e-12, equal_nan=True)
+    (rn, rs), (cn, cs) = responses.sum_cells(
+        responses.Responses.from_dense(X), lambda blk: [np.ones(blk.x.size), blk.x.astype(float)], "both")
+    assert np.array_equal(rn, (~np.isnan(X)).sum(axis=1)) and np.array_equal(cs, np.nansum(X, axis=0))
+
+
+def _write_matrix_csv(path, X, ids, items, cell=lambda v: str(int(v))):
+    lines = ["examinee," + ",".join(items)]
+    for eid, row in zip(ids, X):
+        lines.append(eid + "," + ",".join("" if np.isnan(v) else cell(v) for v in row))
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_read_csv_plain_and_irregular_chunks(tmp_path, monkeypatch):
+    """Chunks of a few lines: plain ones are tokenised with numpy, others (a quoted id, '1.0'
+    cells, a blank line, CRLF) go through the csv module; all give the matrix written."""
+    from selfknow import response_io
+
+    X = _missing_matrix(43, n=30, L=7)
+    ids = [f"m{i}" for i in range(30)]
+    ids[28] = '"model, v2"'             # quoted: a comma inside the id (the rest goes to csv)
+    items = [f"q{j}" for j in range(7)]
+    path = tmp_path / "m.csv"
+    _write_matrix_csv(path, X, ids, items)
+    text = path.read_text().replace("\nm20,", "\n\nm20,")          # a blank line
+    lines = text.split("\n")
+    lines[25] = lines[25].replace("1", "1.0").replace("m1.0", "m1")  # '1.0' cells on line 26
+    lines[27] = lines[27] + "\r"                                     # one CRLF line
+    path.write_text("\n".join(lines))
+    monkeypatch.setattr(response_io, "CSV_CHUNK_BYTES", 64)
+    tokenised, original = [], response_io._plain_lines
+
+    def spy(*args):
+        tokenised.append(original(*args))
+        return tokenised[-1]
+
+    monkeypatch.setattr(response_io, "_plain_lines", spy)
+    R, got_ids, got_items = response_io.read_responses(path)
+    assert got_items == items and got_ids == [eid.strip('"') for eid in ids]
+    assert np.array_equal(R.to_dense(), X, equal_nan=True)
+    assert any(p is None for p in tokenised) and any(p is not None for p in tokenised)
+
+
+@pytest.mark.parametrize("chunk", [8, 13, 21, 34])
+def test_csv_quoted_newline_across_chunk_boundaries(tmp_path, monkeypatch, chunk):
+    """A quoted id holding a newline: whichever byte a chunk ends on, the field stays whole."""
+    from selfknow import response_io
+
+    path = tmp_path / "m.csv"
+    path.write_text('examinee,q0,q1\nm0,1,0\nm1,,1\n"multi\nline id",0,1\nm3,1,\n')
+    monkeypatch.setattr(response_io, "CSV_CHUNK_BYTES", chunk)
+    R, ids, items = response_io.read_responses(path)
+    assert ids == ["m0", "m1", "multi\nline id", "m3"] and items == ["q0", "q1"]
+    assert np.array_equal(R.to_dense(), np.array([[1, 0], [np.nan, 1], [0, 1], [1, np.nan]]), equal_nan=True)
+
+
+def test_read_parquet_and_cli_parquet_equals_csv(tmp_path):
+    import pandas as pd
+
+    from selfknow.cli import main
+    from selfknow.response_io import read_responses
+
+    X = _missing_matrix(45)
+    ids, items = [f"m{i}" for i in range(X.shape[0])], [f"q{j}" for j in range(X.shape[1])]
+    df = pd.DataFrame({"examinee": ids, **{it: pd.array(X[:, j], dtype="Int8") for j, it in enumerate(items)}})
+    df.to_parquet(tmp_path / "m.parquet", index=False)
+    R, got_ids, got_items = read_responses(tmp_path / "m.parquet")
+    assert got_ids == ids and got_items == items and np.array_equal(R.to_dense(), X, equal_nan=True)
+    _write_matrix_csv(tmp_path / "m.csv", X, ids, items)
+    for name in ("m.csv", "m.parquet"):
+        assert main(["rasch", str(tmp_path / name), str(tmp_path / name.replace(".", "_")), "--quiet"]) == 0
+    for table in ("abilities.csv", "difficulties.csv"):
+        a = pd.read_csv(tmp_path / "m_csv" / table)
+        b = pd.read_csv(tmp_path / "m_parquet" / table)
+        pd.testing.assert_frame_equal(a, b)
+    fit = fit_rasch(X, "jml")
+    assert np.allclose(pd.read_csv(tmp_path / "m_csv" / "difficulties.csv")["b"], fit.b)
+
+
+def test_bad_files_name_the_id_or_cell(tmp_path, capsys):
+    import pandas as pd
+
+    from selfknow.cli import main
+
+    cases = {
+        "items.csv": ("examinee,q1,q2,q1\nm1,1,0,1\n", "line 1: duplicate item ids ['q1']"),
+        "examinees.csv": ("examinee,q1,q2\nm1,1,0\nm2,0,1\nm1,1,1\n",
+                          "line 4: duplicate examinee id 'm1' (first at line 2)"),
+        "empty_id.csv": ("examinee,q1,q2\nm1,1,0\n,0,1\n", "line 3: empty examinee id"),
+        "value.csv": ("examinee,q1,q2\nm1,1,0\nm2,2,1\n", "line 3 (examinee 'm2'), column 'q1': '2' is not 0, 1 or blank"),
+    }
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        assert main(["rasch", str(tmp_path / name), str(tmp_path / "out")]) == 2
+        assert f"{name}: {message}" in capsys.readouterr().err
+    pd.DataFrame({"examinee": ["a", "b", "a"], "q1": [1.0, 0.0, 1.0], "q2": [0.0, 1.0, None]}).to_parquet(
+        tmp_path / "dup.parquet", index=False)
+    assert main(["rasch", str(tmp_path / "dup.parquet"), str(tmp_path / "out")]) == 2
+    assert "dup.parquet: row 3: duplicate examinee id 'a' (first at row 1)" in capsys.readouterr().err
+    pd.DataFrame({"examinee": ["a", "b"], "q1": [1.0, 0.5], "q2": [0.0, 1.0]}).to_parquet(
+        tmp_path / "half.parquet", index=False)
+    assert main(["rasch", str(tmp_path / "half.parquet"), str(tmp_path / "out")]) == 2
+    assert "half.parquet: row 2 (examinee 'b'), column 'q1': 0.5 is not 0, 1 or null" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_rasch_reports_progress(tmp_path, capsys):
+    from selfknow.cli import main
+
+    X = _missing_matrix(47)
+    _write_matrix_csv(tmp_path / "m.csv", X, [f"m{i}" for i in range(40)], [f"q{j}" for j in range(12)])
+    assert main(["rasch", str(tmp_path / "m.csv"), str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    fit = fit_rasch(X, "jml")
+    assert [line.split("] ", 1)[1] for line in err[:2]] == [
+        "read 40 examinees x 12 items",
+        f"extremes: {len(fit.extreme_rows)} rows and {len(fit.extreme_cols)} columns set aside"]
+    sweeps = [line for line in err if "JML sweep" in line]
+    assert len(sweeps) == fit.n_iter and "abilities (wle) of 40 rows" in err[-2] and "fit statistics" in err[-1]
+    assert main(["rasch", str(tmp_path / "m.csv"), str(tmp_path / "out"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""

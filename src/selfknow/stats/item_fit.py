@@ -14,63 +14,66 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from selfknow.stats.responses import Responses, sum_cells
+
 ACCEPTABLE = (0.5, 1.5)
 SEVERE = 2.0
 
 
 @dataclass(frozen=True)
 class FitStatistics:
+    """MNSQ per item and person, and the information Σ p(1 − p) over the same cells (the
+    infit denominator; the Fisher information of b, or of θ, with the other side fixed)."""
+
     infit_item: np.ndarray
     outfit_item: np.ndarray
     infit_person: np.ndarray
     outfit_person: np.ndarray
+    information_item: np.ndarray
+    information_person: np.ndarray
 
 
 def fit_statistics(X, theta, b) -> FitStatistics:
-    """Infit/outfit MNSQ per item (columns) and per person (rows) of `X` (NaN = missing)
-    given abilities `theta` and difficulties `b`. Cells with a non-finite θ or b are skipped;
-    an item or person with no usable cell gets NaN.
+    """Infit/outfit MNSQ per item (columns) and per person (rows) of `X` (a dense array with
+    NaN = missing, or a sparse :class:`~selfknow.stats.responses.Responses`) given abilities
+    `theta` and difficulties `b`. Cells with a non-finite θ or b are skipped; an item or
+    person with no usable cell gets NaN.
 
-    Computed without forming z²: for a 0/1 response z² = x·e^(b−θ) + (1−x)·e^(θ−b), so the
-    outfit sums are matrix-vector products, and with Q = 1 − p the infit numerator is
-    Σ (1−x)(1 − 2Q) + Σ Q² and its denominator Σ Q − Σ Q²."""
-    X = np.asarray(X, dtype=float)
+    Per cell, with e = e^(θ−b), Q = 1 − p = 1/(1 + e) and p = eQ, written so that no
+    difference of nearly equal numbers is formed: z² = 1/e if x = 1, e if x = 0;
+    (x − p)² = Q² if x = 1, p² if x = 0; p(1 − p) = pQ."""
+    R = X if isinstance(X, Responses) else Responses.from_dense(X, "fit statistics matrix")
     th = np.asarray(theta, dtype=float)
     bb = np.asarray(b, dtype=float)
-    if X.shape != (th.size, bb.size):
-        raise ValueError(f"X has shape {X.shape}, theta {th.shape}, b {bb.shape}")
+    if R.shape != (th.size, bb.size):
+        raise ValueError(f"X has shape {R.shape}, theta {th.shape}, b {bb.shape}")
     ok_r, ok_c = np.isfinite(th), np.isfinite(bb)
-    th = np.clip(np.where(ok_r, th, 0.0), -30, 30)
-    bb = np.clip(np.where(ok_c, bb, 0.0), -30, 30)
-    obs = ~np.isnan(X)
-    if obs.all():
-        O = np.outer(ok_r, ok_c).astype(float) if not (ok_r.all() and ok_c.all()) else None
-    else:
-        O = (obs & ok_r[:, None] & ok_c[None, :]).astype(float)
-    Xz = np.where(obs, X, 0.0) if O is not None else X
-    if O is not None:
-        Xz = Xz * O
-    Wrong = (O if O is not None else 1.0) - Xz  # 1 − x on usable cells, 0 elsewhere
-    e_th, e_b = np.exp(th), np.exp(bb)
-    z2_rows = (Xz @ e_b) / e_th + (Wrong @ (1.0 / e_b)) * e_th
-    z2_cols = ((1.0 / e_th) @ Xz) * e_b + (e_th @ Wrong) / e_b
-    Q = np.multiply.outer(e_th, 1.0 / e_b)
-    Q += 1.0
-    np.reciprocal(Q, out=Q)
-    if O is not None:
-        Q *= O
-    QQ_r, QQ_c = np.einsum("ij,ij->i", Q, Q), np.einsum("ij,ij->j", Q, Q)
-    WQ_r, WQ_c = np.einsum("ij,ij->i", Wrong, Q), np.einsum("ij,ij->j", Wrong, Q)
-    Q_r, Q_c = Q.sum(axis=1), Q.sum(axis=0)
-    W_r, W_c = Wrong.sum(axis=1), Wrong.sum(axis=0)
-    n_r = O.sum(axis=1) if O is not None else np.full(X.shape[0], float(X.shape[1]))
-    n_c = O.sum(axis=0) if O is not None else np.full(X.shape[1], float(X.shape[0]))
+    usable = R.take(ok_r, ok_c)
+    e_theta = np.exp(np.clip(th[ok_r], -30, 30))
+    e_minus_b = np.exp(np.clip(-bb[ok_c], -30, 30))
+
+    def residuals(blk) -> list[np.ndarray]:
+        e = blk.per_row(e_theta) * blk.per_col(e_minus_b)
+        q = 1.0 / (1.0 + e)
+        p = e * q
+        return [np.where(blk.x, 1.0 / e, e), np.where(blk.x, q * q, p * p), p * q]
+
+    (z2_r, sq_r, var_r), (z2_c, sq_c, var_c) = sum_cells(usable, residuals, "both")
+    n_r, n_c = usable.row_counts, usable.col_counts
+
+    def spread(values: np.ndarray, ok: np.ndarray, n: np.ndarray) -> np.ndarray:
+        out = np.full(ok.size, np.nan)
+        out[ok] = np.where(n > 0, values, np.nan)
+        return out
+
     with np.errstate(invalid="ignore", divide="ignore"):
         return FitStatistics(
-            infit_item=np.where(n_c > 0, (W_c - 2 * WQ_c + QQ_c) / (Q_c - QQ_c), np.nan),
-            outfit_item=np.where(n_c > 0, z2_cols / n_c, np.nan),
-            infit_person=np.where(n_r > 0, (W_r - 2 * WQ_r + QQ_r) / (Q_r - QQ_r), np.nan),
-            outfit_person=np.where(n_r > 0, z2_rows / n_r, np.nan),
+            infit_item=spread(sq_c / var_c, ok_c, n_c),
+            outfit_item=spread(z2_c / n_c, ok_c, n_c),
+            infit_person=spread(sq_r / var_r, ok_r, n_r),
+            outfit_person=spread(z2_r / n_r, ok_r, n_r),
+            information_item=spread(var_c, ok_c, n_c),
+            information_person=spread(var_r, ok_r, n_r),
         )
 
 

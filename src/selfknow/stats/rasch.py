@@ -36,7 +36,10 @@ Standard errors are model-based: 1/sqrt(Fisher information) of each parameter wi
 fixed (for CML the diagonal of the conditional information). Fit statistics: see
 :mod:`selfknow.stats.item_fit`.
 
-Missing responses are NaN throughout. Arrays are examinees x items.
+Input: an examinees x items array with NaN for missing, or a sparse
+:class:`~selfknow.stats.responses.Responses`. JML, the abilities and the fit statistics run on
+the answered cells only, a block at a time (:func:`~selfknow.stats.responses.sum_cells`), so
+time and memory grow with the answered cells; CML works on the dense calibration matrix.
 
 Independent references (tests/test_rasch.py): girth's ``rasch_conditional`` is the same CML
 (Σb = 0), so CML difficulties are compared with it. girth's ``rasch_jml`` is not the same
@@ -49,30 +52,28 @@ its prior-integrated proportion correct, an approximation rather than full MML.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 
 from selfknow.stats.item_fit import fit_statistics
+from selfknow.stats.responses import Block, Responses, as_response_matrix, sum_cells
+
+__all__ = ["Extremes", "RaschFit", "Responses", "as_response_matrix", "estimate_abilities", "find_extremes",
+           "fit_rasch", "irt_item_error_p", "irt_model_error_p", "response_matrix"]
 
 EXTREME_SCORE_ADJUSTMENT = 0.3
 
 Method = Literal["jml", "cml"]
 AbilityMethod = Literal["wle", "mle"]
+Progress = Callable[[str], None]
 
 
 # ----------------------------------------------------------------------------- input checks
 
-def as_response_matrix(X, name: str = "response matrix") -> np.ndarray:
-    """`X` as a 2-D float array of 0/1 with NaN for missing; raises naming the first bad cell."""
-    A = np.asarray(X, dtype=float)
-    if A.ndim != 2:
-        raise ValueError(f"{name}: expected a 2-D examinees x items array, got shape {A.shape}")
-    bad = (A != 0) & (A != 1) & ~np.isnan(A)
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise ValueError(f"{name}: row {i}, column {j} holds {A[i, j]!r}; responses must be 0, 1 or NaN")
-    return A
+def _as_responses(X, name: str = "response matrix") -> Responses:
+    """A :class:`Responses` as it is, anything else validated as a dense 0/1/NaN matrix."""
+    return X if isinstance(X, Responses) else Responses.from_dense(X, name)
 
 
 @dataclass(frozen=True)
@@ -98,21 +99,26 @@ class Extremes:
 def find_extremes(X) -> Extremes:
     """Iteratively flag rows and columns with an all-correct, all-wrong or empty response
     vector, removing the flagged ones before looking again, until nothing changes."""
-    X = as_response_matrix(X)
-    return _find_extremes(*_prepare(X))
+    return _find_extremes(_as_responses(X))
 
 
-def _find_extremes(Xz: np.ndarray, mask: np.ndarray | None) -> Extremes:
-    n_r, n_c = Xz.shape
+def _find_extremes(R: Responses) -> Extremes:
+    n_r, n_c = R.shape
     row_status = np.full(n_r, "", dtype=object)
     col_status = np.full(n_c, "", dtype=object)
     while True:
-        rk = (row_status == "").astype(float)
-        ck = (col_status == "").astype(float)
-        rs, cs = Xz @ ck, rk @ Xz
-        rn, cn = (np.full(n_r, ck.sum()), np.full(n_c, rk.sum())) if mask is None else (mask @ ck, rk @ mask)
-        new_r = np.where(row_status == "", _status(rn, rs), "")
-        new_c = np.where(col_status == "", _status(cn, cs), "")
+        rk, ck = row_status == "", col_status == ""
+
+        def counts(blk: Block) -> list[np.ndarray]:
+            in_play = (blk.per_row(rk) & blk.per_col(ck)).astype(float)
+            return [in_play, in_play * blk.x]
+
+        if rk.all() and ck.all():
+            rn, rs, cn, cs = R.margins
+        else:
+            (rn, rs), (cn, cs) = sum_cells(R, counts, "both")
+        new_r = np.where(rk, _status(rn, rs), "")
+        new_c = np.where(ck, _status(cn, cs), "")
         if not (new_r != "").any() and not (new_c != "").any():
             break
         row_status = np.where(new_r != "", new_r, row_status)
@@ -165,42 +171,26 @@ class RaschFit:
 
 # ----------------------------------------------------------------------------- fitting
 
-class _Grid:
-    """Q = 1 − σ(θ_i − b_q) on a reused buffer, zero on missing cells, with its row/column
-    power sums. Large matrices spend their time here, so each call makes one buffer pass
-    (outer product of exp's, +1, reciprocal) and the sums run through BLAS/einsum."""
+def _q_sums(R: Responses, theta: np.ndarray, b: np.ndarray, by: Literal["row", "col"],
+            power: int) -> list[np.ndarray]:
+    """[Σ Q, Σ Q², Σ Q³][:power] per row or per column over the answered cells, with
+    Q = 1 − σ(θ_i − b_q) = 1 / (1 + e^θ_i e^−b_q). Large matrices spend their time here:
+    per cell two look-ups into small tables of exponentials, a multiply and a reciprocal."""
+    e_theta = np.exp(np.clip(theta, -30, 30))
+    e_minus_b = np.exp(np.clip(-b, -30, 30))
 
-    def __init__(self, shape: tuple[int, int], mask: np.ndarray | None):
-        self.buf = np.empty(shape)
-        self.mask = mask  # float 0/1 or None for a complete matrix
-        self.ones_r = np.ones(shape[0])
-        self.ones_c = np.ones(shape[1])
-
-    def q(self, theta: np.ndarray, b: np.ndarray) -> np.ndarray:
-        np.multiply.outer(np.exp(np.clip(theta, -30, 30)), np.exp(np.clip(-b, -30, 30)), out=self.buf)
-        self.buf += 1.0
-        np.reciprocal(self.buf, out=self.buf)
-        if self.mask is not None:
-            self.buf *= self.mask
-        return self.buf
-
-    def sums(self, Q: np.ndarray, axis: int, power: int) -> list[np.ndarray]:
-        """[Σ Q, Σ Q², Σ Q³][:power] along `axis`."""
-        idx = "ij->i" if axis == 1 else "ij->j"
-        out = [Q @ self.ones_c if axis == 1 else self.ones_r @ Q]
-        if power >= 2:
-            out.append(np.einsum("ij,ij" + idx[2:], Q, Q))
-        if power >= 3:
-            out.append(np.einsum("ij,ij,ij" + idx[2:], Q, Q, Q))
+    def q_powers(blk: Block) -> list[np.ndarray]:
+        q = blk.per_col(e_minus_b)
+        q *= blk.per_row(e_theta)
+        q += 1.0
+        np.reciprocal(q, out=q)
+        out = [q]
+        while len(out) < power:
+            out.append(out[-1] * q)
         return out
 
-
-def _prepare(X: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-    """(X with NaN → 0, float mask of answered cells or None when nothing is missing)."""
-    obs = ~np.isnan(X)
-    if obs.all():
-        return X, None
-    return np.where(obs, X, 0.0), obs.astype(float)
+    rows, cols = sum_cells(R, q_powers, by)
+    return rows if by == "row" else cols
 
 
 def fit_rasch(
@@ -211,57 +201,69 @@ def fit_rasch(
     ability_method: AbilityMethod = "wle",
     tol: float = 1e-6,
     max_iter: int = 500,
+    progress: Progress | None = None,
 ) -> RaschFit:
-    """Fit the Rasch model to an examinees x items 0/1 matrix (NaN = missing).
+    """Fit the Rasch model to an examinees x items 0/1 matrix: a dense array (NaN = missing)
+    or a sparse :class:`Responses`.
 
     Difficulties are calibrated on the non-extreme submatrix by JML (with the (L−1)/L
     correction unless ``bias_correction=False``) or CML, centred to mean 0; abilities of all
     persons are then re-estimated with the difficulties fixed (WLE by default); extreme items
     get extreme-score-adjusted difficulties. See the module docstring for the details.
+    `progress`, if given, is called with a one-line message after each stage and JML sweep.
     """
     if method not in ("jml", "cml"):
         raise ValueError(f"method must be 'jml' or 'cml', got {method!r}")
-    X = as_response_matrix(X)
-    ext = _find_extremes(*_prepare(X))
+    if ability_method not in ("wle", "mle"):
+        raise ValueError(f"ability method must be 'wle' or 'mle', got {ability_method!r}")
+    report = progress or (lambda message: None)
+    R = _as_responses(X)
+    ext = _find_extremes(R)
     rows, cols = ~ext.rows, ~ext.cols
+    report(f"extremes: {int(ext.rows.sum())} rows and {int(ext.cols.sum())} columns set aside")
     if rows.sum() < 2 or cols.sum() < 2:
         raise ValueError(
-            f"response matrix {X.shape}: only {int(rows.sum())} non-extreme rows and "
+            f"response matrix {R.shape}: only {int(rows.sum())} non-extreme rows and "
             f"{int(cols.sum())} non-extreme columns; a Rasch calibration needs at least 2 of each")
-    trimmed = not (rows.all() and cols.all())
-    sub = X[np.ix_(rows, cols)] if trimmed else X
+    # Abilities use the calibrated items only: an extreme item carries no information on
+    # where a person sits relative to the others.
+    R_cols = R.take(np.ones(R.shape[0], dtype=bool), cols)
+    sub = R_cols.take(rows, np.ones(R_cols.shape[1], dtype=bool))
     factor = 1.0
     theta_start = None
     if method == "jml":
-        b_sub, theta_sub, converged, n_iter = _jml(sub, tol=tol, max_iter=max_iter)
+        b_sub, theta_sub, converged, n_iter = _jml(sub, tol=tol, max_iter=max_iter, report=report)
         if bias_correction:
-            n_per_person = float(np.mean((~np.isnan(sub)).sum(axis=1)))
+            n_per_person = float(np.mean(sub.row_counts))
             factor = (n_per_person - 1.0) / n_per_person
             b_sub = b_sub * factor
-        theta_start = np.zeros(X.shape[0])
+        theta_start = np.zeros(R.shape[0])
         theta_start[rows] = theta_sub * factor
+        se_b_sub = None
     else:
-        b_sub, converged, n_iter = _cml(sub, tol=tol, max_iter=max_iter)
+        # CML works on dense per-pattern groups; its O(L³) cost limits it to short tests anyway
+        dense = sub.to_dense()
+        b_sub, converged, n_iter = _cml(dense, tol=tol, max_iter=max_iter)
+        se_b_sub = _cml_se(dense, b_sub)
+        report(f"CML: converged={bool(converged)} after {n_iter} iterations")
 
-    b = np.full(X.shape[1], np.nan)
+    b = np.full(R.shape[1], np.nan)
     b[cols] = b_sub
-    # Abilities from the calibrated items only: an extreme item carries no information on
-    # where a person sits relative to the others.
-    X_cols = X[:, cols] if trimmed else X
-    if ability_method not in ("wle", "mle"):
-        raise ValueError(f"ability method must be 'wle' or 'mle', got {ability_method!r}")
-    theta, se_theta = _abilities(*_prepare(X_cols), b_sub, ability_method, theta_start, 1e-8, 200)
-    se_b = np.full(X.shape[1], np.nan)
-    se_b[cols] = _item_se(sub, theta[rows], b_sub) if method == "jml" else _cml_se(sub, b_sub)
-    if ext.cols.any():
-        b_ext, se_ext = _adjusted_item_difficulty(X[:, ext.cols], theta)
-        b[ext.cols], se_b[ext.cols] = b_ext, se_ext
-
+    theta, se_theta = _abilities(R_cols, b_sub, ability_method, theta_start, 1e-8, 200)
+    report(f"abilities ({ability_method}) of {R.shape[0]} rows")
     fit = fit_statistics(sub, theta[rows], b_sub)
-    infit_i = np.full(X.shape[1], np.nan)
-    outfit_i = np.full(X.shape[1], np.nan)
-    infit_p = np.full(X.shape[0], np.nan)
-    outfit_p = np.full(X.shape[0], np.nan)
+    report("fit statistics")
+    se_b = np.full(R.shape[1], np.nan)
+    # JML: 1/sqrt of the information of b given θ, the infit denominator
+    se_b[cols] = 1.0 / np.sqrt(fit.information_item) if se_b_sub is None else se_b_sub
+    if ext.cols.any():
+        finite = np.isfinite(theta)
+        b_ext, se_ext = _adjusted_item_difficulty(R.take(finite, ext.cols), theta[finite])
+        b[ext.cols], se_b[ext.cols] = b_ext, se_ext
+    infit_i = np.full(R.shape[1], np.nan)
+    outfit_i = np.full(R.shape[1], np.nan)
+    infit_p = np.full(R.shape[0], np.nan)
+    outfit_p = np.full(R.shape[0], np.nan)
     infit_i[cols], outfit_i[cols] = fit.infit_item, fit.outfit_item
     infit_p[rows], outfit_p[rows] = fit.infit_person, fit.outfit_person
     return RaschFit(
@@ -271,7 +273,7 @@ def fit_rasch(
         converged=bool(converged), n_iter=int(n_iter), bias_correction=float(factor),
         ability_method=ability_method,
         notes={"n_calibrated_rows": int(rows.sum()), "n_calibrated_cols": int(cols.sum()),
-               "missing_fraction": float(np.isnan(X).mean())},
+               "missing_fraction": R.missing_fraction},
     )
 
 
@@ -280,22 +282,12 @@ def _expit(x: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(0.0, -x))
 
 
-def _logistic_grid(theta: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """P = σ(θ_i − b_q) as a new array (small matrices; the fitting loops use _Grid)."""
-    return _expit(np.asarray(theta, dtype=float)[:, None] - np.asarray(b, dtype=float)[None, :])
-
-
-def _jml(X: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray, bool, int]:
+def _jml(R: Responses, tol: float, max_iter: int, report: Progress) -> tuple[np.ndarray, np.ndarray, bool, int]:
     """Unconditional (joint) ML on a matrix without extreme rows/columns: alternating Newton
     steps for θ (b fixed) and b (θ fixed), b re-centred after each sweep. Returns centred b
     (uncorrected), θ, converged, sweeps."""
-    Xz, mask = _prepare(X)
-    grid = _Grid(X.shape, mask)
-    rs, cs = Xz.sum(axis=1), Xz.sum(axis=0)
-    if mask is None:
-        rn, cn = np.full(X.shape[0], float(X.shape[1])), np.full(X.shape[1], float(X.shape[0]))
-    else:
-        rn, cn = mask.sum(axis=1), mask.sum(axis=0)
+    rs, cs = R.row_scores, R.col_scores
+    rn, cn = R.row_counts.astype(float), R.col_counts.astype(float)
     theta = np.log(rs / (rn - rs))
     b = -np.log(cs / (cn - cs))
     b -= b.mean()
@@ -303,26 +295,21 @@ def _jml(X: np.ndarray, tol: float, max_iter: int) -> tuple[np.ndarray, np.ndarr
     it = 0
     for it in range(1, max_iter + 1):
         # Σ_q P = n − Σ Q and Σ_q P(1−P) = Σ Q − Σ Q² over answered cells
-        q1, q2 = grid.sums(grid.q(theta, b), axis=1, power=2)
+        q1, q2 = _q_sums(R, theta, b, "row", 2)
         d_theta = np.clip((rs - (rn - q1)) / (q1 - q2), -1.0, 1.0)
         theta = theta + d_theta
-        q1, q2 = grid.sums(grid.q(theta, b), axis=0, power=2)
+        q1, q2 = _q_sums(R, theta, b, "col", 2)
         d_b = np.clip(-(cs - (cn - q1)) / (q1 - q2), -1.0, 1.0)
         b = b + d_b
         shift = b.mean()
         b -= shift
         theta -= shift
-        if max(np.abs(d_theta).max(), np.abs(d_b).max()) < tol:
+        step = max(np.abs(d_theta).max(), np.abs(d_b).max())
+        report(f"JML sweep {it}: largest step {step:.2e} logits")
+        if step < tol:
             converged = True
             break
     return b, theta, converged, it
-
-
-def _item_se(X: np.ndarray, theta: np.ndarray, b: np.ndarray) -> np.ndarray:
-    _, mask = _prepare(X)
-    grid = _Grid(X.shape, mask)
-    q1, q2 = grid.sums(grid.q(theta, b), axis=0, power=2)
-    return 1.0 / np.sqrt(q1 - q2)
 
 
 # ----------------------------------------------------------------------------- CML
@@ -472,32 +459,30 @@ def estimate_abilities(
     Rows with no responses get NaN. Standard error: 1/sqrt(I(θ̂)).
     Used for the lcae paper's Stage 3 (θ re-estimated from final answers, b from Stage 1).
     """
-    X = as_response_matrix(X, "ability matrix")
+    R = _as_responses(X, "ability matrix")
     b = np.asarray(b_fixed, dtype=float)
-    if b.shape != (X.shape[1],) or not np.isfinite(b).all():
-        raise ValueError(f"b_fixed must be {X.shape[1]} finite difficulties, got shape {b.shape}")
+    if b.shape != (R.shape[1],) or not np.isfinite(b).all():
+        raise ValueError(f"b_fixed must be {R.shape[1]} finite difficulties, got shape {b.shape}")
     if method not in ("wle", "mle"):
         raise ValueError(f"ability method must be 'wle' or 'mle', got {method!r}")
-    return _abilities(*_prepare(X), b, method, theta_start, tol, max_iter)
+    return _abilities(R, b, method, theta_start, tol, max_iter)
 
 
-def _abilities(Xz: np.ndarray, mask: np.ndarray | None, b: np.ndarray, method: str,
-               theta_start, tol: float, max_iter: int) -> tuple[np.ndarray, np.ndarray]:
-    X = Xz
-    n = np.full(X.shape[0], float(X.shape[1])) if mask is None else mask.sum(axis=1)
-    score = Xz.sum(axis=1)
+def _abilities(R: Responses, b: np.ndarray, method: str, theta_start, tol: float,
+               max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+    n = R.row_counts.astype(float)
+    score = R.row_scores
     if method == "mle":
         a = EXTREME_SCORE_ADJUSTMENT
         score = np.where(score == 0, a, np.where(score == n, n - a, score))
     empty = n == 0
     if theta_start is None:
-        theta = np.log((score + 0.5) / (n - score + 0.5))
-        theta += b.mean() if mask is None else (mask @ b) / np.maximum(n, 1)
+        b_answered = sum_cells(R, lambda blk: [blk.per_col(b)], "row")[0][0]
+        theta = np.log((score + 0.5) / (n - score + 0.5)) + b_answered / np.maximum(n, 1)
     else:
         theta = np.asarray(theta_start, dtype=float).copy()
-    grid = _Grid(X.shape, mask)
     for _ in range(max_iter):
-        sums = grid.sums(grid.q(theta, b), axis=1, power=3 if method == "wle" else 2)
+        sums = _q_sums(R, theta, b, "row", 3 if method == "wle" else 2)
         info = np.maximum(sums[0] - sums[1], 1e-300)
         g = score - (n - sums[0])
         if method == "wle":
@@ -508,7 +493,7 @@ def _abilities(Xz: np.ndarray, mask: np.ndarray | None, b: np.ndarray, method: s
         theta = theta + step
         if np.abs(step).max() < tol:
             break
-    q1, q2 = grid.sums(grid.q(theta, b), axis=1, power=2)
+    q1, q2 = _q_sums(R, theta, b, "row", 2)
     with np.errstate(divide="ignore"):
         se = 1.0 / np.sqrt(q1 - q2)
     theta[empty] = np.nan
@@ -516,28 +501,26 @@ def _abilities(Xz: np.ndarray, mask: np.ndarray | None, b: np.ndarray, method: s
     return theta, se
 
 
-def _adjusted_item_difficulty(Xc: np.ndarray, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Difficulty of extreme columns given abilities: the b at which the expected score of
-    the column's respondents is 0.3 from its extreme."""
-    O = ~np.isnan(Xc) & np.isfinite(theta)[:, None]
-    Of = O.astype(float)
-    n = Of.sum(axis=0)
-    s = np.nansum(np.where(O, Xc, 0.0), axis=0)
+def _adjusted_item_difficulty(R: Responses, theta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Difficulty of extreme columns given the (finite) abilities of the rows of `R`: the b
+    at which the expected score of the column's respondents is 0.3 from its extreme."""
+    n = R.col_counts.astype(float)
+    s = R.col_scores
     a = EXTREME_SCORE_ADJUSTMENT
     target = np.where(s == 0, a, np.where(s == n, n - a, s))
-    th = np.where(np.isfinite(theta), theta, 0.0)
-    b = (Of.T @ th) / np.maximum(n, 1) - np.log(target / np.maximum(n - target, 1e-12))
+    theta_answered = sum_cells(R, lambda blk: [blk.per_row(theta)], "col")[1][0]
+    b = theta_answered / np.maximum(n, 1) - np.log(target / np.maximum(n - target, 1e-12))
     for _ in range(200):
-        P = _logistic_grid(th, b) * Of
-        W = (P * (1.0 - P)).sum(axis=0)
-        step = np.clip(-(target - P.sum(axis=0)) / np.maximum(W, 1e-300), -1.0, 1.0)
+        # Σ P = n − Σ Q, Σ P(1−P) = Σ Q − Σ Q²
+        q1, q2 = _q_sums(R, theta, b, "col", 2)
+        step = np.clip(-(target - (n - q1)) / np.maximum(q1 - q2, 1e-300), -1.0, 1.0)
         step[n == 0] = 0.0
         b = b + step
         if np.abs(step).max() < 1e-8:
             break
-    P = _logistic_grid(th, b) * Of
+    q1, q2 = _q_sums(R, theta, b, "col", 2)
     with np.errstate(divide="ignore"):
-        se = 1.0 / np.sqrt((P * (1.0 - P)).sum(axis=0))
+        se = 1.0 / np.sqrt(q1 - q2)
     b[n == 0] = np.nan
     se[n == 0] = np.nan
     return b, se
