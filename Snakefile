@@ -17,16 +17,45 @@ if not workflow.overwrite_configfiles:
 report: "workflow_report/workflow.rst"
 
 
+# A protocol's rules exist only when the config has its section.
 include: "rules/common.smk"
-include: "rules/world.smk"
+include: "rules/models.smk"
 include: "rules/data.smk"
 include: "rules/generate.smk"
-include: "rules/judge.smk"
-include: "rules/lcae.smk"
-include: "rules/persistent_common.smk"
-include: "rules/persistent.smk"
-include: "rules/ladder_common.smk"
-include: "rules/ladder.smk"
+
+
+if "world" in config:
+
+    include: "rules/world.smk"
+
+
+if "llm_judge" in config["judge"]:
+
+    include: "rules/judge.smk"
+
+
+if "lcae" in config:
+
+    include: "rules/lcae.smk"
+
+
+if "persistent" in config:
+
+    include: "rules/persistent_common.smk"
+    include: "rules/persistent.smk"
+
+
+if "ladder" in config:
+
+    include: "rules/ladder_common.smk"
+    include: "rules/ladder.smk"
+
+
+if "ladder_import_dir" in config:
+
+    include: "rules/ladder_import.smk"
+
+
 include: "rules/card.smk"
 
 

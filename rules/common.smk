@@ -8,23 +8,28 @@ from selfknow.config import (
     ConfigError,
     checkpoint_names,
     config_hash,
+    is_chat,
     model_spec,
     validate_config,
 )
 
 try:
-    validate_config(config, source=", ".join(map(str, workflow.configfiles)) or "config")
+    _CHECKED = validate_config(config, source=", ".join(map(str, workflow.configfiles)) or "config")
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
+# Defaults filled in and every section strict (a read of a key the schema does not define
+# fails), both for the scripts (`snakemake.config`) and, top level included, for the rules.
+config.update(_CHECKED)
+config = _CHECKED
 
-R = config.get("results", "results")
+R = config["results"]
 MODELS = [m["name"] for m in config["models"]]
 DATASETS = list(config["datasets"])
 CHECKPOINTS = sorted({c for m in MODELS for c in checkpoint_names(config, m)})
 
-# Rendering-only settings (config `report`) with their defaults: only the rules that write
-# tables and figures take them as params, so changing one reruns those jobs and nothing else.
-REPORT_SETTINGS = {"decimals": 3, **config.get("report", {})}
+# Rendering-only settings (config `report`): only the rules that write tables and figures
+# take them as params, so changing one reruns those jobs and nothing else.
+REPORT_SETTINGS = config["report"]
 
 
 def _alt(values):
@@ -36,7 +41,7 @@ wildcard_constraints:
     ckpt=_alt(CHECKPOINTS),
     dataset=_alt(DATASETS),
     split="train|test",
-    family=_alt((config.get("world") or {}).get("families", {})),
+    family=_alt(config["world"]["families"] if "world" in config else []),
 
 
 def get_model_spec(wildcards):
@@ -51,21 +56,22 @@ def _model_entry(name):
 
 def get_model_gpus(wildcards):
     """GPUs a job that loads this model asks the scheduler for (config `gpu`, default 0)."""
-    return _model_entry(wildcards.model).get("gpu", 0)
+    return _model_entry(wildcards.model)["gpu"]
 
 
 def get_model_mem_mb(wildcards):
-    return _model_entry(wildcards.model).get("mem_mb", 4000)
+    """Memory (MB) a job that loads this model asks for: the model's `mem_mb` if set, else
+    its weights (`params_b` or local safetensors) plus headroom."""
+    from selfknow.models.registry import estimate_mem_mb
+
+    return estimate_mem_mb(get_model_spec(wildcards))
 
 
 def model_files(name):
     """What a job that loads model `name` needs built first (world families, converted GGUF)."""
-    src = _model_entry(name).get("source")
-    if src == "world":
-        return [f"{R}/world/models/{name}"]
-    if src == "smollm2":
-        return [f"{R}/models/smollm2"]
-    return []
+    built = {"world": [f"{R}/world/models/{name}"], "smollm2": [f"{R}/models/smollm2"]}
+    entry = _model_entry(name)
+    return built[entry["source"]] if "source" in entry else []
 
 
 def get_model_files(wildcards):
@@ -142,44 +148,41 @@ def all_table_files():
     files = []
     if "world" in config:
         files += table_targets("world", ["evolution"])
-    if config.get("judge", {}).get("llm_judge"):
+    if "llm_judge" in JUDGE:
         files += table_targets("judge", ["audit"])
     if "persistent" in config:
         files += persistent_table_files()
-    if "ladder" in config or "ladder_import_dir" in config:
+    if "ladder" in config:
         files += ladder_table_files()
+    if "ladder_import_dir" in config:
+        files += table_targets("ladder", ["import_aggregates"])
     if any(k in config for k in ("lcae", "ladder", "persistent")):
         files += table_targets("card", ["self_knowledge"])
     if "lcae" in config:
-        files += table_targets("lcae", ["table1", "table2", "table3", "item_fit"])
+        files += table_targets("lcae", ["table1", "table1_squared", "table2", "table3", "item_fit"])
         files.append(f"{R}/figures/lcae/figure2.png")
     return files
 
 
-WORLD = config.get("world", {})
-
-
 def world_models():
-    return [m for m in MODELS if _model_entry(m).get("source") == "world"]
+    return [m for m in MODELS if "source" in _model_entry(m) and _model_entry(m)["source"] == "world"]
 
 
 def get_world_generations(wildcards):
-    ds = WORLD.get("qa_dataset") or config.get("persistent", {}).get("datasets", ["world_qa"])[0]
+    ds = config["world"]["qa_dataset"]
     return {f"{m}@{c}": f"{R}/generations/{m}/{c}/greedy/{ds}.parquet"
             for m in world_models() for c in checkpoint_names(config, m)}
 
 
-JUDGE = config.get("judge", {})
-
-
-AUDIT_DATASET = JUDGE.get("audit_dataset") or config.get("persistent", {}).get("datasets", ["NONE"])[0]
+JUDGE = config["judge"]
+PERSISTENT_MODELS = config["persistent"]["models"] if "persistent" in config else []
 
 
 def get_audit_generations(wildcards):
     """The last checkpoint of every persistent-protocol model on `judge.audit_dataset` (default:
     its first short-answer dataset)."""
-    return [f"{R}/generations/{m}/{checkpoint_names(config, m)[-1]}/greedy/{AUDIT_DATASET}.parquet"
-            for m in config.get("persistent", {}).get("models", [])]
+    return [f"{R}/generations/{m}/{checkpoint_names(config, m)[-1]}/greedy/{JUDGE['audit_dataset']}.parquet"
+            for m in PERSISTENT_MODELS]
 
 
 def generation_files():
@@ -188,7 +191,7 @@ def generation_files():
     from it are newer, so deleting a model's generations would otherwise rerun nothing; listed,
     that model's generation jobs rerun, and then the tables that read them."""
     files = list(get_world_generations(None).values()) if "world" in config else []
-    if JUDGE.get("llm_judge"):
+    if "llm_judge" in JUDGE:
         files += [f for f in get_audit_generations(None) if f not in files]
     return files
 
@@ -201,12 +204,9 @@ def get_judge_spec(wildcards):
     return model_spec(config, JUDGE["llm_judge"], R)
 
 
-LC = config.get("lcae", {})
-
-
 def lcae_examinees():
     """(model, checkpoint) pairs; each is answered under every strategy (one examinee each)."""
-    return [(m, c) for m in LC.get("examinee_models", []) for c in checkpoint_names(config, m)]
+    return [(m, c) for m in config["lcae"]["examinee_models"] for c in checkpoint_names(config, m)]
 
 
 def lcae_files(stage):
@@ -221,7 +221,7 @@ def get_card_inputs(wildcards):
         out["lcae_stage3"] = f"{R}/lcae/stage3.parquet"
     if "ladder" in config:
         out["ladder_main"] = f"{R}/tables/ladder/main.csv"
-    for m in config.get("persistent", {}).get("models", []):
+    for m in PERSISTENT_MODELS:
         base = f"{R}/persistent/metrics/{m}/{config['persistent']['datasets'][0]}/main"
         out[f"persistent_points__{m}"] = f"{base}.parquet"
         out[f"persistent_reps__{m}"] = f"{base}.replicates.npz"

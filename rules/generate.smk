@@ -10,10 +10,10 @@ rule generate_greedy:
         f"{R}/generations/{{model}}/{{ckpt}}/greedy/{{dataset}}.parquet",
     params:
         spec=get_model_spec,
-        n_shots=config.get("persistent", {}).get("n_shots", 5),
-        n_items=config.get("generation", {}).get("n_items", 0),
+        n_shots=config["generation"]["n_shots"],
+        n_items=config["generation"]["n_items"],
         seed=config["seed"],
-        max_new_tokens=config.get("generation", {}).get("max_new_tokens", 16),
+        max_new_tokens=config["generation"]["max_new_tokens"],
         cache=f"{R}/cache",
     threads: 1
     conda:

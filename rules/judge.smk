@@ -1,16 +1,19 @@
 # Judging (SPEC §0.3): exact match is part of each generation record; the LLM judge grades a
-# sample of them and the audit table reports how often the two judges agree.
+# sample of them in each audited label mode and the audit table reports how often the two
+# judges agree. (The persistent protocol's own labels: rule persistent_sc, `judge.correctness`.)
 
 rule llm_judge:
     input:
         generations=get_audit_generations,
-        test=f"{R}/items/{AUDIT_DATASET}/test.parquet",
+        test=f"{R}/items/{JUDGE['audit_dataset']}/test.parquet",
         model=get_judge_model_files,
     output:
         f"{R}/judgments/llm_judge_audit.parquet",
     params:
         spec=get_judge_spec,
-        n_items=JUDGE.get("audit_items", 100),
+        n_items=config["judge"]["audit_items"],
+        label_modes=config["judge"]["audit_labels"],
+        multi_reference=JUDGE["audit_dataset"] in JUDGE["multi_reference_datasets"],
         seed=config["seed"],
         cache=f"{R}/cache",
     conda:
@@ -32,6 +35,8 @@ rule judge_audit_table:
     output:
         **named_table_targets("judge", ["audit"]),
     params:
+        replicates=config["judge"]["audit_bootstrap"],
+        seed=config["seed"],
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"

@@ -4,7 +4,7 @@
 
 rule ladder_sessions:
     input:
-        pool=f"{R}/items/{LAD.get('dataset', 'NONE')}/test.parquet",
+        pool=f"{R}/items/{LAD['dataset']}/test.parquet",
         model=get_ladder_session_files,
     output:
         main=f"{R}/ladder/sessions/{{model}}/main.parquet",
@@ -12,11 +12,11 @@ rule ladder_sessions:
     params:
         spec=get_model_spec,
         user_spec=get_ladder_user_spec,
-        user=LAD.get("user", "rule"),
-        n_sessions=LAD.get("n_sessions", 50),
-        n_turns=LAD.get("n_turns", 50),
-        alt_sessions=LAD.get("llm_user_sessions", 0),
-        items_per_domain=LAD.get("items_per_domain", 25),
+        user=LAD["user"],
+        n_sessions=LAD["n_sessions"],
+        n_turns=LAD["n_turns"],
+        alt_sessions=LAD["llm_user_sessions"],
+        items_per_domain=LAD["items_per_domain"],
         seed=config["seed"],
         parts=f"{R}/ladder/sessions/{{model}}/parts",
         cache=f"{R}/cache",
@@ -44,11 +44,11 @@ rule ladder_prompted:
         query=f"{R}/ladder/prompted/{{model}}/query.parquet",
     params:
         spec=get_ladder_prompted_spec,
-        mode=LAD.get("prompted_mode", "json"),
-        max_new_tokens=LAD.get("prompted_max_new_tokens", 200),
-        lsa_query_sessions=LAD.get("lsa_query_sessions", LAD.get("n_sessions", 50)),
-        prompted_sessions=LAD.get("prompted_sessions", 0),
-        lsa_controls=LAD.get("lsa_controls", True),
+        mode=LAD["prompted_mode"],
+        max_new_tokens=LAD["prompted_max_new_tokens"],
+        lsa_query_sessions=LAD["lsa_query_sessions"],
+        prompted_sessions=LAD["prompted_sessions"],
+        lsa_controls=LAD["lsa_controls"],
         seed=config["seed"],
         cache=f"{R}/cache",
     threads: 1
@@ -76,19 +76,19 @@ rule ladder_score:
         **ladder_score_outputs(),
     params:
         seed=config["seed"],
-        latent_query=LAD.get("latent_query", True),
-        session_bootstrap=LAD.get("session_bootstrap", 2000),
-        cluster_bootstrap=LAD.get("cluster_bootstrap", 400),
-        cluster_estimators=LAD.get("cluster_estimators", ["Count", "Bayes-Domain", "Dawid-Skene", "GLAD", "EM-Joint"]),
-        flips=LAD.get("noise_flips", [0.0, 0.1, 0.2, 0.3]),
-        coverages=LAD.get("noise_coverages", [1.0, 0.5, 0.25, 0.125]),
-        noise_repeats=LAD.get("noise_repeats", 1),
-        grid_sessions=LAD.get("grid_sessions", 0),
-        grid_estimators=LAD.get("grid_estimators", ["Global", "Count", "Bayes-Domain", "Dawid-Skene", "GLAD", "EM-Joint"]),
-        random_partitions=LAD.get("random_partitions", 5),
-        partition=LAD.get("partition"),
-        prefix_step=LAD.get("prefix_step", 10),
-        prefix_estimators=LAD.get("prefix_estimators", ["Global", "Count", "Bayes-Domain", "Dawid-Skene", "GLAD", "EM-Joint"]),
+        latent_query=LAD["latent_query"],
+        session_bootstrap=LAD["session_bootstrap"],
+        cluster_bootstrap=LAD["cluster_bootstrap"],
+        cluster_estimators=LAD["cluster_estimators"],
+        flips=LAD["noise_flips"],
+        coverages=LAD["noise_coverages"],
+        noise_repeats=LAD["noise_repeats"],
+        grid_sessions=LAD["grid_sessions"],
+        grid_estimators=LAD["grid_estimators"],
+        random_partitions=LAD["random_partitions"],
+        partition=LAD["partition"] if "partition" in LAD else None,
+        prefix_step=LAD["prefix_step"],
+        prefix_estimators=LAD["prefix_estimators"],
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -117,26 +117,3 @@ rule ladder_tables:
         f"{R}/logs/ladder/tables.log",
     script:
         "../scripts/ladder_tables.py"
-
-
-# The importer of released sessions: in the DAG only when the config names a directory.
-if config.get("ladder_import_dir"):
-
-    rule ladder_import:
-        output:
-            **named_table_targets("ladder", ["import_aggregates"]),
-        params:
-            import_dir=config["ladder_import_dir"],
-            estimators=LAD.get("import_estimators", []),
-            report=REPORT_SETTINGS,
-        conda:
-            "../envs/selfknow.yaml"
-        log:
-            f"{R}/logs/ladder/import.log",
-        benchmark:
-            f"{R}/benchmarks/ladder/import.tsv"
-        resources:
-            mem_mb=4000,
-            runtime=60,
-        script:
-            "../scripts/ladder_import.py"

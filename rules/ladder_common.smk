@@ -3,8 +3,8 @@ from selfknow.protocols.ladder.jobs import SCORE_PARTS
 from selfknow.protocols.ladder.tables import FIGURES as LADDER_FIGURES
 from selfknow.protocols.ladder.tables import TABLES as LADDER_TABLES
 
-LAD = config.get("ladder", {})
-LADDER_MODELS = list(LAD.get("models", []))
+LAD = config["ladder"]
+LADDER_MODELS = list(LAD["models"])
 
 
 def ladder_model_spec(name):
@@ -12,8 +12,7 @@ def ladder_model_spec(name):
 
 
 def ladder_is_chat(name):
-    spec = _model_entry(name)
-    return bool(spec.get("chat", False)) or spec["backend"] == "openai"
+    return is_chat(_model_entry(name))
 
 
 def ladder_prompted_name(name):
@@ -35,7 +34,7 @@ def get_ladder_prompted_files(wildcards):
 
 
 def ladder_user_name():
-    return LAD.get("llm_user_model")
+    return LAD["llm_user_model"] if "llm_user_model" in LAD else None
 
 
 def get_ladder_user_spec(wildcards):
@@ -46,7 +45,7 @@ def get_ladder_user_spec(wildcards):
 
 
 def ladder_uses_llm_user():
-    return LAD.get("user", "rule") == "llm" or LAD.get("llm_user_sessions", 0) > 0
+    return LAD["user"] == "llm" or LAD["llm_user_sessions"] > 0
 
 
 def get_ladder_session_files(wildcards):
@@ -71,12 +70,5 @@ def ladder_figure_targets():
 
 
 def ladder_table_files():
-    """Every LADDER table and figure target (and the importer's aggregate when
-    `ladder_import_dir` is set), for all_table_files()."""
-    files = []
-    if LADDER_MODELS:
-        files += table_targets("ladder", LADDER_TABLES)
-        files += [f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES]
-    if config.get("ladder_import_dir"):
-        files += table_targets("ladder", ["import_aggregates"])
-    return files
+    """Every LADDER table and figure target, for all_table_files()."""
+    return table_targets("ladder", LADDER_TABLES) + [f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES]

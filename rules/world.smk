@@ -1,5 +1,5 @@
-# The offline mini world: generated knowledge, small LMs trained on it, the converted
-# SmolLM2 instruct model, and the table showing that knowledge evolves across checkpoints.
+# The offline mini world: generated knowledge, small LMs trained on it, and the table showing
+# that knowledge evolves across checkpoints.
 
 rule world_generate:
     output:
@@ -8,7 +8,7 @@ rule world_generate:
         qa=f"{R}/world/data/qa.parquet",
         mcq=f"{R}/world/data/mcq.parquet",
     params:
-        world={"seed": WORLD.get("seed", 0), **WORLD.get("generator", {})},
+        world={"seed": config["world"]["seed"], **config["world"]["generator"]},
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -43,22 +43,6 @@ rule world_train:
         "../scripts/world_train.py"
 
 
-rule smollm2_convert:
-    output:
-        directory(f"{R}/models/smollm2"),
-    conda:
-        "../envs/selfknow.yaml"
-    log:
-        f"{R}/logs/smollm2_convert.log",
-    benchmark:
-        f"{R}/benchmarks/smollm2_convert.tsv"
-    resources:
-        mem_mb=4000,
-        runtime=20,
-    script:
-        "../scripts/smollm2_convert.py"
-
-
 rule world_evolution_table:
     input:
         unpack(get_world_generations),
@@ -66,7 +50,7 @@ rule world_evolution_table:
         **named_table_targets("world", ["evolution"]),
     params:
         checkpoints={m: checkpoint_names(config, m) for m in world_models()},
-        n_train=config.get("persistent", {}).get("train_checkpoints", 2),
+        n_train=config["persistent"]["train_checkpoints"] if "persistent" in config else 0,
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"

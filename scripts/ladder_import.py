@@ -8,6 +8,6 @@ p, out, cfg = snakemake.params, snakemake.output, snakemake.config
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "ladder_import") as summary:
     # the released sessions are this job's input: their directory is fingerprinted
-    prov = job_provenance(cfg, [p.import_dir], sections=["ladder_import_dir", *(["ladder"] if "ladder" in cfg else [])])
+    prov = job_provenance(cfg, [p.import_dir], sections=["ladder_import_dir", "ladder_import_estimators"])
     summary.update(import_job(p.import_dir, out.import_aggregates_csv, out.import_aggregates_md,
                               list(p.estimators) or None, provenance=prov))

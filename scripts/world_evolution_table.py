@@ -1,15 +1,16 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.report.provenance import job_provenance
-from selfknow.report.tables import set_decimals
+from selfknow.report.tables import set_decimals, write_table
 from selfknow.runlog import job_log
-from selfknow.world.evolution import write_evolution_table
+from selfknow.world.evolution import evolution_tables
 
-cfg = snakemake.config
+cfg, out = snakemake.config, snakemake.output
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "world_evolution_table") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["world"], models=list(snakemake.params.checkpoints),
-                          datasets=[d for d in cfg.get("persistent", {}).get("datasets", ["world_qa"])[:1]
-                                    if d in cfg["datasets"]])
-    summary.update(write_evolution_table(dict(snakemake.input.items()), dict(snakemake.params.checkpoints),
-                                         snakemake.params.n_train, snakemake.output.evolution_csv,
-                                         snakemake.output.evolution_md, provenance=prov))
+                          datasets=[cfg["world"]["qa_dataset"]])
+    table, notes = evolution_tables(dict(snakemake.input.items()), dict(snakemake.params.checkpoints),
+                                    snakemake.params.n_train)
+    write_table(table, out.evolution_csv, out.evolution_md, notes="\n\n".join(notes), provenance=prov,
+                title="World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs")
+    summary.update({"pairs": len(table), "min_contrast": int(table["contrast_size"].min())})

@@ -1,10 +1,17 @@
 """Every config error stops with one message naming the key (issue: foundation, item 2)."""
 import copy
+import pickle
+import subprocess
+import sys
 
+import jsonschema
 import pytest
 import yaml
 
 from selfknow.config import ConfigError, checkpoint_names, load_config, model_spec, validate_config
+from selfknow.schema import UndefinedConfigKey, load_schema, subschema
+from selfknow.world.generator import DEFAULT_WORLD
+from selfknow.world.trainer import DEFAULT_FAMILY
 
 from conftest import REPO
 
@@ -105,7 +112,38 @@ def test_gcm_model_must_have_weights(cfg):
     assert "persistent.gcm_model: 'api' is an openai model" in _err(cfg)
 
 
+def test_a_log_probability_method_on_a_model_without_them_stops_at_load(cfg):
+    api = {"name": "api", "backend": "openai", "model": "gpt", "base_url": "http://x/v1",
+           "checkpoints": [{"name": f"c{k}"} for k in range(6)]}
+    judged = copy.deepcopy(cfg)
+    cfg["models"].append(api)
+    cfg["persistent"]["models"] = ["api"]
+    assert ("cfg.yaml: persistent.models[0]: model 'api' (openai) has no log-probabilities for "
+            "self-consistency over beam search: an OpenAI-compatible API exposes no beams") in _err(cfg)
+    # an API judge that generates its labels needs none; constrained labels read label scores
+    judged["models"].append(api)
+    judged["judge"]["llm_judge"] = "api"
+    judged["judge"]["audit_labels"] = ["generate"]
+    validate_config(copy.deepcopy(judged), "cfg.yaml")
+    judged["judge"]["audit_labels"] = ["generate", "constrained"]
+    assert "judge.llm_judge: model 'api' (openai) has no log-probabilities for constrained judge labels" \
+        in _err(judged)
+
+
+def test_model_request_options_in_the_schema_match_the_backend():
+    from selfknow.models.base import BUDGET_STAGES
+    from selfknow.models.openai_api import REQUEST_OPTION_DEFAULTS, REQUEST_PRESETS
+
+    model = subschema("models.*")["properties"]
+    assert set(model["token_budgets"]["properties"]) == set(BUDGET_STAGES)
+    assert model["request_preset"]["enum"] == sorted(REQUEST_PRESETS)
+    assert set(REQUEST_OPTION_DEFAULTS) <= set(model)
+    for preset in REQUEST_PRESETS.values():
+        jsonschema.validate(preset, {"type": "object", "properties": {k: model[k] for k in preset}})
+
+
 def test_world_checkpoints_and_spec(cfg):
+    cfg = validate_config(cfg)
     names = checkpoint_names(cfg, "wm-small")
     assert names == ["phase1", "phase2", "phase3", "phase4", "phase5", "phase6"]  # one per curriculum phase
     cfg["world"]["generator"]["n_phases"] = 4
@@ -128,3 +166,64 @@ def test_bad_yaml(tmp_path):
     p.write_text("models: [\n")
     with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
         load_config(p)
+
+
+# -- one source of defaults: the schema --------------------------------------------------------
+
+def test_defaults_are_filled_from_the_schema_and_derived_ones_from_their_key(cfg):
+    minimal = {"seed": 1, "models": cfg["models"], "datasets": cfg["datasets"],
+               "world": {"seed": 0, "families": cfg["world"]["families"]},
+               "persistent": {"models": ["wm-small"], "datasets": ["world_qa_a"], "seeds": [3, 4],
+                              "bootstrap_replicates": 77},
+               "ladder": {"models": ["wm-small"], "dataset": "world_mcq", "n_sessions": 9}}
+    out = validate_config(copy.deepcopy(minimal))
+    for key in ("n_train", "min_contrast", "min_contrast_transfer", "train_checkpoints", "num_beams"):
+        assert out["persistent"][key] == subschema(f"persistent.{key}")["default"]
+    assert out["persistent"]["variance_seeds"] == [3, 4]            # default: seeds
+    assert out["persistent"]["bootstrap_ece_replicates"] == 77      # default: bootstrap_replicates
+    assert out["ladder"]["lsa_query_sessions"] == 9                 # default: n_sessions
+    assert out["judge"]["audit_dataset"] == "world_qa_a"            # default: the first persistent dataset
+    assert out["world"]["qa_dataset"] == "world_qa_a"
+    assert out["report"]["decimals"] == 3 and out["results"] == "results"
+    assert out["world"]["generator"] == {k: v for k, v in DEFAULT_WORLD.items() if k != "seed"}
+    assert out["world"]["families"]["wm-small"] == {**DEFAULT_FAMILY, **cfg["world"]["families"]["wm-small"]}
+    assert "transfer_dataset" not in out["persistent"] and "lcae" not in out   # no default: stays absent
+
+
+@pytest.mark.parametrize("path", ["config.yaml", "config/test.yaml", "config/paper.yaml"])
+def test_filled_configs_still_satisfy_the_schema(path):
+    filled = load_config(REPO / path)
+    jsonschema.Draft202012Validator(load_schema()).validate(pickle.loads(pickle.dumps(filled)))
+
+
+def test_code_reading_a_key_the_schema_does_not_define_fails(cfg):
+    out = validate_config(cfg)
+    with pytest.raises(UndefinedConfigKey, match="'persistent.n_tset'"):
+        out["persistent"]["n_tset"]
+    with pytest.raises(UndefinedConfigKey, match="'ladder.n_session'"):
+        out["ladder"].get("n_session", 50)
+    with pytest.raises(UndefinedConfigKey, match="'generations'"):
+        "generations" in out
+    with pytest.raises(UndefinedConfigKey, match="'models\\[0\\].gpus'"):
+        out["models"][0]["gpus"]
+    assert "gcm_model" in out["persistent"] and "partition" not in out["ladder"]   # defined keys
+    assert "any-name" not in out["datasets"]                                     # a mapping of names
+    for copy_ in (copy.deepcopy(out), pickle.loads(pickle.dumps(out))):         # as rules pass it to jobs
+        with pytest.raises(UndefinedConfigKey):
+            copy_["lcae"]["n_item"]
+        assert copy_ == out
+
+
+def test_a_rule_reading_a_key_the_schema_does_not_define_stops_the_workflow(tmp_path):
+    (tmp_path / "Snakefile").write_text(f"""
+configfile: "{REPO / 'config' / 'test.yaml'}"
+include: "{REPO / 'rules' / 'common.smk'}"
+rule typo:
+    output: "x"
+    params: n=config["persistent"]["n_tset"]
+    shell: "touch {{output}}"
+""")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--snakefile", str(tmp_path / "Snakefile"),
+                           "--directory", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "config key 'persistent.n_tset' is read by the code but not defined" in proc.stdout + proc.stderr

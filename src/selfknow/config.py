@@ -14,7 +14,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-SCHEMA = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+from selfknow.schema import fill_defaults, load_schema, strict
 
 #: datasets whose items the workflow builds itself (no `path`/`hub_id` needed)
 WORLD_LOADERS = {"world_qa", "world_qa_heldout", "world_mcq"}
@@ -33,18 +33,16 @@ def _key_path(path) -> str:
     return out or "(top level)"
 
 
-def load_schema() -> dict:
-    with open(SCHEMA, encoding="utf-8") as f:
-        return yaml.safe_load(f)
-
-
 def validate_config(cfg: dict, source: str = "config") -> dict:
-    """Check `cfg` against the schema and its cross-references; return it unchanged.
+    """Fill the schema's defaults into `cfg` (in place), check it against the schema and its
+    cross-references, and return it as strict mappings (`selfknow.schema.ConfigSection`)
+    that refuse to read a key the schema does not define.
 
     Raises ConfigError with one message naming `source` and the offending key."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"{source}: the config must be a mapping, got {type(cfg).__name__}")
-    validator = jsonschema.Draft202012Validator(load_schema())
+    schema = load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         e = errors[0]
@@ -55,56 +53,102 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
             raise ConfigError(f"{source}: unknown key '{prefix}{extra[0]}' (a typo?); allowed here: "
                               f"{', '.join(sorted(e.schema.get('properties', {})))}")
         raise ConfigError(f"{source}: {_key_path(e.absolute_path)}: {e.message}")
+    fill_defaults(cfg, schema)
+    _fill_derived_defaults(cfg)
     _check_references(cfg, source)
-    return cfg
+    _check_logprob_methods(cfg, source)
+    return strict(cfg, schema)
 
 
-def _check_world(world: dict, source: str) -> None:
-    """The world generator's and trainer's own keys, so a typo there stops the run too."""
-    from selfknow.world.generator import DEFAULT_WORLD
-    from selfknow.world.trainer import DEFAULT_FAMILY
+def _fill_derived_defaults(cfg: dict) -> None:
+    """The defaults that are another key's value (each key's schema description says which)."""
+    p = cfg.get("persistent")
+    if p:
+        p.setdefault("variance_seeds", p["seeds"])
+        p.setdefault("bootstrap_ece_replicates", p["bootstrap_replicates"])
+        cfg["judge"].setdefault("audit_dataset", p["datasets"][0])
+    if "world" in cfg:
+        cfg["world"].setdefault("qa_dataset", p["datasets"][0] if p else "world_qa")
+    if "ladder" in cfg:
+        cfg["ladder"].setdefault("lsa_query_sessions", cfg["ladder"]["n_sessions"])
 
-    for k in world.get("generator", {}):
-        if k not in DEFAULT_WORLD or k == "seed":
-            raise ConfigError(f"{source}: unknown key 'world.generator.{k}' (a typo?); allowed here: "
-                              f"{', '.join(sorted(set(DEFAULT_WORLD) - {'seed'}))}")
-    for fam, fcfg in world["families"].items():
-        for k in fcfg:
-            if k not in DEFAULT_FAMILY:
-                raise ConfigError(f"{source}: unknown key 'world.families.{fam}.{k}' (a typo?); allowed here: "
-                                  f"{', '.join(sorted(DEFAULT_FAMILY))}")
+
+#: why a backend cannot give a kind of log-probability, by kind
+_LOGPROB_HELP = {
+    "beams": "an OpenAI-compatible API exposes no beams; use an hf model",
+    "next_token": "set 'logprobs: true' if its server returns top_logprobs, or use an hf model",
+    "label_scores": "only the hf backend scores label tokens after its rendered prompt",
+}
+
+
+def _logprob_kinds(m: dict) -> set[str]:
+    """The kinds of log-probabilities a model entry's backend gives (`_LOGPROB_HELP`)."""
+    if m["backend"] == "hf":
+        return set(_LOGPROB_HELP)
+    return {"next_token"} if m.get("logprobs") else set()
+
+
+def _check_logprob_methods(cfg: dict, source: str) -> None:
+    """Stop at load, not mid-run, when a method that reads log-probabilities is given a model
+    that has none. (LADDER and LCAE run every instruct and API model through generated text;
+    only base LMs, all hf, answer or assess by log-likelihoods there.)"""
+    uses = []
+    if "persistent" in cfg:
+        for i, name in enumerate(cfg["persistent"]["models"]):
+            uses += [(f"persistent.models[{i}]", name, "self-consistency over beam search", "beams"),
+                     (f"persistent.models[{i}]", name, "verbalized confidence (digit log-probabilities)",
+                      "next_token")]
+    judge = cfg["judge"]
+    if "llm_judge" in judge and ("constrained" in judge["audit_labels"] or (
+            judge["correctness"] == "llm" and judge["labels"] == "constrained")):
+        uses.append(("judge.llm_judge", judge["llm_judge"], "constrained judge labels", "label_scores"))
+    models = {m["name"]: m for m in cfg["models"]}
+    for key, name, method, kind in uses:
+        if kind not in _logprob_kinds(models[name]):
+            raise ConfigError(f"{source}: {key}: model '{name}' ({models[name]['backend']}) has no "
+                              f"log-probabilities for {method}: {_LOGPROB_HELP[kind]}")
+
+
+def check_model_entry(m: dict, where: str, error: type[ConfigError] = ConfigError) -> None:
+    """What the schema cannot state about one model entry (the config's, or a backend spec
+    built from it); messages start with `where`."""
+    names = [c["name"] for c in m.get("checkpoints", [])]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise error(f"{where}: checkpoint name '{twice[0]}' appears twice")
+    if m["backend"] == "openai":
+        for req in ("base_url", "model"):
+            if req not in m:
+                raise error(f"{where}: an openai model needs '{req}'")
+        if m["echo_logprobs"] and m["mode"] != "completions":
+            raise error(f"{where}: 'echo_logprobs: true' needs 'mode: completions'")
+        if m["logprobs"] and m["mode"] == "responses":
+            raise error(f"{where}: 'logprobs: true' needs 'mode: chat' or 'mode: completions' "
+                        f"(log-probabilities are read from those answers)")
+        return
+    every_ckpt_local = bool(names) and all("path" in c for c in m["checkpoints"])
+    if "source" not in m and ("path" in m) == ("hub_id" in m) and not every_ckpt_local:
+        raise error(f"{where}: missing path: an hf model needs exactly one of 'path', 'hub_id' or "
+                    f"'source' (or a 'path' on every checkpoint)")
 
 
 def _check_references(cfg: dict, source: str) -> None:
     names: dict[str, int] = {}
-    if "world" in cfg:
-        _check_world(cfg["world"], source)
-    families = (cfg.get("world") or {}).get("families", {})
+    families = cfg["world"]["families"] if "world" in cfg else {}
     for i, m in enumerate(cfg["models"]):
         key = f"models[{i}]"
         if m["name"] in names:
             raise ConfigError(f"{source}: {key}.name: duplicate model name '{m['name']}' "
                               f"(also models[{names[m['name']]}])")
         names[m["name"]] = i
-        if m["backend"] == "hf":
-            src = m.get("source")
-            if src == "world" and m["name"] not in families:
-                raise ConfigError(f"{source}: {key}: source 'world' needs world.families.{m['name']}")
-            if src is None and not (m.get("path") or m.get("hub_id")):
-                raise ConfigError(f"{source}: {key}: missing path: an hf model needs 'path', 'hub_id' or 'source'")
-            local = m.get("path")
-            if local and not Path(local).exists():
-                raise ConfigError(f"{source}: {key}.path: '{local}' does not exist")
-            for j, c in enumerate(m.get("checkpoints", [])):
-                if c.get("path") and not Path(c["path"]).exists():
-                    raise ConfigError(f"{source}: {key}.checkpoints[{j}].path: '{c['path']}' does not exist")
-            ck = [c["name"] for c in m.get("checkpoints", [])]
-            if len(set(ck)) != len(ck):
-                raise ConfigError(f"{source}: {key}.checkpoints: duplicate checkpoint names")
-        else:
-            for req in ("base_url", "model"):
-                if req not in m:
-                    raise ConfigError(f"{source}: {key}: an openai model needs '{req}'")
+        check_model_entry(m, f"{source}: {key}")
+        if "source" in m and m["source"] == "world" and m["name"] not in families:
+            raise ConfigError(f"{source}: {key}: source 'world' needs world.families.{m['name']}")
+        local = [("path", m["path"])] if "path" in m else []
+        local += [(f"checkpoints[{j}].path", c["path"]) for j, c in enumerate(m.get("checkpoints", [])) if "path" in c]
+        for k, path in local:
+            if not Path(path).exists():
+                raise ConfigError(f"{source}: {key}.{k}: '{path}' does not exist")
     for name, d in cfg["datasets"].items():
         if d["loader"] in FILE_LOADERS and "path" not in d:
             raise ConfigError(f"{source}: datasets.{name}: the {d['loader']} loader needs 'path'")
@@ -122,18 +166,21 @@ def _check_references(cfg: dict, source: str) -> None:
         if name not in cfg["datasets"]:
             raise ConfigError(f"{source}: {key}: unknown dataset '{name}' (not in datasets)")
 
-    if "judge" in cfg and "llm_judge" in cfg["judge"]:
+    if "llm_judge" in cfg["judge"]:
         need_model("judge.llm_judge", cfg["judge"]["llm_judge"])
-    if "audit_dataset" in cfg.get("judge", {}):
+        if "audit_dataset" not in cfg["judge"]:
+            raise ConfigError(f"{source}: judge.audit_dataset: the judge audit needs a dataset "
+                              f"(without persistent.datasets there is none to default to)")
+    if "audit_dataset" in cfg["judge"]:
         need_dataset("judge.audit_dataset", cfg["judge"]["audit_dataset"])
-    if "qa_dataset" in cfg.get("world", {}):
+    if "world" in cfg:
         need_dataset("world.qa_dataset", cfg["world"]["qa_dataset"])
-    p = cfg.get("persistent")
-    if p:
+    if "persistent" in cfg:
+        p = cfg["persistent"]
         for i, n in enumerate(p["models"]):
             need_model(f"persistent.models[{i}]", n)
             n_ck = len(checkpoint_names(cfg, n))
-            if n_ck < p.get("train_checkpoints", 1) + 2:
+            if n_ck < p["train_checkpoints"] + 2:
                 raise ConfigError(f"{source}: persistent.models[{i}]: '{n}' has {n_ck} checkpoints; "
                                   f"persistent needs train_checkpoints + at least 2 evaluation checkpoints")
         for i, n in enumerate(p["datasets"]):
@@ -147,20 +194,20 @@ def _check_references(cfg: dict, source: str) -> None:
                 raise ConfigError(f"{source}: persistent.gcm_model: '{p['gcm_model']}' is an "
                                   f"{gcm_backend} model; the GCM trains a LoRA "
                                   f"adapter on its weights, so it must be an hf model")
-    lad = cfg.get("ladder")
-    if lad:
+    if "ladder" in cfg:
+        lad = cfg["ladder"]
         for i, n in enumerate(lad["models"]):
             need_model(f"ladder.models[{i}]", n)
         need_dataset("ladder.dataset", lad["dataset"])
         for k in ("llm_user_model", "prompted_model"):
             if k in lad:
                 need_model(f"ladder.{k}", lad[k])
-    lc = cfg.get("lcae")
-    if lc:
+    if "lcae" in cfg:
+        lc = cfg["lcae"]
         need_dataset("lcae.dataset", lc["dataset"])
         for i, n in enumerate(lc["examinee_models"]):
             need_model(f"lcae.examinee_models[{i}]", n)
-        for n in lc.get("prices", {}):
+        for n in lc["prices"]:
             need_model(f"lcae.prices.{n}", n)
 
 
@@ -174,6 +221,12 @@ def load_config(path: str | Path) -> dict:
     return validate_config(cfg, str(path))
 
 
+def is_chat(spec: dict) -> bool:
+    """Whether a model is prompted through its chat template: an API model always, a local
+    one when its entry says `chat: true`."""
+    return spec["backend"] == "openai" or bool(spec.get("chat"))
+
+
 def model_entry(cfg: dict, name: str) -> dict:
     for m in cfg["models"]:
         if m["name"] == name:
@@ -181,15 +234,20 @@ def model_entry(cfg: dict, name: str) -> dict:
     raise ConfigError(f"unknown model '{name}'")
 
 
+def checkpoint_name(phase_index: int) -> str:
+    """Directory name of the world checkpoint saved at the end of curriculum phase
+    ``phase_index`` (0-based): ``"phase1"``, ``"phase2"``, ... Known from the config before
+    training, so the workflow can name its outputs up front."""
+    if int(phase_index) < 0:
+        raise ValueError(f"checkpoint_name: phase_index must be >= 0, got {phase_index}")
+    return f"phase{int(phase_index) + 1}"
+
+
 def checkpoint_names(cfg: dict, name: str) -> list[str]:
     """The ordered checkpoints of a model; a model without checkpoints has one, 'final'."""
     m = model_entry(cfg, name)
     if m.get("source") == "world":
-        from selfknow.world.generator import DEFAULT_WORLD
-        from selfknow.world.trainer import checkpoint_name
-
-        n_phases = cfg["world"].get("generator", {}).get("n_phases", DEFAULT_WORLD["n_phases"])
-        return [checkpoint_name(k) for k in range(n_phases)]
+        return [checkpoint_name(k) for k in range(cfg["world"]["generator"]["n_phases"])]
     return [c["name"] for c in m.get("checkpoints", [])] or ["final"]
 
 

@@ -38,12 +38,11 @@ def accuracy_by_checkpoint(judged: pd.DataFrame, checkpoints: list[str]) -> pd.S
     return judged.groupby("checkpoint")["correct"].mean().reindex(checkpoints)
 
 
-def write_evolution_table(generation_paths: dict[str, str], checkpoints: dict[str, list[str]], n_train: int,
-                          csv_path: str, md_path: str, provenance: dict | None = None) -> dict:
-    """The world report table for every family; `generation_paths` maps "model@ckpt" to a
-    greedy generation file."""
+def evolution_tables(generation_paths: dict[str, str], checkpoints: dict[str, list[str]],
+                     n_train: int) -> tuple[pd.DataFrame, list[str]]:
+    """The world report table for every family and its notes (exact match per checkpoint);
+    `generation_paths` maps "model@ckpt" to a greedy generation file."""
     from selfknow.records import read_parquet
-    from selfknow.report.tables import write_table
 
     frames, notes = [], []
     for model, cks in checkpoints.items():
@@ -53,7 +52,4 @@ def write_evolution_table(generation_paths: dict[str, str], checkpoints: dict[st
         frames.append(t)
         acc = accuracy_by_checkpoint(judged, cks)
         notes.append(f"{model} exact match per checkpoint: " + ", ".join(f"{c} {a:.3f}" for c, a in acc.items()))
-    table = pd.concat(frames, ignore_index=True)
-    write_table(table, csv_path, md_path, notes="\n\n".join(notes), provenance=provenance,
-                title="World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs")
-    return {"pairs": len(table), "min_contrast": int(table["contrast_size"].min())}
+    return pd.concat(frames, ignore_index=True), notes

@@ -30,63 +30,19 @@ import numpy as np
 import pandas as pd
 
 from selfknow.records import ITEM_COLUMNS, write_parquet
+from selfknow.schema import defaults
 
 LETTERS = ("A", "B", "C", "D")
 
-DEFAULT_WORLD: dict[str, Any] = {
-    "seed": 0,
-    "n_domains": 20,
-    "entities_per_domain": 30,
-    "relations_per_domain": 3,
-    "value_pool": 10,
-    "test_fraction": 0.8,
-    "n_phases": 6,
-    "intro_probs": [0.3, 0.14, 0.14, 0.14, 0.14, 0.14],
-    "rewrite_rate": 0.15,
-    "rare_rate": 0.35,
-    "rare_factor": 0.0,
-    "reps": 9.0,
-    "intro_boost": 2.5,
-    "skew_min": 0.5,
-    "skew_max": 3.0,
-    "statement_share": 0.0,
-    "qa_per_doc": 6,
-    "mcq_practice_per_phase": 100,
-}
-"""Default world. Keys (all optional in ``cfg``; missing keys take these values):
-
-Tuned (Nov 2026) with ``DEFAULT_FAMILIES["wm-small"]`` to ~4 CPU-minutes per family: 1,800
+#: the world's settings: their list, meaning and defaults are the config schema's
+#: `world.generator` (`seed` is the config's `world.seed`)
+DEFAULT_WORLD: dict[str, Any] = {"seed": 0, **defaults("world.generator")}
+"""Tuned (Nov 2026) with ``DEFAULT_FAMILIES["wm-small"]`` to ~4 CPU-minutes per family: 1,800
 facts (1,440 test) of which 30 % are known from phase 1 and 14 % arrive in each later phase;
 ~9 mentions per active fact and phase (x2.5 when new), domain weights 0.5..3 (accuracy spread
 between domains), and 35 % of facts go silent in a later phase (forgetting -> regressions
 between checkpoints). Short QA lines only (no statements), little MCQ practice: every token
 the 2-layer model reads should be one of the facts it is asked about.
-
-seed (int)                  root seed of every random choice.
-n_domains (int)             number of domains; the first ``n_domains`` of the 20 built-in
-                            domains (more than 20 reuse fields with a numbered prefix).
-entities_per_domain (int)   invented subject entities per domain.
-relations_per_domain (int)  relations per domain (<= 3, the built-in templates per field);
-                            facts = n_domains x entities_per_domain x relations_per_domain.
-value_pool (int)            size of the value pool of a relation without a built-in pool size
-                            (names, persons, years); >= 4 for MCQ distractors. Small pools keep
-                            answers short (1-2 BPE tokens) so a tiny model can learn them.
-test_fraction (float)       share of each domain's facts whose QA/MCQ items go to ``test``.
-n_phases (int)              curriculum phases (the trainer saves one checkpoint per phase).
-intro_probs (list[float])   probability that a fact is introduced in phase 0..n_phases-1.
-rewrite_rate (float)        share of facts (introduced before the last phase) whose value is
-                            rewritten in a later phase; the latest value is the reference.
-rare_rate (float)           share of facts (introduced before the last phase) that become rare
-                            from a later phase on (then repeated ``rare_factor`` x as often).
-rare_factor (float)         repetition multiplier of a fact once rare (0 = never repeated).
-reps (float)                mean corpus mentions of an active fact per phase (before weights).
-intro_boost (float)         mention multiplier in the phase a fact (or its new value) appears.
-skew_min, skew_max (float)  range of the per-domain frequency weights (log-spaced).
-statement_share (float)     share of fact mentions written as a statement ("The capital of X
-                            is Y.", using an alias half of the time) instead of a QA pair.
-qa_per_doc (int)            QA pairs / statements per corpus document.
-mcq_practice_per_phase (int)  MCQ-formatted practice documents per phase, drawn from the
-                            ``train``-split facts active in that phase (never test facts).
 """
 
 # ---------------------------------------------------------------------------------------------

@@ -18,67 +18,21 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from selfknow.config import checkpoint_name
 from selfknow.records import write_csv, write_json
+from selfknow.schema import defaults
 from selfknow.world.generator import LETTERS
 
 EOS = "<|endoftext|>"
 
-DEFAULT_FAMILY: dict[str, Any] = {
-    "seed": 0,
-    "vocab_size": 2048,
-    "n_layer": 2,
-    "n_embd": 96,
-    "n_head": 4,
-    "seq_len": 128,
-    "context": 320,
-    "batch_size": 8,
-    "lr": 8e-3,
-    "warmup_steps": 20,
-    "weight_decay": 0.01,
-    "epochs_per_phase": 1,
-    "max_steps_per_phase": None,
-    "threads": 1,
-    "loss_on": "all",
-}
-"""Family keys (missing keys take these values):
-
-seed (int)                   torch/numpy seed: weight init and the block order within a phase.
-vocab_size (int)             byte-level BPE vocabulary size (trained on the corpus).
-n_layer, n_embd, n_head      GPT-2 sizes.
-context (int|None)           the model's context length (n_positions), at least seq_len (None:
-                             seq_len). Longer prompts than the training blocks (the GCM's
-                             grading prompt, LCAE's reflection) must still fit; positions past
-                             seq_len are never trained, so such prompts are read less reliably.
-seq_len (int)                tokens per training block (documents packed, eos-separated); also
-                             the model's context length, so prompts must fit in it.
-batch_size (int)             blocks per optimizer step.
-lr, warmup_steps, weight_decay  AdamW with linear warmup, then a constant rate: a constant rate
-                             keeps late phases learning (and forgetting), which is the point.
-epochs_per_phase (int)       passes over each phase's blocks.
-max_steps_per_phase (int|None)  cap on steps per phase (tests and smoke runs).
-threads (int)                torch.set_num_threads during training.
-loss_on ("answers"|"all")    which tokens carry the LM loss. "answers": the text after each
-                             "Answer:" up to and including its newline, and statement lines
-                             (the knowledge-bearing tokens); "all": every token. Measured on
-                             a 1,500-fact world (same CPU budget): "all" reached 2.5x the exact
-                             match of "answers" after 4 phases (6.7 % vs 2.7 %) and its answers
-                             end cleanly; learning the subject names seems to give the model
-                             the subject representations the answers need.
-"""
+#: a family's settings: their list, meaning and defaults are the config schema's
+#: `world.families.*`
+DEFAULT_FAMILY: dict[str, Any] = defaults("world.families.*")
 
 DEFAULT_FAMILIES: dict[str, dict[str, Any]] = {
     "wm-small": {**DEFAULT_FAMILY, "seed": 0, "n_layer": 2, "n_embd": 96},
     "wm-base": {**DEFAULT_FAMILY, "seed": 1, "n_layer": 2, "n_embd": 96},
 }
-
-
-def checkpoint_name(phase_index: int) -> str:
-    """Directory name of the checkpoint saved at the end of curriculum phase ``phase_index``
-    (0-based): ``"phase1"``, ``"phase2"``, ... Known from the config before training, so the
-    workflow can name its outputs up front."""
-    if int(phase_index) < 0:
-        raise ValueError(f"checkpoint_name: phase_index must be >= 0, got {phase_index}")
-    return f"phase{int(phase_index) + 1}"
 
 
 def _resolve(family_cfg: dict | None) -> dict:

