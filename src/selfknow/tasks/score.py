@@ -1,0 +1,50 @@
+"""One entry point for a protocol job: score a model's response to an item of any task, given
+the item as its loader returned it (a row of the frame, or a dict with the same fields).
+ReAct is not here: its trajectories carry their score (`react.load`, column `correct`)."""
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from . import bbh, bfcl, gsm8k, humaneval, mmlu_pro
+from .sandbox import Limits
+
+
+@dataclass(frozen=True)
+class Score:
+    """`parsed`: what was read from the response (an option, a number, a BBH answer; for
+    HumanEval the sandbox's status; for BFCL the decoded calls as JSON), None when nothing
+    could be; `detail`: why a BFCL call failed or the tail of HumanEval's stderr."""
+
+    correct: bool
+    parsed: str | None
+    detail: str | None = None
+
+
+TASKS = ("mmlu_pro", "bbh", "gsm8k", "humaneval", "bfcl")
+
+
+def score_item(task: str, item: Mapping, response: str, limits: Limits | None = None,
+               python: str | None = None) -> Score:
+    """Score `response` to `item` of `task` (one of TASKS); HumanEval needs the sandbox's
+    `limits` and interpreter `python`."""
+    if task == "mmlu_pro":
+        pred, ok = mmlu_pro.score(response, item["answer"])
+        return Score(ok, pred)
+    if task == "bbh":
+        pred, ok = bbh.score(item["domain"], response, item["answer"])
+        return Score(ok, pred)
+    if task == "gsm8k":
+        pred, ok = gsm8k.score(response, item["answer"])
+        return Score(ok, pred)
+    if task == "humaneval":
+        if limits is None or python is None:
+            raise ValueError("HumanEval scoring runs code: pass the sandbox limits and interpreter")
+        result = humaneval.run(item["question"], response, item["test"], item["entry_point"], limits, python)
+        return Score(result.passed, result.status, None if result.passed else result.stderr)
+    if task == "bfcl":
+        calls, ok, error = bfcl.score(json.loads(item["functions"]), json.loads(item["ground_truth"]), item["domain"],
+                                      response)
+        return Score(ok, None if calls is None else json.dumps(calls, sort_keys=True, default=repr), error)
+    raise ValueError(f"unknown task {task!r}; known: {list(TASKS)}")

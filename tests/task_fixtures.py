@@ -1,0 +1,24 @@
+"""Shared by the task tests: an interpreter the code sandbox can run here."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from selfknow.tasks import sandbox
+from selfknow.tasks.sandbox import Limits, SandboxError
+
+# fast limits: every hostile snippet must end well inside a test's patience
+LIMITS = Limits(wall_s=5.0, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=4, output_bytes=4000)
+
+
+def sandbox_python() -> str:
+    """The first of the running interpreter and /usr/bin/python3 that the sandbox can start (a
+    venv under /root is unreadable to the unprivileged uid the sandbox drops to as root)."""
+    for candidate in (sys.executable, "/usr/bin/python3"):
+        try:
+            sandbox.isolation(candidate)
+            return candidate
+        except SandboxError:
+            continue
+    pytest.skip("no interpreter here can be run by the sandbox")

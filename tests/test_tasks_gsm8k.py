@@ -1,0 +1,45 @@
+"""GSM8K: the final number, extracted and compared as lm-evaluation-harness's gsm8k task
+(flexible-extract) does, on hand-made responses."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from selfknow.datasets.source import ItemError
+from selfknow.tasks import gsm8k
+
+
+@pytest.mark.parametrize("response, number", [
+    ("She sells 16 - 3 - 4 = 9 eggs, so she makes 9 * 2 = $18.\n#### 18", "18"),
+    ("The total is 1,234 apples.", "1234"),
+    ("So the answer is $1,000.50.", "1000.50"),
+    ("The temperature drops to -7 degrees.", "-7"),
+    # the last number wins, even after the answer
+    ("The answer is 42. Check: 6 * 7", "7"),
+    ("There are 3 cats.", "3"),
+    ("I cannot tell.", None),
+])
+def test_extraction(response, number):
+    assert gsm8k.extract_answer(response) == number
+
+
+def test_reference_and_exact_string_comparison():
+    reference = gsm8k.reference_number("Natalia sold 48/2 = <<48/2=24>>24 clips.\n#### 1,072")
+    assert reference == "1072"
+    assert gsm8k.score("In total 1,072 clips.", reference) == ("1072", True)
+    # as in the harness, the comparison is of strings: 1072.0 is not 1072
+    assert gsm8k.score("In total 1072.0 clips.", reference) == ("1072.0", False)
+    assert gsm8k.score("no number here", reference) == (None, False)
+
+
+def test_rows_become_items(tmp_path):
+    (tmp_path / "test.jsonl").write_text(json.dumps({"question": "2+2?", "answer": "2+2=4\n#### 4"}) + "\n")
+    items = gsm8k.load("gsm8k", {"path": str(tmp_path)}, "test")
+    assert list(items.item_id) == ["test-0"] and list(items.answer) == ["4"] and items.aliases[0] == ["4"]
+
+
+def test_a_solution_without_its_final_number_names_the_row():
+    with pytest.raises(ItemError, match="fixture: row 1: the answer has no '#### <number>' line"):
+        gsm8k.process([{"question": "q", "answer": "#### 3"}, {"question": "q", "answer": "3"}], "gsm8k",
+                      "fixture", "test")
