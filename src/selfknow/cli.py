@@ -4,14 +4,16 @@ Add a subcommand with :func:`register` (name, help, a function adding its argume
 function running it). A command signals bad input by raising ``ValueError`` (or
 ``FileNotFoundError``); :func:`main` prints the message and exits with status 2.
 
-    selfknow rasch MATRIX.csv OUTDIR [--method jml|cml] [--abilities wle|mle] [--no-bias-correction]
+    selfknow rasch MATRIX.csv|MATRIX.parquet OUTDIR [--method jml|cml] [--abilities wle|mle]
+                   [--no-bias-correction] [--quiet]
+    selfknow plan CONFIG.yaml [--results DIR] [--csv PLAN.csv]
+    selfknow rehearse [--results DIR] [--cores N] [-- SNAKEMAKE_ARGS...]
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import math
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -61,55 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 # ----------------------------------------------------------------------------- rasch
 
-def read_response_csv(path: str | Path) -> tuple["np.ndarray", list[str], list[str]]:  # noqa: F821
-    """Read an examinee x item CSV: header row = (examinee column name, item ids...), then one
-    row per examinee (id, responses...). A response is 0, 1 (also 0.0/1.0) or blank for
-    missing. Returns (matrix with NaN for blanks, examinee ids, item ids)."""
-    import numpy as np
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
-    with path.open(newline="", encoding="utf-8-sig") as fh:
-        reader = csv.reader(fh)
-        header = next(reader, None)
-        if header is None or len(header) < 2:
-            raise ValueError(f"{path}: line 1: expected a header 'examinee,item1,item2,...'")
-        items = [h.strip() for h in header[1:]]
-        for k, it in enumerate(items, start=2):
-            if not it:
-                raise ValueError(f"{path}: line 1, column {k}: empty item id")
-        dup = sorted({i for i in items if items.count(i) > 1})
-        if dup:
-            raise ValueError(f"{path}: line 1: duplicate item ids {dup}")
-        values = {"0": 0.0, "1": 1.0, "0.0": 0.0, "1.0": 1.0, "": math.nan}
-        rows, ids = [], []
-        for lineno, rec in enumerate(reader, start=2):
-            if not rec or all(not c.strip() for c in rec):
-                continue
-            if len(rec) != len(header):
-                raise ValueError(f"{path}: line {lineno}: {len(rec)} fields, header has {len(header)}")
-            eid = rec[0].strip()
-            if not eid:
-                raise ValueError(f"{path}: line {lineno}: empty examinee id")
-            if eid in ids:
-                raise ValueError(f"{path}: line {lineno}: duplicate examinee id {eid!r}")
-            row = []
-            for item, cell in zip(items, rec[1:]):
-                v = values.get(cell.strip())
-                if v is None:
-                    raise ValueError(f"{path}: line {lineno} (examinee {eid!r}), column {item!r}: "
-                                     f"{cell!r} is not 0, 1 or blank")
-                row.append(v)
-            ids.append(eid)
-            rows.append(row)
-    if not rows:
-        raise ValueError(f"{path}: no examinee rows")
-    return np.array(rows, dtype=float), ids, items
-
-
 def _configure_rasch(p: argparse.ArgumentParser) -> None:
-    p.add_argument("matrix", type=Path, help="CSV: header 'examinee,<item ids>', rows of 0/1, blank = missing")
+    p.add_argument("matrix", type=Path,
+                   help="CSV or .parquet: first column examinee ids, one column per item, 0/1, blank/null = missing")
     p.add_argument("outdir", type=Path, help="writes abilities.csv, difficulties.csv, fit.json here")
     p.add_argument("--method", choices=["jml", "cml"], default="jml",
                    help="difficulty calibration: JML with (L-1)/L correction, or CML (default: jml)")
@@ -118,34 +74,41 @@ def _configure_rasch(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-bias-correction", action="store_true", help="JML without the (L-1)/L factor")
     p.add_argument("--tol", type=float, default=1e-6, help="convergence tolerance in logits")
     p.add_argument("--max-iter", type=int, default=500)
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
 def run_rasch(args: argparse.Namespace) -> int:
-    """Fit the Rasch model to a response CSV and write abilities, difficulties and fit."""
+    """Fit the Rasch model to a response matrix file and write abilities, difficulties and fit."""
     import numpy as np
     import pandas as pd
 
     from selfknow.records import write_csv, write_json
+    from selfknow.response_io import read_responses
     from selfknow.stats.item_fit import band_counts, fit_band, item_fit_table
     from selfknow.stats.rasch import fit_rasch
 
-    X, examinees, items = read_response_csv(args.matrix)
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"rasch [{time.perf_counter() - start:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    R, examinees, items = read_responses(args.matrix, progress)
     try:
-        fit = fit_rasch(X, args.method, bias_correction=not args.no_bias_correction,
-                        ability_method=args.abilities, tol=args.tol, max_iter=args.max_iter)
+        fit = fit_rasch(R, args.method, bias_correction=not args.no_bias_correction,
+                        ability_method=args.abilities, tol=args.tol, max_iter=args.max_iter, progress=progress)
     except ValueError as exc:
         raise ValueError(f"{args.matrix}: {exc}") from exc
-    obs = ~np.isnan(X)
     args.outdir.mkdir(parents=True, exist_ok=True)
     abilities = pd.DataFrame({
         "examinee": examinees, "theta": fit.theta, "se_theta": fit.se_theta,
-        "raw_score": np.nansum(X, axis=1), "n_responses": obs.sum(axis=1),
+        "raw_score": R.row_scores.astype(int), "n_responses": R.row_counts,
         "infit": fit.infit_person, "outfit": fit.outfit_person,
         "band": fit_band(fit.infit_person, fit.outfit_person), "status": fit.row_status,
     })
     difficulties = item_fit_table(fit, items)
-    difficulties["n_responses"] = obs.sum(axis=0)
-    difficulties["p_correct"] = np.nansum(X, axis=0) / np.maximum(obs.sum(axis=0), 1)
+    difficulties["n_responses"] = R.col_counts.astype(int)
+    difficulties["p_correct"] = R.col_scores / np.maximum(R.col_counts, 1)
     write_csv(abilities, args.outdir / "abilities.csv")
     write_csv(difficulties, args.outdir / "difficulties.csv")
     write_json({
@@ -158,7 +121,7 @@ def run_rasch(args: argparse.Namespace) -> int:
         "n_iter": fit.n_iter,
         "n_examinees": len(examinees),
         "n_items": len(items),
-        "missing_fraction": float(1.0 - obs.mean()),
+        "missing_fraction": R.missing_fraction,
         "extreme_rows": [{"examinee": examinees[i], "status": str(fit.row_status[i])} for i in fit.extreme_rows],
         "extreme_cols": [{"item": items[j], "status": str(fit.col_status[j])} for j in fit.extreme_cols],
         "item_fit_bands": band_counts(fit.infit_item, fit.outfit_item),
@@ -169,9 +132,54 @@ def run_rasch(args: argparse.Namespace) -> int:
     return 0
 
 
-register("rasch", "Fit a Rasch model to an examinee x item 0/1 CSV (blank = missing).",
+register("rasch", "Fit a Rasch model to an examinee x item 0/1 matrix (CSV or parquet; blank = missing).",
          _configure_rasch, run_rasch)
 
+# ----------------------------------------------------------------------------- plan
+
+def _configure_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", type=Path, help="the workflow config (YAML), e.g. config/paper.yaml")
+    p.add_argument("--results", type=Path, help="results directory whose finished jobs count as cached "
+                                                "(default: the config's `results`)")
+    p.add_argument("--csv", type=Path, help="also write the plan, one row per model and stage, here")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Print what a run of the config would request of each model: requests, tokens, dollars, hours."""
+    from selfknow.config import load_config
+    from selfknow.plan import make_plan, render_plan
+    from selfknow.records import write_csv
+
+    df, datasets = make_plan(load_config(args.config), args.results)
+    if args.csv:
+        write_csv(df, args.csv)
+    print(render_plan(df, datasets), end="")
+    return 0
+
+
+register("plan", "Before launch: requests, tokens, API dollars and GPU-hours per model and stage of a config.",
+         _configure_plan, run_plan)
+
+# ----------------------------------------------------------------------------- rehearse
+
+def _configure_rehearse(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--results", help="results directory (default: the rehearsal config's, results/rehearsal)")
+    p.add_argument("--cores", type=int, default=2, help="cores Snakemake may use (default: 2)")
+    p.add_argument("snakemake_args", nargs=argparse.REMAINDER,
+                   help="after --: more Snakemake options, e.g. -- -n (a dry run)")
+
+
+def run_rehearse(args: argparse.Namespace) -> int:
+    """The paper configs end to end offline, on local stand-ins for every external resource."""
+    from selfknow.rehearsal.harness import rehearse
+
+    extra = args.snakemake_args[1:] if args.snakemake_args[:1] == ["--"] else args.snakemake_args
+    return rehearse(results=args.results, cores=args.cores, snakemake_args=extra)
+
+
+register("rehearse", "Run config/paper.yaml + config/rehearsal.yaml end to end offline on local stand-ins "
+         "(tiny hub models, dataset fixtures, an OpenAI-compatible server on 127.0.0.1).",
+         _configure_rehearse, run_rehearse)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,162 @@
+"""`selfknow plan`: request counts against hand-computed small configs and a real tiny run."""
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from selfknow.cli import main
+from selfknow.config import validate_config
+from selfknow.plan import make_plan
+from selfknow.records import write_parquet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _items(n: int, split: str, mcq: bool) -> pd.DataFrame:
+    return pd.DataFrame({
+        "item_id": [f"{split}{i}" for i in range(n)], "dataset": "d", "domain": "x",
+        "question": [f"{split} question number {i}?" for i in range(n)],
+        "choices": [["red", "green", "blue", "black"] if mcq else None for _ in range(n)],
+        "answer": ["A" if mcq else f"answer {i}" for i in range(n)], "aliases": [[] for _ in range(n)],
+        "split": split})
+
+
+def _write_items(results: Path, name: str, n_train: int, n_test: int, mcq: bool) -> None:
+    for split, n in (("train", n_train), ("test", n_test)):
+        write_parquet(_items(n, split, mcq), results / "items" / name / f"{split}.parquet")
+
+
+def _row(df: pd.DataFrame, model: str, stage: str) -> pd.Series:
+    rows = df[(df["model"] == model) & (df["stage"] == stage)]
+    assert len(rows) == 1, (model, stage, df[["model", "stage"]].to_dict("records"))
+    return rows.iloc[0]
+
+
+@pytest.fixture
+def lcae_config(tmp_path):
+    results = tmp_path / "results"
+    _write_items(results, "mc", 2, 5, mcq=True)
+    return validate_config({
+        "seed": 1, "results": str(results),
+        "models": [
+            {"name": "chat", "backend": "hf", "hub_id": "org/chat", "chat": True, "gpu": 2, "throughput_tok_s": 1000},
+            {"name": "base", "backend": "hf", "hub_id": "org/base"},
+            {"name": "api", "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}],
+        "datasets": {"mc": {"loader": "mmlu", "path": str(tmp_path), "subjects": ["x"], "subject_range": [0, 5]}},
+        "lcae": {"dataset": "mc", "n_items": 3, "strategies": ["standard", "cot"],
+                 "examinee_models": ["chat", "base", "api"], "repeats": 2, "conditions": ["baseline", "ids"],
+                 "max_new_tokens": 32, "prices": {"api": [1.0, 2.0], "chat": [5.0, 5.0]}}})
+
+
+def test_lcae_requests_by_hand(lcae_config):
+    df, basis = make_plan(lcae_config)
+    assert basis == {"mc": "items on disk"}
+    # 3 items x 2 strategies, one generated answer each
+    assert _row(df, "chat", "lcae_stage1")["requests"] == 6
+    assert _row(df, "api", "lcae_stage1")["requests"] == 6
+    # standard: 3 items x 4 options; cot: 3 recalls + 3 x 4 options after them
+    assert _row(df, "base", "lcae_stage1")["requests"] == 12 + 3 + 12
+    # 2 conditions x 3 items; greedy local decoding shares the 2 repeats, an API model does not
+    assert _row(df, "chat", "lcae_stage2")["requests"] == 6
+    assert _row(df, "api", "lcae_stage2")["requests"] == 12
+    # a base model reads 10 digit log-likelihoods per item and condition, repeats shared
+    assert _row(df, "base", "lcae_stage2")["requests"] == 2 * 3 * 10
+
+
+def test_tokens_dollars_and_hours(lcae_config):
+    df, _ = make_plan(lcae_config)
+    api1, api2 = _row(df, "api", "lcae_stage1"), _row(df, "api", "lcae_stage2")
+    # completion tokens are the budgets: lcae.max_new_tokens in Stage 1, 64 in Stage 2
+    assert api1["completion_tokens"] == 6 * 32 and api2["completion_tokens"] == 12 * 64
+    assert api1["usd"] == pytest.approx((api1["prompt_tokens"] * 1.0 + api1["completion_tokens"] * 2.0) / 1e6)
+    assert api1["prompt_tokens"] > 6 * 10 and pd.isna(api1["device_hours"])
+    chat = _row(df, "chat", "lcae_stage1")
+    # a local model costs device time, never dollars, whatever lcae.prices says
+    assert pd.isna(chat["usd"]) and chat["device"] == "2 GPU"
+    assert chat["device_hours"] == pytest.approx((chat["prompt_tokens"] + chat["completion_tokens"]) / 1000 / 3600 * 2)
+
+
+def test_finished_jobs_count_as_cached(lcae_config):
+    done = Path(lcae_config["results"]) / "lcae" / "stage1" / "api" / "final.parquet"
+    done.parent.mkdir(parents=True)
+    done.write_bytes(b"")
+    df, _ = make_plan(lcae_config)
+    row = _row(df, "api", "lcae_stage1")
+    assert (row["jobs"], row["done_jobs"], row["requests"], row["cached"], row["prompt_tokens"]) == (1, 1, 0, 6, 0)
+    assert _row(df, "api", "lcae_stage2")["requests"] == 12
+
+
+def test_persistent_requests_by_hand(tmp_path):
+    results = tmp_path / "results"
+    _write_items(results, "qa", 6, 7, mcq=False)
+    cfg = validate_config({
+        "seed": 1, "results": str(results),
+        "models": [{"name": "p", "backend": "hf", "hub_id": "org/p",
+                    "checkpoints": [{"name": "c1"}, {"name": "c2"}, {"name": "c3"}]}],
+        "datasets": {"qa": {"loader": "triviaqa", "path": str(tmp_path), "shuffle_seed": 1, "n_icl": 2,
+                            "reserved_icl": 2, "blacklist": False,
+                            "train_range": [0, 6], "test_range": [6, 13]}},
+        "persistent": {"models": ["p"], "datasets": ["qa"], "train_checkpoints": 1, "n_train": 4, "n_test": 5,
+                       "n_shots": 2, "seeds": [0], "variance_seeds": [0, 1]}})
+    df, _ = make_plan(cfg)
+    sc = _row(df, "p", "persistent_sc")
+    # every checkpoint's train (4) and test (5) sample is beam-searched once (the transfer variant
+    # trains on all three and scores all three); each beam search is one request
+    assert (sc["jobs"], sc["requests"]) == (6, 3 * 4 + 3 * 5)
+    assert sc["completion_tokens"] == 27 * 10 * 24  # num_beams x max_new_tokens (schema defaults)
+    v = _row(df, "p", "persistent_variants")
+    # training [c1 | c2, c3]: the 10 table variants score 5+2+2+2+2+2+2+2+2+2 = 23 (adapter,
+    # checkpoint) pairs, the transfer variant 3 x 3, random_label 2 pairs x 3; 5 questions each
+    assert v["requests"] == (23 + 9 + 6) * 5
+    # 10 table variants, transfer with both variance seeds (the second trains only), random_label
+    assert v["jobs"] == 13 and v["train_tokens"] > 0
+    assert set(df["stage"]) == {"persistent_sc", "persistent_variants"}
+
+
+def test_cli_plan_prints_table_and_csv(lcae_config, tmp_path, capsys):
+    import yaml
+
+    path = tmp_path / "cfg.yaml"
+    path.write_text(yaml.safe_dump(_plain(lcae_config)))
+    assert main(["plan", str(path), "--csv", str(tmp_path / "plan.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "| api | lcae_stage2 | 1 (0) | 12 |" in out and "**total**" in out
+    assert pd.read_csv(tmp_path / "plan.csv")["requests"].sum() == 6 + 6 + 27 + 6 + 12 + 60
+
+
+def test_cli_plan_bad_config(tmp_path, capsys):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("seed: 1\nmodels: []\n")
+    assert main(["plan", str(path)]) == 2
+    assert str(path) in capsys.readouterr().err
+
+
+def _plain(obj):
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+_CALLS = re.compile(r"\b(?:model_calls(?:_\w+)?|judge_calls)=(\d+)")
+
+
+@pytest.mark.slow
+def test_plan_predicts_tiny_run_requests(tiny_run):
+    """The plan of config/test.yaml, counted as a cold run would make them (every job of the
+    finished run is listed as cached), within 10 % of the model calls the run's job logs
+    count and of the distinct requests in its request cache."""
+    from selfknow.config import load_config
+
+    df, _ = make_plan(load_config(ROOT / "config" / "test.yaml"), tiny_run)
+    predicted = int(df["requests"].sum() + df["cached"].sum())
+    assert df["requests"].sum() == 0  # every job of the run is done
+    logged = sum(int(n) for log in (tiny_run / "logs").rglob("*.log")
+                 for line in log.read_text(encoding="utf-8", errors="replace").splitlines() if " done in " in line
+                 for n in _CALLS.findall(line))
+    cached = sum(1 for _ in (tiny_run / "cache").rglob("*.json"))
+    assert logged > 0 and cached > 0
+    assert abs(predicted - logged) <= 0.1 * logged, (predicted, logged)
+    assert abs(predicted - cached) <= 0.1 * cached, (predicted, cached)
