@@ -328,6 +328,38 @@ def test_fallback_paths_equal_one_at_a_time(tiny_spec, shared_prefix, byte_table
                                                        stop=("e", "\n")))
 
 
+def test_beam_search_sets_its_attention_for_the_steps_only(tiny_spec, monkeypatch):
+    """The shared-prefix attention is the model's attention during the steps only: an eager
+    model prefills with eager attention (same beams as the one-prompt search, eager too) and
+    is eager again afterwards, also when a step fails."""
+    from selfknow.models import hf
+
+    lm = load_lm(tiny_spec, "step1", cache_dir=None)
+    model = lm.model  # shared with the other tests' LMs of step1: restored below
+    own = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        assert lm._shared_prefix_ok
+        ids = [lm.tokenizer(p)["input_ids"] for p in LONG_PROMPTS[:4]]
+        got = lm._beam_search_group(ids, k=4, max_new_tokens=6, stop=["\n"])
+        assert model.config._attn_implementation == "eager"
+        for x, beams in zip(ids, got):
+            assert_same_beams(beams, reference_beam_search(lm, x, num_beams=4,
+                                                           max_new_tokens=6, stop=("\n",)))
+        seen = []
+
+        def failing_step(self, *args):
+            seen.append(self.model.config._attn_implementation)
+            raise RuntimeError("step failed")
+
+        monkeypatch.setattr(hf._BeamSearch, "forward", failing_step)
+        with pytest.raises(RuntimeError, match="step failed"):
+            lm._beam_search_group(ids, k=4, max_new_tokens=6, stop=["\n"])
+        assert seen == [hf._PREFIX_ATTN] and model.config._attn_implementation == "eager"
+    finally:
+        model.set_attn_implementation(own)
+
+
 def test_byte_table_decodes_like_the_tokenizer(tiny, smol):
     """Joined token bytes decode exactly as `tokenizer.decode(skip_special_tokens=True)`,
     including special tokens (skipped) and multi-byte characters split across tokens."""

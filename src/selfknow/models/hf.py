@@ -20,14 +20,17 @@ exactly its tokens up to that stop, and HF's beam scorer only stops hypotheses a
 `stop_strings` criterion ends the whole search) and reports length-normalised scores. It runs
 `batch_size` prompts (default `DEFAULT_BATCH_SIZE` = 16) x `num_beams` rows per forward step:
 left-padded prompts with explicit position ids, the prompt's KV kept once per prompt and only
-generated tokens cached per beam (`_shared_prefix_attention`), candidates' texts from token
-bytes (`_byte_table`). Results do not depend on the batch beyond float rounding (~1e-6).
+generated tokens cached per beam (`_shared_prefix_attention`, set as the model's attention
+for the search's steps with transformers' `set_attn_implementation`), candidates' texts from
+token bytes (`_byte_table`); `_BeamSearch` holds a batch's state and steps. Results do not
+depend on the batch beyond float rounding (~1e-6).
 """
 from __future__ import annotations
 
 import hashlib
 import logging
 import weakref
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -190,13 +193,12 @@ def _shared_prefix_attention(module, query, key, value, attention_mask, scaling=
     """Attention of beam rows over their prompt's KV (stored once per prompt, not once per
     beam) followed by their own generated tokens' KV (`key`/`value`, from a cache that holds
     generated tokens only). Rows are prompt-major, `k` per prompt; the prompt's padding is
-    masked out. Without the `beam_prefix` keyword it is plain SDPA."""
-    prefix = kwargs.pop("beam_prefix", None)
-    if prefix is None:
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, attention_mask,
-                                      dropout=dropout, scaling=scaling, **kwargs)
+    masked out. Set as the model's attention only around `_BeamSearch` steps, which pass the
+    prompts' KV as the `beam_prefix` keyword."""
+    prefix = kwargs.get("beam_prefix")
+    if prefix is None:  # a model whose forward does not hand its keywords to the attention
+        raise RuntimeError(f"{type(module).__name__}: the shared-prefix beam attention got no "
+                           "beam_prefix keyword")
     import torch
 
     k_pre, v_pre = prefix["keys"][module.layer_idx], prefix["values"][module.layer_idx]
@@ -225,6 +227,223 @@ def _register_prefix_attention() -> None:
     if _PREFIX_ATTN not in ALL_MASK_ATTENTION_FUNCTIONS:
         AttentionInterface.register(_PREFIX_ATTN, _shared_prefix_attention)
         AttentionMaskInterface.register(_PREFIX_ATTN, ALL_MASK_ATTENTION_FUNCTIONS["sdpa"])
+
+
+@contextmanager
+def _attention_implementation(model, name: str):
+    """Run the block with `model`'s attention implementation set to `name` through transformers'
+    public `set_attn_implementation`, the model's own restored afterwards (also on error).
+    Transformers 5.24 picks the attention function from the model's config, with no per-call
+    argument, so a beam search sets it once around all its steps."""
+    saved = model.config._attn_implementation
+    model.set_attn_implementation(name)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(saved)
+
+
+class _BeamSearch:
+    """The state of one batched beam search (`HFLM._beam_search_group`) and its steps.
+
+    Per prompt: its `running` hypotheses (generated ids, log-probability, decoded text) and its
+    best `finished` ones (best first). A step's rows are `per_slot` per live prompt (`slots`;
+    1 row each after the prefill, then `k`, prompt-major; a prompt with fewer running beams
+    repeats its best one in rows whose output is ignored). `past` is the rows' KV cache: of the
+    whole sequence, or with `shared_prefix` of the generated tokens only, each slot's prompt KV
+    then kept once in `prefix` (read by `_shared_prefix_attention`)."""
+
+    def __init__(self, lm: HFLM, prompt_ids: list[list[int]], k: int, stop: Sequence[str],
+                 shared_prefix: bool):
+        self.lm, self.model, self.k = lm, lm.model, k
+        self.prompt_ids = prompt_ids
+        self.eos = lm.eos_ids
+        self.stops = [x for x in stop if x]
+        self.table = lm._byte_table
+        self.vocab_k = min(2 * k, int(self.model.config.get_text_config().vocab_size))
+        self.takes_positions = lm._takes_position_ids
+        self.shared_prefix = shared_prefix
+        n = len(prompt_ids)
+        self.finished: list[list[dict]] = [[] for _ in range(n)]
+        self.running: list[list[tuple[list[int], float, str]]] = [[([], 0.0, "")]
+                                                                  for _ in range(n)]
+        self.slots, self.per_slot = list(range(n)), 1
+        self.past: Any = None
+        self.prefix: dict[str, Any] | None = None
+        self.mask: Any = None  # (rows, positions) attention mask of the full per-beam cache
+        self.lengths: Any = None  # real tokens of each prompt
+
+    def run(self, max_new_tokens: int) -> None:
+        """Prefill, then one select-and-forward step per new token until every prompt is done
+        or the token limit is reached."""
+        logits = self.prefill()
+        attention: Any = nullcontext()
+        if self.shared_prefix:
+            _register_prefix_attention()
+            attention = _attention_implementation(self.model, _PREFIX_ATTN)
+        with attention:
+            for step in range(max_new_tokens):
+                kept, src, last = self.select(logits)
+                if not kept or step == max_new_tokens - 1:
+                    break
+                logits = self.forward(kept, src, last, step)
+
+    def prefill(self):
+        """The left-padded prompts through the model (its own attention); the logits after
+        each prompt's last token."""
+        import torch
+        from transformers import DynamicCache
+
+        dev, n = self.model.device, len(self.prompt_ids)
+        width = max(len(x) for x in self.prompt_ids)
+        inp = torch.full((n, width), self.lm.pad_id, dtype=torch.long)
+        mask = torch.zeros((n, width), dtype=torch.long)
+        for r, x in enumerate(self.prompt_ids):  # left padding: every prompt ends last
+            inp[r, width - len(x):] = torch.tensor(x)
+            mask[r, width - len(x):] = 1
+        self.mask, self.lengths = mask, mask.sum(-1)
+        # positions count real tokens only, so a padded prompt sees the positions it would
+        # see alone (a model without position ids runs prompts one at a time, unpadded)
+        pos = {"position_ids": (mask.cumsum(-1) - 1).clamp(min=0).to(dev)} \
+            if self.takes_positions else {}
+        out = self.model(input_ids=inp.to(dev), attention_mask=mask.to(dev), **pos,
+                         use_cache=True, **self.lm._last_logits_only)
+        self.past = _kv_cache(out)
+        if self.shared_prefix:
+            self.prefix = {"keys": [layer.keys for layer in self.past.layers],
+                           "values": [layer.values for layer in self.past.layers],
+                           "bias": torch.zeros(mask.shape, dtype=torch.float32, device=dev)
+                           .masked_fill(mask.to(dev) == 0, float("-inf")), "k": self.k}
+            self.past = DynamicCache()
+        return out.logits[:, -1, :]
+
+    def select(self, logits) -> tuple[list[int], list[int], list[int]]:
+        """One step's bookkeeping for every live prompt, from the rows' next-token logits.
+        Returns what the next forward step needs: the old slot index of each prompt still
+        running, the source row of each new row and its last token."""
+        import torch
+
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        top_lp, top_id = (t.tolist() for t in logp.topk(self.vocab_k, dim=-1))
+        texts = self.candidate_texts(top_id)
+        kept: list[int] = []
+        src: list[int] = []
+        last: list[int] = []
+        for si, p in enumerate(self.slots):
+            rows = self.select_prompt(p, si * self.per_slot, top_lp, top_id, texts)
+            if not rows:
+                continue
+            nxt, pad = self.running[p], self.k - len(rows)  # filler rows: the best beam
+            kept.append(si)
+            src += rows + rows[:1] * pad
+            last += [ids[-1] for ids, _, _ in nxt] + [nxt[0][0][-1]] * pad
+        return kept, src, last
+
+    def candidate_texts(self, top_id: list[list[int]]) -> dict[int, list[str]]:
+        """The decoded text of each candidate (a running beam's tokens + one of its row's top
+        tokens), by row: joined token bytes where the tokenizer is byte-level, else the
+        tokenizer's decode of all candidates in one call."""
+        rows = {si * self.per_slot + b: ids for si, p in enumerate(self.slots)
+                for b, (ids, _, _) in enumerate(self.running[p])}
+        table = self.table
+        if table is not None and max(map(max, top_id)) < len(table):
+            texts = {}
+            for r, ids in rows.items():
+                head = b"".join([table[t] for t in ids])
+                texts[r] = [(head + table[t]).decode("utf-8", "replace") for t in top_id[r]]
+            return texts
+        flat = self.lm._decode_many([ids + [t] for r, ids in rows.items() for t in top_id[r]])
+        w = self.vocab_k
+        return {r: flat[i * w:(i + 1) * w] for i, r in enumerate(rows)}
+
+    def select_prompt(self, p: int, row0: int, top_lp: list[list[float]],
+                      top_id: list[list[int]], texts: dict[int, list[str]]) -> list[int]:
+        """Prompt `p`'s step (its beams in rows `row0`, ...): its candidates best first; one
+        that emits EOS or completes a stop string finishes (kept if among the best `k`
+        finished), the best `k` others run on. Returns their source rows, or [] when the
+        prompt is done: nothing runs on, or `k` beams have finished and none running scores
+        higher (log-probabilities only decrease, so none can catch up)."""
+        fin, beams = self.finished[p], self.running[p]
+        cands = [(score + lp, row0 + b, tid, j) for b, (_, score, _) in enumerate(beams)
+                 for j, (lp, tid) in enumerate(zip(top_lp[row0 + b], top_id[row0 + b]))]
+        cands.sort(key=lambda c: -c[0])
+        nxt: list[tuple[list[int], float, str]] = []
+        src: list[int] = []
+        for score, r, tid, j in cands:
+            if len(nxt) == self.k and self.outranked(fin, score):
+                break  # sorted: nothing later can run on or finish in the top k
+            text, ids = texts[r][j], beams[r - row0][0] + [tid]
+            cut = text.find(self.stops[0]) if len(self.stops) == 1 else \
+                _first_stop(text, self.stops)
+            if tid in self.eos or cut >= 0:
+                self.add_finished(fin, ids, text if cut < 0 else text[:cut], score)
+            elif len(nxt) < self.k:
+                nxt.append((ids, score, text))
+                src.append(r)
+        done = not nxt or self.outranked(fin, nxt[0][1])
+        self.running[p] = [] if done else nxt
+        return [] if done else src
+
+    def outranked(self, fin: list[dict], score: float) -> bool:
+        """Whether `score` is no better than the worst of `k` finished beams."""
+        return len(fin) >= self.k and score <= fin[-1]["logprob"]
+
+    def add_finished(self, fin: list[dict], ids: list[int], text: str, score: float) -> None:
+        """Add a stopped beam to a prompt's finished beams if it is among the best `k`."""
+        if self.outranked(fin, score):
+            return
+        fin.append({"ids": ids, "text": text, "logprob": score, "finish_reason": "stop"})
+        fin.sort(key=lambda f: -f["logprob"])
+        del fin[self.k:]
+
+    def forward(self, kept: list[int], src: list[int], last: list[int], step: int):
+        """The next step's forward pass over `k` rows per kept slot (see `select`): the cache
+        rows re-selected by each new row's source, the last tokens in; returns their
+        next-token logits."""
+        import torch
+
+        dev = self.model.device
+        sel = torch.tensor(src, device=dev)
+        self.past.reorder_cache(sel)
+        kw: dict[str, Any] = {cache_kwarg(self.model): self.past}
+        if self.shared_prefix:
+            self.keep_prefix(kept)
+            kw["beam_prefix"] = self.prefix
+        else:
+            self.mask = torch.cat([self.mask[sel.cpu()],
+                                   torch.ones((len(src), 1), dtype=torch.long)], 1)
+            kw["attention_mask"] = self.mask.to(dev)
+        if self.takes_positions:
+            kw["position_ids"] = torch.tensor(
+                [int(self.lengths[self.slots[si]]) + step for si in kept for _ in range(self.k)],
+                device=dev).unsqueeze(1)
+        self.slots, self.per_slot = [self.slots[si] for si in kept], self.k
+        out = self.model(input_ids=torch.tensor(last, device=dev).unsqueeze(1), use_cache=True,
+                         **kw)
+        self.past = _kv_cache(out)
+        return out.logits[:, -1, :]
+
+    def keep_prefix(self, kept: list[int]) -> None:
+        """Drop the prompt KV of the slots whose prompts are done."""
+        if kept == list(range(len(self.slots))):
+            return
+        import torch
+
+        ks = torch.tensor(kept, device=self.model.device)
+        for key in ("keys", "values"):
+            self.prefix[key] = [t.index_select(0, ks) for t in self.prefix[key]]
+        self.prefix["bias"] = self.prefix["bias"].index_select(0, ks)
+
+    def final_beams(self) -> list[list[dict]]:
+        """Per prompt: its finished beams plus those still running at the token limit
+        ("length"), best `k`."""
+        out = []
+        for fin, running in zip(self.finished, self.running):
+            beams = fin + [{"ids": ids, "text": text, "logprob": score,
+                            "finish_reason": "length"} for ids, score, text in running]
+            beams.sort(key=lambda f: -f["logprob"])
+            out.append(beams[:self.k])
+        return out
 
 
 def sample_seed(prompt: str, sample_index: int) -> int:
@@ -766,10 +985,13 @@ class HFLM(LM):
     @property
     def _shared_prefix_ok(self) -> bool:
         """Whether beam steps may use `_shared_prefix_attention`: the model runs plain SDPA
-        or eager softmax attention (no sliding window, no logit soft-capping) and takes
-        position ids (the per-beam cache no longer tells it the positions)."""
+        or eager softmax attention (no sliding window, no logit soft-capping), its attention
+        can be switched (`set_attn_implementation` only warns for a model whose attention
+        does not go through transformers' AttentionInterface) and it takes position ids (the
+        per-beam cache no longer tells it the positions)."""
         cfg = self.model.config.get_text_config()
         return (self._takes_position_ids
+                and _base_class(self.model)._can_set_attn_implementation()
                 and getattr(cfg, "_attn_implementation", None) in ("sdpa", "eager")
                 and getattr(cfg, "sliding_window", None) is None
                 and getattr(cfg, "attn_logit_softcapping", None) is None)
@@ -777,154 +999,24 @@ class HFLM(LM):
     def _beam_search_group(self, prompt_ids: list[list[int]], k: int, max_new_tokens: int,
                            stop: list[str], shared_prefix: bool | None = None
                            ) -> list[list[dict]]:
-        """Beam search for a batch of prompts: a left-padded prefill, then one forward step per
-        token over `k` rows for every unfinished prompt (prompt-major; a prompt with fewer
-        running beams repeats its first one in rows whose output is ignored), the KV cache
-        rows re-selected by each new beam's origin. The per-prompt bookkeeping is the
-        one-prompt algorithm of `beam_search_batch`, run on each prompt's slice of the step.
+        """Beam search for a batch of prompts (`_BeamSearch`): a left-padded prefill, then one
+        forward step per token over `k` rows for every unfinished prompt, the KV cache rows
+        re-selected by each new beam's origin. The per-prompt bookkeeping is the one-prompt
+        algorithm of `beam_search_batch`, run on each prompt's slice of the step.
 
         With `shared_prefix` (default: when the attention allows it) a prompt's KV is kept
         once rather than once per beam and only generated tokens are cached per beam: the
         full per-beam cache made every step copy prompt-length KV for all rows twice
         (re-selection and append), which dominated the time."""
         import torch
-        from transformers import DynamicCache
 
-        model, eos = self.model, self.eos_ids
         if shared_prefix is None:
             shared_prefix = self._shared_prefix_ok
-        dev = model.device
-        vocab_k = min(2 * k, int(model.config.get_text_config().vocab_size))
-        n = len(prompt_ids)
-        finished: list[list[dict]] = [[] for _ in range(n)]
-        # running hypotheses per prompt: (generated ids, logprob, decoded text)
-        running: list[list[tuple[list[int], float, str]]] = [[([], 0.0, "")] for _ in range(n)]
-        if max_new_tokens <= 0:
-            return [self._final_beams(f, r, k) for f, r in zip(finished, running)]
-        stops = [x for x in stop if x]
-        one_stop = len(stops) == 1
-        table = self._byte_table
-        width = max(len(x) for x in prompt_ids)
-        inp = torch.full((n, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((n, width), dtype=torch.long)
-        for r, x in enumerate(prompt_ids):  # left padding: every prompt ends at the last column
-            inp[r, width - len(x):] = torch.tensor(x)
-            mask[r, width - len(x):] = 1
-        # positions count real tokens only, so a padded prompt sees the positions it would
-        # see alone
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        lengths = mask.sum(-1)
-        slots = list(range(n))  # prompt of each slot (k rows each; 1 row after the prefill)
-        per_slot = 1
-        saved_attn = model.config._attn_implementation
-        with torch.inference_mode():
-            # a model without position ids runs prompts one at a time (no padding)
-            pos_kw = self._takes_position_ids
-            out = model(input_ids=inp.to(dev), attention_mask=mask.to(dev),
-                        **({"position_ids": pos.to(dev)} if pos_kw else {}), use_cache=True,
-                        **self._last_logits_only)
-            past, logits = _kv_cache(out), out.logits[:, -1, :]
-            if shared_prefix:
-                _register_prefix_attention()
-                prefix = {"keys": [layer.keys for layer in past.layers],
-                          "values": [layer.values for layer in past.layers],
-                          "bias": torch.zeros(mask.shape, dtype=torch.float32, device=dev)
-                          .masked_fill(mask.to(dev) == 0, float("-inf")), "k": k}
-                past = DynamicCache()
-            try:
-                for step in range(max_new_tokens):
-                    logp = torch.log_softmax(logits.float(), dim=-1)
-                    top_lp, top_id = (t.tolist() for t in logp.topk(vocab_k, dim=-1))
-                    # the text of every candidate of every live row, grouped by prompt
-                    fast = table is not None and max(map(max, top_id)) < len(table)
-                    cand_ids, cand_text, cand_at = [], [], {}
-                    for si, p in enumerate(slots):
-                        for b, (ids, _, _) in enumerate(running[p]):
-                            r = si * per_slot + b
-                            cand_at[r] = len(cand_text) if fast else len(cand_ids)
-                            if fast:
-                                head = b"".join([table[t] for t in ids])
-                                cand_text += [(head + table[t]).decode("utf-8", "replace")
-                                              for t in top_id[r]]
-                            else:
-                                cand_ids += [ids + [t] for t in top_id[r]]
-                    if not fast:
-                        cand_text = self._decode_many(cand_ids)
-                    kept: list[int] = []  # old slot index of each new slot
-                    src: list[int] = []
-                    last: list[int] = []
-                    for si, p in enumerate(slots):
-                        fin = finished[p]
-                        cands = []
-                        for b, (_, score, _) in enumerate(running[p]):
-                            r = si * per_slot + b
-                            for j, (lp, tid) in enumerate(zip(top_lp[r], top_id[r])):
-                                cands.append((score + lp, r, tid, cand_at[r] + j))
-                        cands.sort(key=lambda c: -c[0])
-                        nxt: list[tuple[list[int], float, str]] = []
-                        nxt_src: list[int] = []
-                        for score, r, tid, c in cands:
-                            if len(nxt) == k and len(fin) >= k and score <= fin[-1]["logprob"]:
-                                break  # sorted: nothing later can run on or finish in the top k
-                            text = cand_text[c]
-                            cut = text.find(stops[0]) if one_stop else _first_stop(text, stops)
-                            ids = running[p][(r - si * per_slot)][0] + [tid]
-                            if tid in eos or cut >= 0:
-                                if len(fin) < k or score > fin[-1]["logprob"]:
-                                    fin.append({"ids": ids, "text": text if cut < 0 else
-                                                text[:cut], "logprob": score,
-                                                "finish_reason": "stop"})
-                                    fin.sort(key=lambda f: -f["logprob"])
-                                    del fin[k:]
-                            elif len(nxt) < k:
-                                nxt.append((ids, score, text))
-                                nxt_src.append(r)
-                        if not nxt or (len(fin) >= k and nxt[0][1] <= fin[-1]["logprob"]):
-                            running[p] = []
-                            continue
-                        running[p] = nxt
-                        kept.append(si)
-                        pad = k - len(nxt)  # filler rows: a copy of the best beam
-                        src += nxt_src + nxt_src[:1] * pad
-                        last += [ids[-1] for ids, _, _ in nxt] + [nxt[0][0][-1]] * pad
-                    if not kept or step == max_new_tokens - 1:
-                        break
-                    sel = torch.tensor(src, device=dev)
-                    past.reorder_cache(sel)
-                    cur_pos = torch.tensor([int(lengths[slots[si]]) + step for si in kept
-                                            for _ in range(k)], device=dev).unsqueeze(1)
-                    kw: dict[str, Any] = {cache_kwarg(model): past}
-                    if shared_prefix:
-                        if kept != list(range(len(slots))):
-                            ks = torch.tensor(kept, device=dev)
-                            for key in ("keys", "values"):
-                                prefix[key] = [t.index_select(0, ks) for t in prefix[key]]
-                            prefix["bias"] = prefix["bias"].index_select(0, ks)
-                        kw["beam_prefix"] = prefix
-                        model.config._attn_implementation = _PREFIX_ATTN
-                    else:
-                        mask = torch.cat([mask[sel.cpu()],
-                                          torch.ones((len(src), 1), dtype=torch.long)], 1)
-                        kw["attention_mask"] = mask.to(dev)
-                    slots, per_slot = [slots[si] for si in kept], k
-                    if pos_kw:
-                        kw["position_ids"] = cur_pos
-                    out = model(input_ids=torch.tensor(last, device=dev).unsqueeze(1),
-                                use_cache=True, **kw)
-                    model.config._attn_implementation = saved_attn
-                    past, logits = _kv_cache(out), out.logits[:, -1, :]
-            finally:
-                model.config._attn_implementation = saved_attn
-        return [self._final_beams(f, r, k) for f, r in zip(finished, running)]
-
-    @staticmethod
-    def _final_beams(finished: list[dict], running: list[tuple[list[int], float, str]],
-                     k: int) -> list[dict]:
-        """Finished beams plus those still running at the token limit ("length"), best k."""
-        beams = finished + [{"ids": ids, "text": text, "logprob": score,
-                             "finish_reason": "length"} for ids, score, text in running]
-        beams.sort(key=lambda f: -f["logprob"])
-        return beams[:k]
+        search = _BeamSearch(self, prompt_ids, k, stop, shared_prefix)
+        if max_new_tokens > 0:
+            with torch.inference_mode():
+                search.run(max_new_tokens)
+        return search.final_beams()
 
     # ---- scoring -----------------------------------------------------------------------
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
