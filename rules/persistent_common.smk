@@ -12,15 +12,15 @@ from selfknow.protocols.persistent.variants import (
     plan_variant,
 )
 
-PC = config.get("persistent", {})
-P_MODELS = list(PC.get("models", []))
-P_DATASETS = list(PC.get("datasets", []))
-P_TRANSFER = PC.get("transfer_dataset")
-P_SEEDS = list(PC.get("seeds", [0]))
-P_VAR_SEEDS = list(PC.get("variance_seeds", P_SEEDS))
-P_NTRAIN = PC.get("train_checkpoints", 2)
-P_PAIRS = PC.get("random_label_pairs", "consecutive")
-P_GCM = PC.get("gcm_model")
+PC = config["persistent"]
+P_MODELS = list(PC["models"])
+P_DATASETS = list(PC["datasets"])
+P_TRANSFER = PC["transfer_dataset"] if "transfer_dataset" in PC else None
+P_SEEDS = list(PC["seeds"])
+P_VAR_SEEDS = list(PC["variance_seeds"])
+P_NTRAIN = PC["train_checkpoints"]
+P_PAIRS = PC["random_label_pairs"]
+P_GCM = PC["gcm_model"] if "gcm_model" in PC else None
 P_VARIANTS = [v for v in TABLE_VARIANTS] + ["random_label"]
 
 
@@ -73,13 +73,40 @@ def _plan(model, variant):
                         with_transfer=bool(P_TRANSFER) and variant in TRANSFER_VARIANTS, pair_mode=P_PAIRS)
 
 
+def get_variant_mem_mb(wildcards):
+    """A variant job holds one base per view of its widest adapter while it trains (the parked
+    checkpoints' weights stay in host memory), one while it scores."""
+    from selfknow.models.registry import estimate_mem_mb
+
+    # persistent_transfer_variant and persistent_variance_adapters fix the variant to "transfer"
+    variant = wildcards.variant if hasattr(wildcards, "variant") else "transfer"
+    views = max(len(a.views) for a in _plan(wildcards.model, variant).adapters)
+    return estimate_mem_mb(get_model_spec(wildcards), bases=views)
+
+
 def get_persistent_sc_items(wildcards):
     return {"questions": f"{R}/items/{wildcards.dataset}/{wildcards.split}.parquet",
             "train": f"{R}/items/{wildcards.dataset}/train.parquet"}
 
 
+def get_persistent_judge(wildcards):
+    """What labels a dataset's candidate answers (`judge.correctness`): exact match, or the LLM
+    judge's spec and settings; only the llm case carries the judge, so that changing the judge
+    model reruns nothing under exact match."""
+    j = config["judge"]
+    if j["correctness"] == "exact":
+        return {"correctness": "exact"}
+    return {"correctness": "llm", "spec": model_spec(config, j["llm_judge"], R), "labels": j["labels"],
+            "multi_reference": wildcards.dataset in j["multi_reference_datasets"]}
+
+
+def get_persistent_judge_files(wildcards):
+    j = config["judge"]
+    return model_files(j["llm_judge"]) if j["correctness"] == "llm" else []
+
+
 def get_persistent_n_items(wildcards):
-    return PC.get("n_train", 5000) if wildcards.split == "train" else PC.get("n_test", 5000)
+    return PC["n_train"] if wildcards.split == "train" else PC["n_test"]
 
 
 def get_variant_inputs(wildcards):
@@ -106,8 +133,8 @@ def get_eval_ckpts(wildcards):
 def get_min_contrast(wildcards):
     """§A.3: 500 questions on the training datasets, 300 on the transfer dataset (BioASQ)."""
     if wildcards.evalset == MAIN:
-        return PC.get("min_contrast", 500)
-    return PC.get("min_contrast_transfer", 300)
+        return PC["min_contrast"]
+    return PC["min_contrast_transfer"]
 
 
 def get_gcm_inputs(wildcards):
@@ -124,11 +151,13 @@ def get_gcm_model_files(wildcards):
 
 
 def get_gcm_gpus(wildcards):
-    return _model_entry(P_GCM).get("gpu", 0)
+    return _model_entry(P_GCM)["gpu"]
 
 
 def get_gcm_mem_mb(wildcards):
-    return _model_entry(P_GCM).get("mem_mb", 4000)
+    from selfknow.models.registry import estimate_mem_mb
+
+    return estimate_mem_mb(model_spec(config, P_GCM, R))
 
 
 def get_metrics_inputs(wildcards):
@@ -143,6 +172,11 @@ def get_metrics_inputs(wildcards):
     if P_GCM:
         files.update({f"gcm__{s}": p_gcm(m, d, s) for s in P_SEEDS})
     return files
+
+
+def get_judge_count_inputs(wildcards):
+    """The SC tables that `persistent_metrics` reads, whose labels the table notes count."""
+    return {k: v for k, v in get_metrics_inputs(wildcards).items() if k.startswith(("train__", "test__", "transfer__"))}
 
 
 def get_reliability_inputs(wildcards):
@@ -174,6 +208,7 @@ def persistent_table_inputs(table):
                 files[f"metrics__{m}__{d}__{e}"] = f"{base}.parquet"
                 files[f"replicates__{m}__{d}__{e}"] = f"{base}.replicates.npz"
                 files[f"contrast__{m}__{d}__{e}"] = f"{R}/persistent/contrast/{m}/{d}/{e}.parquet"
+                files[f"judge__{m}__{d}__{e}"] = f"{R}/persistent/judge/{m}/{d}/{e}.csv"
     return files
 
 
@@ -190,10 +225,57 @@ def persistent_table_names():
     return names
 
 
+def persistent_transfer_figures():
+    """(figure, training dataset): Figure 3 on the first training dataset, Figure 4 (§B.6) on the
+    second, each for the first model."""
+    if not P_MODELS:
+        return []
+    return list(zip(["figure3", "figure4"], P_DATASETS))
+
+
+def persistent_accuracy_datasets():
+    """Table 7's columns: the training datasets and the transfer dataset."""
+    return P_DATASETS + ([P_TRANSFER] if P_TRANSFER else [])
+
+
+def persistent_table7_inputs():
+    """Every checkpoint's SC table, named "<model>__<ckpt>__<dataset>__<split>": the test split
+    of the training datasets, both splits of the transfer dataset (which its metrics pool)."""
+    files = {}
+    for m in P_MODELS:
+        for c in checkpoint_names(config, m):
+            for d in persistent_accuracy_datasets():
+                for split in ("train", "test") if d == P_TRANSFER else ("test",):
+                    files[f"{m}__{c}__{d}__{split}"] = p_sc(m, c, d, split)
+    return files
+
+
+def p_gcm_backbone_ckpt():
+    """The checkpoint of `gcm_model` the GCM is trained on (`jobs.gcm_job`: its last)."""
+    return checkpoint_names(config, P_GCM)[-1] if P_GCM else ""
+
+
+def persistent_figure2_inputs():
+    """Named "metrics__<model>__<dataset>", "replicates__...", the evaluation checkpoints'
+    test SC tables "test__<model>__<ckpt>__<dataset>", and the GCM backbone's own test SC
+    table per training dataset, "backbone__<dataset>"."""
+    if not P_GCM:
+        return {}
+    files = {}
+    for d in P_DATASETS:
+        files[f"backbone__{d}"] = p_sc(P_GCM, p_gcm_backbone_ckpt(), d, "test")
+        for m in P_MODELS:
+            files[f"metrics__{m}__{d}"] = p_metrics(m, d, MAIN)
+            files[f"replicates__{m}__{d}"] = f"{R}/persistent/metrics/{m}/{d}/{MAIN}.replicates.npz"
+            files.update({f"test__{m}__{c}__{d}": p_sc(m, c, d, "test") for c in p_eval_ckpts(m)})
+    return files
+
+
 def persistent_table_files():
     """Every table and figure of the persistent paper that this config can build."""
     if not P_MODELS:
         return []
-    files = table_targets("persistent", persistent_table_names() + ["figure3", "table19"])
-    files.append(f"{R}/figures/persistent/figure3.png")
+    figures = [f for f, _ in persistent_transfer_figures()] + (["figure2"] if P_GCM else [])
+    files = table_targets("persistent", persistent_table_names() + ["table7", "table19"] + figures)
+    files += [f"{R}/figures/persistent/{f}.png" for f in figures]
     return files + persistent_reliability_files()

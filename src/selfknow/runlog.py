@@ -55,14 +55,37 @@ def _fd2_to(path: str) -> Iterator[None]:
         os.close(fd)
 
 
+class _Residency:
+    """Process-wide count of base-model weight loads and of base models alive at once (the
+    backends count them, `selfknow.models.registry.track_base`; the job log reports them)."""
+
+    def __init__(self) -> None:
+        self.resident = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Start counting loads afresh; bases still alive count towards the new peak."""
+        self.loads = 0
+        self.peak = self.resident
+
+    def _released(self) -> None:
+        self.resident -= 1
+
+
+RESIDENCY = _Residency()
+
+
+def residency_summary() -> dict:
+    """{"base_loads", "peak_resident_bases"} since the last `RESIDENCY.reset()`."""
+    return {"base_loads": RESIDENCY.loads, "peak_resident_bases": RESIDENCY.peak}
+
+
 @contextlib.contextmanager
 def job_log(log_path: str | None, job: str) -> Iterator[dict]:
     """Send stderr and the `selfknow` logger to `log_path`; on exit log one summary line
     ``<job> done in <s> s: k=v ...`` from the dict the block fills in (items, cache hits, ...),
     followed, when the job loaded model weights, by `base_loads` (copies of base-model weights
     loaded) and `peak_resident_bases` (most of them alive at once) counted by the backends."""
-    from selfknow.models.registry import RESIDENCY, residency_summary
-
     summary: dict = {}
     RESIDENCY.reset()
     if log_path:

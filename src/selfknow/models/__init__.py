@@ -4,7 +4,6 @@ Importing this package is cheap: torch/transformers/httpx load only when a backe
 """
 from selfknow.models.base import LM, Beam, CallStats, Generation, LogprobsUnavailable
 from selfknow.models.registry import (
-    RESIDENCY,
     ModelSpecError,
     UnsupportedCall,
     backend_class,
@@ -12,11 +11,11 @@ from selfknow.models.registry import (
     free_memory,
     load_lm,
     register_backend,
-    residency_summary,
     resolve_checkpoint,
     track_base,
     validate_spec,
 )
+from selfknow.runlog import RESIDENCY, residency_summary
 
 
 __all__ = [

@@ -23,6 +23,7 @@ import jsonschema
 
 from selfknow.config import ConfigError, check_model_entry
 from selfknow.models.base import LM
+from selfknow.runlog import RESIDENCY
 from selfknow.schema import fill_defaults, strict, subschema
 
 log = logging.getLogger(__name__)
@@ -125,36 +126,12 @@ def repeats_share_requests(spec: dict, temperature: float) -> bool:
 
 
 # ---- memory: resident base models and the size of a job's memory request ---------------------
-class _Residency:
-    """Process-wide count of base-model weight loads and of base models alive at once."""
-
-    def __init__(self) -> None:
-        self.resident = 0
-        self.reset()
-
-    def reset(self) -> None:
-        """Start counting loads afresh; bases still alive count towards the new peak."""
-        self.loads = 0
-        self.peak = self.resident
-
-    def _released(self) -> None:
-        self.resident -= 1
-
-
-RESIDENCY = _Residency()
-
-
 def track_base(model) -> None:
     """Count one load of base weights (`model`) as resident until the object is freed."""
     RESIDENCY.loads += 1
     RESIDENCY.resident += 1
     RESIDENCY.peak = max(RESIDENCY.peak, RESIDENCY.resident)
     weakref.finalize(model, RESIDENCY._released)
-
-
-def residency_summary() -> dict:
-    """{"base_loads", "peak_resident_bases"} since the last `RESIDENCY.reset()`."""
-    return {"base_loads": RESIDENCY.loads, "peak_resident_bases": RESIDENCY.peak}
 
 
 def free_memory() -> None:
