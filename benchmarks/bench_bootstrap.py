@@ -28,10 +28,10 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import relplot  # noqa: E402
 
-from selfknow.stats.bootstrap import (bootstrap_persistent, component_classes,  # noqa: E402
-                                      default_block, draw_block, replicate_rngs)
 from selfknow.stats.classification import auc, brier  # noqa: E402
-from selfknow.stats.contrast import METRICS, contrast_pairs, pair_data  # noqa: E402
+from selfknow.stats.persistent.bootstrap import (bootstrap_persistent, component_classes,  # noqa: E402
+                                                 default_block, draw_block, replicate_rngs)
+from selfknow.stats.persistent.contrast import METRICS, contrast_pairs, pair_data  # noqa: E402
 
 
 def simulate(n_items: int, n_ckpt: int, seed: int):

@@ -7,15 +7,15 @@ import relplot
 from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
-from selfknow.stats.bootstrap import (bootstrap_persistent, component_classes, default_block,
-                                      draw_block, replicate_counts, replicate_rngs,
-                                      select_from_sequence)
-from selfknow.stats.bt_normalise import fit_bt_normaliser
 from selfknow.stats.classification import auc, brier
-from selfknow.stats.contrast import (METRICS, contrast_pairs, delta_metrics, eq1_normalise,
-                                     persistent_metrics, pivot_long)
 from selfknow.stats.isotonic import fit_isotonic
-from selfknow.stats.significance import significance_marks, table_marks
+from selfknow.stats.persistent.bootstrap import (bootstrap_persistent, component_classes, default_block,
+                                                 draw_block, replicate_counts, replicate_rngs,
+                                                 select_from_sequence)
+from selfknow.stats.persistent.bt_normalise import fit_bt_normaliser
+from selfknow.stats.persistent.contrast import (METRICS, contrast_pairs, delta_metrics, eq1_normalise,
+                                                persistent_metrics, pivot_long)
+from selfknow.stats.persistent.significance import significance_marks, table_marks
 from selfknow.stats.smooth_ece import smooth_ece, smooth_ece_batch, smooth_ece_sigma, smooth_ece_width
 
 
@@ -109,58 +109,42 @@ def test_smooth_ece_batch_on_many_rows_equals_relplot():
             assert abs(vals[b] - ref) < 1e-9
 
 
-@pytest.mark.parametrize("sigma", [0.5, 0.2, 0.125, 0.07, 0.04, 0.02, 0.012])
-def test_cosine_screen_error_bound_holds(sigma):
-    """The screen's value lies within its stated bound of the dense float64 value, and the
-    precise expansion (where it exists) within 1e-12 relative."""
-    from selfknow.stats.smooth_ece import _Batch
-
-    rng = np.random.default_rng(int(sigma * 1000))
-    n = 800
-    f = rng.uniform(size=n) ** 1.4
-    y = (rng.uniform(size=n) < f).astype(float)
-    counts = rng.multinomial(n, np.full(n, 1 / n), size=16).astype(float)
-    batch = _Batch([(f, y, counts)])
-    rows = np.arange(16)
-    exact, _ = batch.at(sigma, rows)
-    screen, err = batch.at(sigma, rows, screen=True)
-    assert np.all(np.abs(screen - exact) <= err)
-    # Tight enough to decide a bisection step unless smECE is within a few % of sigma (wide
-    # bandwidths, slow tails) or within 1e-6 (narrow ones).
-    assert np.all(err < (0.05 * sigma if sigma > 0.07 else 1e-6 * exact))
-    precise, perr = batch.at(sigma, rows, precise=True)
-    assert np.all(np.abs(precise - exact) <= np.maximum(perr, 1e-15 * exact))
-    if sigma <= 0.07:  # the narrow bandwidths' tails fall to rounding within 192 terms
-        assert np.all(perr <= 1e-12 * exact)
-
-
-@pytest.mark.parametrize("sigma, shortcut, some_unknown",
-                         [(0.5, False, True), (0.125, True, True), (0.07, True, False), (0.04, True, False)])
-def test_abs_sum_from_sign_changes_equals_the_dense_product(sigma, shortcut, some_unknown):
-    """sum_g |ys_g| from each row's sign changes (prefix sums of the operator's columns) and
-    the ys_g near zero one by one equals the dense float64 product's. At sigma = 0.125 the
-    rows have g of both kinds; narrower, the screen fixes every sign; at 0.5 the kernel's
-    truncation leaves most signs open and the dense product runs."""
+@pytest.mark.parametrize("n", [400, 3000])
+def test_smooth_ece_fast_path_equals_relplot(n, monkeypatch):
+    """Enough rows for the fast path (the cached dense operator), for data sets smaller and
+    larger than the E = 1001-point grid (the product's two associations): every row's
+    bandwidth is relplot's exactly, its value within 1e-9."""
     from selfknow.stats import smooth_ece as se
 
-    rng = np.random.default_rng(int(sigma * 1000) + 1)
-    n = 800
+    monkeypatch.setattr(se, "_OPERATORS", se.OrderedDict())
+    rng = np.random.default_rng(n)
+    f = rng.uniform(size=n)
+    y = (rng.uniform(size=n) < f ** 1.5).astype(float)
+    rows = se._MIN_ROWS_FOR_OPERATOR + 2
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=rows)
+    vals, sigmas = smooth_ece_batch(f, y, counts, return_sigma=True)
+    assert 0.5 in se._OPERATORS  # the first bisection step took the fast path
+    for b in range(rows):
+        ref, ref_sigma = relplot.smECE(np.repeat(f, counts[b]), np.repeat(y, counts[b]), return_width=True)
+        assert sigmas[b] == ref_sigma
+        assert abs(vals[b] - ref) < 1e-9
+
+
+@pytest.mark.parametrize("n", [300, 2500])
+@pytest.mark.parametrize("sigma", [1.0, 0.5, 0.125, 0.04, 0.012])
+def test_smooth_ece_fast_path_equals_reference_path(n, sigma):
+    """The dense operator (either association of the product) and relplot's FFT steps give
+    smECE_sigma equal to float64 rounding."""
+    from selfknow.stats import smooth_ece as se
+
+    rng = np.random.default_rng(int(sigma * 1000) + n)
     f = rng.uniform(size=n) ** 1.4
     y = (rng.uniform(size=n) < f).astype(float)
-    counts = rng.multinomial(n, np.full(n, 1 / n), size=16).astype(float)
-    batch = se._Batch([(f, y, counts)])
-    n_e, _ = se._grid_sizes(sigma)
-    smoother = se._Smoother(sigma)
-    ys = batch._masses(n_e)[0] @ smoother.op
-    got = batch._abs_sum(smoother, n_e, np.arange(16))
-    np.testing.assert_allclose(got, np.abs(ys).sum(axis=1), rtol=1e-13, atol=0)
-    assert ("prefix" in smoother.__dict__) == shortcut
-    assert (np.diff(np.sign(ys), axis=1) != 0).any(axis=1).sum() >= 8  # most rows change sign
-    a, _, _, err = smoother.cosine
-    approx = batch._cosine_coeffs(n_e, 0)[:, : a.shape[0]] @ a
-    bound = np.outer(batch._totals(n_e)[0], err)
-    assert np.all(np.abs(ys - approx) <= bound)
-    assert (np.abs(approx) <= bound).any() == some_unknown
+    counts = rng.multinomial(n, np.full(n, 1 / n), size=6).astype(float)
+    part = se._Part(f, y, counts)
+    rows = np.arange(6)
+    np.testing.assert_allclose(part.fast(sigma, rows, se._Operator(sigma)), part.reference(sigma, rows),
+                               rtol=1e-12, atol=0)
 
 
 def test_smooth_ece_rejects_bad_input():
@@ -394,7 +378,7 @@ def test_replicates_with_a_shared_head_equal_literal_walk(monkeypatch):
     """At n = 1000 the first draws (no quota can plausibly fill there) are tallied once for
     all components; replicates still equal the literal walk. Forcing the head almost to the
     block's end makes quotas fill inside it: those replicates are redone draw by draw."""
-    import selfknow.stats.bootstrap as bootstrap
+    import selfknow.stats.persistent.bootstrap as bootstrap
 
     conf, correct = _small_world(seed=5, n=1000, k=3)
     pairs = contrast_pairs(correct, min_size=20)
@@ -413,7 +397,7 @@ def test_replicates_with_a_shared_head_equal_literal_walk(monkeypatch):
 
 
 def test_packed_counts_fall_back_when_a_multiplicity_overflows_its_field():
-    from selfknow.stats.bootstrap import _counts_from_accepted
+    from selfknow.stats.persistent.bootstrap import _counts_from_accepted
 
     seq = np.array([[0] * 300 + [1, 2]], dtype=np.int32)  # item 0 taken 300 times (> 255)
     accepted = np.ones((2, 1, 302), dtype=bool)

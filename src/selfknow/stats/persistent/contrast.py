@@ -43,8 +43,8 @@ from typing import Callable, Sequence, Union
 
 import numpy as np
 
-from .classification import auc, brier
-from .smooth_ece import smooth_ece
+from ..classification import auc, brier
+from ..smooth_ece import smooth_ece
 
 CONTRAST_METRICS = ("delta0_b", "delta0", "delta_b", "delta",
                     "contrast_auc", "contrast_brier", "contrast_ece")

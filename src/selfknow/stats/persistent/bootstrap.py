@@ -16,11 +16,11 @@ authors' choice: the §B.1 map is not refitted per replicate).
 Vectorisation. Each replicate has its own random stream (``SeedSequence(seed).spawn``), read
 in blocks of ``block`` draws; a (B, L) matrix of draws gives, per component and class, the
 accepted positions by a cumulative count, and the replicate becomes multiplicities per
-component. The first draws, where no quota can plausibly fill, are tallied once for all
-components (``head_length``) and added to each in bytes, and the later draws' multiplicities
-of all components come from one bincount with byte fields packed into a float64 weight; both
-shortcuts check themselves and fall back to the literal walk for a replicate where they would
-not hold. All ten metrics are then computed from multiplicities for all replicates at once:
+component (one bincount each). The first draws, where no quota can plausibly fill, are
+tallied once for all components (``head_length``). Two paths: this vectorised one, and the
+sequence walked draw by draw (``select_from_sequence`` on one growing sequence) for the rare
+replicate that meets a quota inside the head or does not meet every quota within the block.
+All ten metrics are then computed from multiplicities for all replicates at once:
 AUC as a weighted Mann-Whitney statistic (each positive's rank among the negatives is fixed,
 so only a cumulative sum of negative multiplicities per replicate is needed; ties count 1/2),
 Brier and Δ by matrix products, SmoothECE by ``smooth_ece_counts``. Multiplicities are stored
@@ -29,13 +29,13 @@ item-major, each component's members only (a contrast pair's questions), stacked
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
+from typing import Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from .contrast import (CONTRAST_METRICS, FULL_METRICS, METRICS, ContrastPair, Normaliser,
+from .contrast import (CONTRAST_METRICS, FULL_METRICS, METRICS, ContrastPair, Normaliser, PairData,
                        _check_conf, _check_correct, pair_data)
-from .smooth_ece import smooth_ece_counts
+from ..smooth_ece import smooth_ece_counts
 
 N_BOOT = 10_000
 SEED = 17
@@ -82,15 +82,21 @@ def default_block(classes: np.ndarray) -> int:
     return int(np.ceil(classes.shape[1] + 6 * (sd or 0.0) + 64))
 
 
+class Selection(NamedTuple):
+    """The §A.8 quota rule applied to (B, L) sequences of draws."""
+
+    accepted: np.ndarray  # (C, B, L) bool: draw t of replicate b enters component j
+    filled: np.ndarray  # (B,) bool: every quota met within the L draws
+
+
 def select_from_sequence(sequence: np.ndarray, classes: np.ndarray, quotas: np.ndarray,
-                         seen_before: np.ndarray | None = None):
+                         seen_before: np.ndarray | None = None) -> Selection:
     """Apply the §A.8 quota rule to sequences of drawn questions.
 
     ``sequence``: (B, L) item indices; ``classes``: (C, n) stratum labels; ``quotas``: (C, 2)
     class sizes; ``seen_before``: optional (C, 2, B) class tallies of earlier draws, when
-    ``sequence`` continues them. Returns (accepted (C, B, L) bool, filled (B,) bool: every
-    quota met within L). Position t is accepted for component j when the question's class c
-    in j has been seen at most quotas[j, c] times up to and including t."""
+    ``sequence`` continues them. Position t is accepted for component j when the question's
+    class c in j has been seen at most quotas[j, c] times up to and including t."""
     n_comp = classes.shape[0]
     accepted = np.zeros((n_comp,) + sequence.shape, dtype=bool)
     filled = np.ones(sequence.shape[0], dtype=bool)
@@ -106,7 +112,7 @@ def select_from_sequence(sequence: np.ndarray, classes: np.ndarray, quotas: np.n
                 seen += seen_before[j, c][:, None].astype(np.int32)
             accepted[j] |= member & (seen <= q)
             filled &= seen[:, -1] >= q
-    return accepted, filled
+    return Selection(accepted, filled)
 
 
 def head_length(classes: np.ndarray) -> int:
@@ -135,62 +141,33 @@ def _class_tally(head: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.
     return (indicator.astype(float) @ hist).reshape(n_comp, 2, n_rep), hist
 
 
-# Multiplicities of up to _FIELDS components are packed into one float64 weight per draw,
-# a byte each (48 bits: float64 sums stay exact; bytes unpack as views), so one bincount counts
-# them all; random scatter dominates a bincount, and this does it once instead of per component.
-_FIELD_BITS = 8
-_FIELDS = 6
-
-
 def _counts_from_accepted(sequence: np.ndarray, accepted: np.ndarray, member: np.ndarray,
                           head_hist: np.ndarray | None = None) -> np.ndarray:
     """Multiplicities, stacked component by component: rows offset[j]:offset[j+1] of the
     (sum_j n_j, B) result hold component j's n_j members (items with a class in j, ascending;
     ``offsets(member)``). Item-major, so per-item gathers and cumulative sums over items run
-    along contiguous replicate rows. Bytes (int32 if some multiplicity exceeds 255): the
-    AUC's gathers and cumulative sums move an eighth of float64's memory.
+    along contiguous replicate rows. In the narrowest unsigned type that holds them (bytes in
+    practice): the AUC's gathers and cumulative sums then move an eighth of int64's memory.
 
     ``member``: (C, n) bool; ``accepted`` (C, B, L - P) covers the last L - P draws; the first
     P are accepted by every component whose classes hold the item (when P > 0, ``head_hist``
     (n, B) counts each item among them)."""
     n_comp, n_rep, n_tail = accepted.shape
-    n_items = member.shape[1]
-    head = sequence.shape[1] - n_tail
+    tail = sequence[:, sequence.shape[1] - n_tail:]
     offset = offsets(member)
-    tail = sequence[:, head:]
-    keys = _item_major_keys(tail)
-    out = np.empty((offset[-1], n_rep), dtype=np.uint8)
-    weight = np.empty(tail.shape)
-    for start in range(0, n_comp, _FIELDS):
-        group = list(enumerate(range(start, min(start + _FIELDS, n_comp))))
-        weight[:] = 0
-        for f, j in group:
-            weight += accepted[j] * float(1 << (_FIELD_BITS * f))
-        packed = np.bincount(keys, weights=weight.ravel(), minlength=n_items * n_rep).astype("<i8")
-        fields = packed.view(np.uint8).reshape(n_items, n_rep, 8)  # little-endian: byte f = field f
-        for f, j in group:
-            grid = fields[:, :, f]
-            out[offset[j]:offset[j + 1]] = grid if member[j].all() else grid[member[j]]
-    if head:  # every head draw of an item counts for each component holding it
-        head_bytes = head_hist.astype(np.uint8)
-        for j in range(n_comp):
-            out[offset[j]:offset[j + 1]] += head_bytes if member[j].all() else head_bytes[member[j]]
-    # A multiplicity above 255 spills into the next field, or wraps around its byte, and leaves
-    # its component's total short: such replicates (never seen in practice) are counted
-    # component by component.
-    expected = accepted.sum(axis=2)
-    if head:
-        expected += (member.astype(float) @ head_hist).astype(np.int64)
-    totals = np.stack([out[a:b].sum(axis=0, dtype=np.int64) for a, b in zip(offset[:-1], offset[1:])])
-    spilled = np.flatnonzero((totals != expected).any(axis=0))
-    if spilled.size:
-        out = out.astype(np.int32)
-    for r in spilled:
-        for j in range(n_comp):
-            taken = sequence[r][np.concatenate([member[j][sequence[r, :head]], accepted[j, r]])
-                                if head else accepted[j, r]]
-            out[offset[j]:offset[j + 1], r] = np.bincount(taken, minlength=n_items)[member[j]]
-    return out
+    replicate = np.broadcast_to(np.arange(n_rep)[:, None], tail.shape)
+    wide = np.min_scalar_type(sequence.shape[1])  # no item is drawn more often than there are draws
+    head = None if head_hist is None else head_hist.astype(wide)
+    out = np.empty((offset[-1], n_rep), dtype=wide)
+    for j in range(n_comp):
+        row = np.cumsum(member[j]) - 1  # item -> its row among component j's members
+        taken = accepted[j]
+        block = out[offset[j]:offset[j + 1]]
+        keys = row[tail[taken]] * n_rep + replicate[taken]
+        block[:] = np.bincount(keys, minlength=block.size).reshape(block.shape)
+        if head is not None:
+            block += head[member[j]]
+    return out.astype(np.min_scalar_type(out.max(initial=0)))
 
 
 def offsets(member: np.ndarray) -> np.ndarray:
@@ -312,6 +289,17 @@ class _Chunk:
         return (self.floats if floats else self.ints)[: self.offset[self.n_ckpt]]
 
 
+@dataclass(frozen=True)
+class _PairScorer:
+    """One contrast pair of one seed: its normalised data, AUC points and the rows of
+    ``_SeedScorer._LINEAR`` (per-question weights whose product with the multiplicities is
+    the metric)."""
+
+    data: PairData
+    auc: _AucPoints
+    linear: np.ndarray
+
+
 class _SeedScorer:
     """Everything one seed of one method needs to score replicates."""
 
@@ -336,23 +324,21 @@ class _SeedScorer:
             else:
                 balanced = np.where(imp, 0.5 / imp.sum(), 0.5 / (~imp).sum())
             sq = (d.q_early - d.y_early) ** 2 + (d.q_late - (1 - d.y_early)) ** 2
-            self.pairs.append({
-                "d": d, "auc": _AucPoints.of(q, y, fold=n_p),
-                "linear": np.stack([d.sign / n_p, d.gap / n_p, d.sign * balanced,
-                                    d.gap * balanced, sq / (2 * n_p)]),
-            })
+            self.pairs.append(_PairScorer(d, _AucPoints.of(q, y, fold=n_p),
+                                          np.stack([d.sign / n_p, d.gap / n_p, d.sign * balanced,
+                                                    d.gap * balanced, sq / (2 * n_p)])))
         self.n_ckpt = n_ckpt
 
     def ece(self, chunk: _Chunk, wanted: Sequence[str]) -> dict[str, np.ndarray]:
         """The SmoothECE metrics of ``chunk``'s replicates. All data sets share one bandwidth
-        search (see smooth_ece_multi in smooth_ece)."""
+        search (``smooth_ece_counts``)."""
         k = self.n_ckpt
         sets = []
         if "full_ece" in wanted:
             sets += [(self.conf[c], self.correct[c], chunk.part(c).T) for c in range(k)]
         if "contrast_ece" in wanted:
-            sets += [(p["d"].q_early, p["d"].y_early, chunk.part(k + j).T) for j, p in enumerate(self.pairs)]
-        eces = smooth_ece_counts(sets) if sets else []
+            sets += [(p.data.q_early, p.data.y_early, chunk.part(k + j).T) for j, p in enumerate(self.pairs)]
+        eces = [r.value for r in smooth_ece_counts(sets)] if sets else []
         out = {}
         if "full_ece" in wanted:
             out["full_ece"] = np.mean(eces[:k], axis=0)
@@ -374,12 +360,12 @@ class _SeedScorer:
         per_pair: dict[str, list[np.ndarray]] = {m: [] for m in CONTRAST_METRICS
                                                  if m in wanted and m != "contrast_ece"}
         for j, p in enumerate(self.pairs):
-            linear = p["linear"] @ chunk.part(k + j)
+            linear = p.linear @ chunk.part(k + j)
             for name, row in zip(self._LINEAR, linear):
                 if name in per_pair:
                     per_pair[name].append(row)
             if "contrast_auc" in per_pair:
-                per_pair["contrast_auc"].append(p["auc"].auc(chunk.part(k + j, floats=False)))
+                per_pair["contrast_auc"].append(p.auc.auc(chunk.part(k + j, floats=False)))
         for name, vals in per_pair.items():
             out[name] = np.mean(vals, axis=0) if vals else np.full(b, np.nan)
         return out
