@@ -122,7 +122,8 @@ def named_table_targets(paper, names):
     shown: its figure is)."""
     out = {}
     for n in names:
-        shown = REPORT_CATALOG.get(f"{paper}/{n}", {}).get("kind") == "table"
+        key = f"{paper}/{n}"
+        shown = key in REPORT_CATALOG and REPORT_CATALOG[key]["kind"] == "table"
         for ext in TABLE_EXTS:
             path = f"{R}/tables/{paper}/{n}.{ext}"
             out[f"{n}_{ext}"] = report_item(f"{paper}/{n}", path) if ext == "html" and shown else path

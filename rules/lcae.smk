@@ -2,13 +2,16 @@
 # Stage 2 self-assessment of the Standard-prompting examinees, Stage 3, tables.
 
 
+LC = config["lcae"]
+
+
 rule lcae_sample:
     input:
-        f"{R}/items/{LC.get('dataset', 'NONE')}/test.parquet",
+        f"{R}/items/{LC['dataset']}/test.parquet",
     output:
         f"{R}/lcae/items.parquet",
     params:
-        n_items=LC.get("n_items", 100),
+        n_items=LC["n_items"],
         seed=config["seed"],
     conda:
         "../envs/selfknow.yaml"
@@ -26,8 +29,8 @@ rule lcae_stage1:
         f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
     params:
         spec=get_model_spec,
-        strategies=LC.get("strategies", []),
-        max_new_tokens=LC.get("max_new_tokens", 256),
+        strategies=LC["strategies"],
+        max_new_tokens=LC["max_new_tokens"],
         cache=f"{R}/cache",
     threads: 1
     conda:
@@ -51,7 +54,7 @@ rule lcae_irt:
         persons=f"{R}/lcae/irt/persons.parquet",
         item_params=f"{R}/lcae/irt/items.parquet",
     params:
-        method=LC.get("rasch_method", "jml"),
+        method=LC["rasch_method"],
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -73,11 +76,11 @@ rule lcae_stage2:
         f"{R}/lcae/stage2/{{model}}/{{ckpt}}.parquet",
     params:
         spec=get_model_spec,
-        conditions=LC.get("conditions", []),
-        repeats=LC.get("repeats", 3),
-        reflection=LC.get("reflection", "generic"),
-        temperature=LC.get("stage2_temperature", 0.0),
-        max_new_tokens=LC.get("max_new_tokens", 256),
+        conditions=LC["conditions"],
+        repeats=LC["repeats"],
+        reflection=LC["reflection"],
+        temperature=LC["stage2_temperature"],
+        max_new_tokens=LC["max_new_tokens"],
         cache=f"{R}/cache",
     threads: 1
     conda:
@@ -102,7 +105,7 @@ rule lcae_stage3:
     output:
         f"{R}/lcae/stage3.parquet",
     params:
-        eps=LC.get("lcae_eps", 1e-6),
+        eps=LC["lcae_eps"],
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -116,10 +119,10 @@ rule lcae_tables:
         stage3=rules.lcae_stage3.output[0],
         item_params=rules.lcae_irt.output.item_params,
     output:
-        **named_table_targets("lcae", ["table1", "table2", "table3", "item_fit"]),
+        **named_table_targets("lcae", ["table1", "table1_squared", "table2", "table3", "item_fit"]),
         **named_figure_targets("lcae", ["figure2"]),
     params:
-        prices=LC.get("prices", {}),
+        prices=LC["prices"],
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"

@@ -5,7 +5,6 @@
 
 
 localrules:
-    persistent_figure3,
     persistent_table19,
 
 
@@ -13,18 +12,20 @@ rule persistent_sc:
     input:
         unpack(get_persistent_sc_items),
         model=get_model_files,
+        judge_model=get_persistent_judge_files,
     output:
         sc=f"{R}/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{{split}}.parquet",
         beams=f"{R}/persistent/beams/{{model}}/{{ckpt}}/{{dataset}}/{{split}}.parquet",
     params:
         spec=get_model_spec,
         n_items=get_persistent_n_items,
-        n_shots=PC.get("n_shots", 5),
+        n_shots=PC["n_shots"],
         seed=config["seed"],
-        num_beams=PC.get("num_beams", 10),
-        max_new_tokens=PC.get("max_new_tokens", 24),
-        equivalence=PC.get("equivalence", "normalised"),
-        prompt_label=PC.get("prompt_label", "Question"),
+        num_beams=PC["num_beams"],
+        max_new_tokens=PC["max_new_tokens"],
+        equivalence=PC["equivalence"],
+        prompt_label=PC["prompt_label"],
+        judge=get_persistent_judge,
         cache=f"{R}/cache",
     threads: 1
     conda:
@@ -53,6 +54,7 @@ rule persistent_variant:
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         pair_mode=P_PAIRS,
+        adapter=PC["adapter"],
         cache=f"{R}/cache",
     threads: 1
     conda:
@@ -62,7 +64,7 @@ rule persistent_variant:
     benchmark:
         f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
+        mem_mb=get_variant_mem_mb,
         runtime=480,
         gpu=get_model_gpus,
     script:
@@ -88,7 +90,8 @@ use rule persistent_variant as persistent_transfer_variant with:
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         pair_mode=P_PAIRS,
-        variance_items=PC.get("variance_items", 200),
+        variance_items=PC["variance_items"],
+        adapter=PC["adapter"],
         cache=f"{R}/cache",
     log:
         f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/transfer/seed{{seed}}.log",
@@ -115,6 +118,7 @@ rule persistent_gcm:
         gcm_spec=get_gcm_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
+        adapter=PC["adapter"],
         cache=f"{R}/cache",
     threads: 1
     conda:
@@ -142,10 +146,10 @@ rule persistent_metrics:
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         min_contrast=get_min_contrast,
-        n_boot=PC.get("bootstrap_replicates", 10000),
-        n_boot_ece=PC.get("bootstrap_ece_replicates", PC.get("bootstrap_replicates", 10000)),
+        n_boot=PC["bootstrap_replicates"],
+        n_boot_ece=PC["bootstrap_ece_replicates"],
         seed=config["seed"],
-        equivalence=PC.get("equivalence", "normalised"),
+        equivalence=PC["equivalence"],
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -158,6 +162,22 @@ rule persistent_metrics:
         runtime=240,
     script:
         "../scripts/persistent_metrics.py"
+
+
+# Who labelled the candidate answers and how often the judge refused or gave no parsable
+# label, counted over the SC tables the metrics read, for the table notes.
+rule persistent_judge_counts:
+    input:
+        unpack(get_judge_count_inputs),
+    output:
+        f"{R}/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.csv",
+    localrule: True
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.log",
+    script:
+        "../scripts/persistent_judge_counts.py"
 
 
 # One rule per table (persistent_table1, ...), so that each table's page in the report has its
@@ -177,8 +197,8 @@ for _table in persistent_table_names():
             models=P_MODELS,
             datasets=P_DATASETS,
             transfer=P_TRANSFER or "",
-            min_contrast=PC.get("min_contrast", 500),
-            min_contrast_transfer=PC.get("min_contrast_transfer", 300),
+            min_contrast=PC["min_contrast"],
+            min_contrast_transfer=PC["min_contrast_transfer"],
             report=REPORT_SETTINGS,
         conda:
             "../envs/selfknow.yaml"
@@ -188,24 +208,80 @@ for _table in persistent_table_names():
             "../scripts/persistent_table.py"
 
 
-rule persistent_figure3:
+# Figure 3 (§4.3) on the first training dataset and Figure 4 (§B.6) on the second: the
+# respective-checkpoint adapters' transfer matrix and the random-label pairs, first model.
+for _figure, _d in persistent_transfer_figures():
+
+    rule:
+        name:
+            f"persistent_{_figure}"
+        input:
+            transfer=p_conf(P_MODELS[0], _d, "transfer", P_VAR_SEEDS[0]),
+            random_label=p_conf(P_MODELS[0], _d, "random_label", P_SEEDS[0]),
+        output:
+            **named_figure_targets("persistent", [_figure]),
+            **named_table_targets("persistent", [_figure]),
+        localrule: True
+        params:
+            figure=_figure,
+            model=P_MODELS[0],
+            dataset=_d,
+            order=persistent_ckpt_order(),
+            report=REPORT_SETTINGS,
+            title=f"Figure {_figure[6:]}: transfer between checkpoints ({P_MODELS[0]}, {_d})",
+        conda:
+            "../envs/selfknow.yaml"
+        log:
+            f"{R}/logs/persistent/{_figure}.log",
+        script:
+            "../scripts/persistent_transfer_figure.py"
+
+
+rule persistent_table7:
     input:
-        transfer=p_conf(P_MODELS[0], P_DATASETS[0], "transfer", P_VAR_SEEDS[0]) if P_MODELS else [],
-        random_label=p_conf(P_MODELS[0], P_DATASETS[0], "random_label", P_SEEDS[0]) if P_MODELS else [],
+        **persistent_table7_inputs(),
     output:
-        **named_figure_targets("persistent", ["figure3"]),
-        **named_table_targets("persistent", ["figure3"]),
+        **named_table_targets("persistent", ["table7"]),
+    localrule: True
     params:
-        order=persistent_ckpt_order(),
+        models=P_MODELS,
+        checkpoints={m: checkpoint_names(config, m) for m in P_MODELS},
+        n_train=P_NTRAIN,
+        datasets=persistent_accuracy_datasets(),
+        transfer=P_TRANSFER or "",
         report=REPORT_SETTINGS,
-        title=f"Figure 3: transfer between checkpoints ({P_MODELS[0] if P_MODELS else ''}, "
-              f"{P_DATASETS[0] if P_DATASETS else ''})",
     conda:
         "../envs/selfknow.yaml"
     log:
-        f"{R}/logs/persistent/figure3.log",
+        f"{R}/logs/persistent/table7.log",
     script:
-        "../scripts/persistent_figure3.py"
+        "../scripts/persistent_table7.py"
+
+
+# Figure 2 (§3.2, §B.4): the GCM's contrast-set AUC headroom against oracle training, by the
+# error rate of the GCM's backbone (the last checkpoint of `gcm_model`) on the contrast questions.
+rule persistent_figure2:
+    input:
+        **persistent_figure2_inputs(),
+    output:
+        **named_figure_targets("persistent", ["figure2"]),
+        **named_table_targets("persistent", ["figure2"]),
+    localrule: True
+    params:
+        models=P_MODELS,
+        eval_ckpts={m: p_eval_ckpts(m) for m in P_MODELS},
+        datasets=P_DATASETS,
+        min_contrast=PC["min_contrast"],
+        backbone_model=P_GCM or "",
+        backbone_ckpt=p_gcm_backbone_ckpt(),
+        report=REPORT_SETTINGS,
+        title="Figure 2: GCM headroom on contrast-set AUC against oracle training",
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/figure2.log",
+    script:
+        "../scripts/persistent_figure2.py"
 
 
 # Reliability diagrams (beyond the paper; workflow_report/persistent/reliability.rst): one
@@ -222,7 +298,7 @@ rule persistent_reliability:
         eval_ckpts=get_eval_ckpts,
         train_seed=P_SEEDS[0],
         seed=config["seed"],
-        equivalence=PC.get("equivalence", "normalised"),
+        equivalence=PC["equivalence"],
     threads: 1
     conda:
         "../envs/selfknow.yaml"

@@ -8,5 +8,5 @@ sc_paths = {k.replace("__", ":"): v for k, v in snakemake.input.items() if k.spl
 with job_log(snakemake.log[0], f"persistent_variant {w.model} {w.dataset} {variant} seed {w.seed}") as summary:
     summary.update(variant_job(variant, dict(p.spec), list(p.train_ckpts), list(p.eval_ckpts), sc_paths,
                                out.adapters, out.get("conf"), seed=int(w.seed), cache_dir=p.cache,
-                               threads=snakemake.threads, pair_mode=p.pair_mode,
+                               threads=snakemake.threads, pair_mode=p.pair_mode, hparams=dict(p.adapter),
                                hidden_out=out.get("hidden"), variance_items=p.get("variance_items", 0)))

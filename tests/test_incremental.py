@@ -171,8 +171,8 @@ def tiny_is_up_to_date(tiny_run) -> Path:
 
 # -- (a) adding a model --------------------------------------------------------------------------
 
-#: Figure 3 and Table 19 are drawn for the first persistent model only.
-FIRST_PERSISTENT_MODEL_ONLY = {"persistent_figure3", "persistent_table19"}
+#: Figures 3 and 4 and Table 19 are drawn for the first persistent model only.
+FIRST_PERSISTENT_MODEL_ONLY = {"persistent_figure3", "persistent_figure4", "persistent_table19"}
 #: Per protocol, the jobs over all of its models (besides the persistent tables, found by output).
 AGGREGATES = {
     "world": {"world_evolution_table"},

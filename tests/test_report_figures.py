@@ -92,6 +92,49 @@ def test_binned_points_reproduce_binned_ece_with_confidence_one_in_the_last_bin(
     assert last["count"] == np.sum(f >= 0.9)
 
 
+def test_the_curve_and_band_fade_with_the_kernel_density_exactly_as_relplot_draws_them():
+    """Calibrated confidences only in [0.2, 0.6]: the kernel-smoothed curve falls to 0
+    past the data (a ratio of two vanishing kernel sums); relplot fades it there by the kernel
+    density, and so must we: same opacity and area per dot and band opacity per segment as
+    relplot's own `plot_rel_diagram` on the same curve, nothing drawn where relplot's opacity is
+    below one 8-bit step."""
+    relplot = pytest.importorskip("relplot")
+    import matplotlib.pyplot as plt
+
+    rng = np.random.default_rng(5)
+    f = rng.uniform(0.2, 0.6, 300)
+    y = (rng.uniform(size=300) < f).astype(float)
+    sm = F.smooth_reliability(f, y, n_boot=50, seed=0)
+    assert sm["mu"][sm["mesh"] > 0.95].max() < 0.1  # the plunge a reader would take for a finding
+    ref = relplot.prepare_rel_diagram(f, y, plot_confidence_band=False, report_CE=False, kde_bandwidth=sm["sigma"])
+    np.testing.assert_allclose(sm["density"], ref["density"], rtol=1e-9, atol=1e-12)
+    fig, ax = plt.subplots()
+    relplot.plot_rel_diagram({**ref, "mu": sm["mu"], "lower": sm["lower"], "upper": sm["upper"], "bags": []},
+                             fig=fig, ax=ax, use_default_style=False, plot_density_ticks=False)
+    dots = max(ax.collections, key=lambda c: len(c.get_offsets()))
+    ref_x, ref_alpha, ref_area = dots.get_offsets()[:, 0], dots.get_facecolors()[:, 3], dots.get_sizes()
+    ref_band = np.array([c.get_alpha() for c in ax.collections if c is not dots])
+    plt.close(fig)
+
+    fig, ax = plt.subplots()
+    F._reliability_axes(ax, f, y, n_bins=10, smooth=True, n_boot=50, seed=0)
+    curve = next(c for c in ax.collections if c.get_label().startswith("smoothed"))
+    band = ax.images[0].get_array()[0, :, 3]
+    plt.close(fig)
+    x = curve.get_offsets()[:, 0]
+    drawn = np.isin(ref_x, x)
+    assert drawn.sum() == x.size
+    np.testing.assert_allclose(curve.get_facecolors()[:, 3], ref_alpha[drawn], rtol=1e-12)
+    np.testing.assert_allclose(curve.get_sizes(), ref_area[drawn], rtol=1e-12)
+    assert np.all(ref_alpha[~drawn] < 1 / 255) and np.all(ref_alpha[drawn] >= 1 / 255)
+    # past the data's kernel mass nothing is drawn, and what is drawn does not plunge
+    assert 0.05 < x.min() < 0.2 and 0.6 < x.max() < 0.75
+    assert curve.get_offsets()[:, 1].min() > 0.1
+    assert band.size == ref_band.size == sm["mesh"].size - 1
+    np.testing.assert_allclose(band, np.where(ref_band >= 1 / 255, ref_band, 0), rtol=1e-12)
+    assert band[sm["mesh"][:-1] > 0.95].max() == 0
+
+
 # --- every figure ------------------------------------------------------------------------------
 
 def test_reliability_diagram(tmp_path):
@@ -104,7 +147,9 @@ def test_reliability_diagram(tmp_path):
     assert main.series[0] == "perfect calibration"
     assert len(main.series) == 4  # diagonal, band, curve, bins
     assert any("SmoothECE" in lab for lab in main.series) and any("ECE" in lab for lab in main.series)
-    assert main.n_lines == 2 and main.n_collections == 2
+    # lines: the diagonal; collections: the band's outline, the curve's dots, the bins; the band's
+    # density-faded fill is an image clipped to the outline
+    assert main.n_lines == 1 and main.n_collections == 3 and main.n_images == 1
     assert s.axes[1].xlabel == "confidence" and s.axes[1].n_patches == 20
     # the sidecar keeps the provenance and, after it, what the figure drew
     assert json.loads((tmp_path / "rel.json").read_text()) == {"config_hash": "abc", "figure": asdict(s)}
@@ -192,13 +237,74 @@ def test_transfer_heatmap_and_its_random_label_panel(tmp_path):
     assert (tmp_path / "nan.png").stat().st_size > 0 and s3.axes[0].n_texts >= 0
 
 
-def test_ability_lcae_ce_keeps_its_contract(tmp_path):
-    df = pd.DataFrame({"label": ["a/standard", "b/standard"], "theta": [0.1, 1.2], "lcae": [0.7, 0.4],
-                       "ce": [5e6, 8.73e6]})
-    s = F.ability_lcae_ce(df, tmp_path / "figure2.png", title="Figure 2")
+def test_gcm_headroom_has_one_line_per_dataset_a_marker_per_model_and_its_intervals(tmp_path):
+    models = ["olmo3-7b", "marin-8b", "olmo3-32b"]
+    df = pd.DataFrame({"model": models * 2, "dataset": ["triviaqa"] * 3 + ["jeopardy"] * 3,
+                       "backbone_error_rate": [0.2, 0.3, 0.35, 0.15, 0.25, 0.3],
+                       "auc_gap": [0.0, 0.1, 0.12, 0.01, 0.09, 0.08],
+                       "gap_lo": [-0.02, 0.08, 0.1, -0.01, 0.07, np.nan],
+                       "gap_hi": [0.02, 0.12, 0.14, 0.03, 0.11, np.nan]})
+    s = F.gcm_headroom(df, tmp_path / "figure2.png", title="Figure 2", provenance={"config_hash": "h"})
     _check_png(tmp_path / "figure2.png")
     _check_labelled(s, 1)
-    assert len(s.axes[0].series) == 2 and "8.73M" in s.axes[0].series[1]
+    ax = s.axes[0]
+    assert ax.series == ["triviaqa", "jeopardy"]
+    # the zero line, one line per dataset and per dataset the two cap lines of its intervals; a
+    # point per (model, dataset) and one interval collection per dataset (jeopardy's third
+    # point has none)
+    assert ax.n_lines == 1 + 2 + 2 * 2 and ax.n_collections == 6 + 2
+    assert "oracle − GCM" in ax.ylabel and "backbone" in ax.xlabel
+    assert json.loads((tmp_path / "figure2.json").read_text())["figure"]["axes"][0]["series"] == ax.series
+    assert ax.n_texts == 0
+    # a point without a contrast set is named, not drawn
+    s2 = F.gcm_headroom(df.assign(backbone_error_rate=[np.nan] + [0.3] * 5), tmp_path / "nan.png", title="x")
+    assert s2.axes[0].n_texts == 1 and s2.axes[0].series == ["triviaqa", "jeopardy"]
+    with pytest.raises(ValueError, match="missing columns"):
+        F.gcm_headroom(df.drop(columns="gap_lo"), tmp_path / "x.png", title="x")
+
+
+def test_lcae_figure2_has_one_series_per_model_ce_as_area_and_a_bounded_legend(tmp_path, monkeypatch):
+    """Stage 3 of two priced models (one with three checkpoints) and an unpriced one, through
+    `figure2_frame`: one marker per examinee, one legend series per model, the checkpoints
+    labelled, marker area proportional to CE (paper: CE = 10^6 / mean price per million tokens),
+    and with twenty models a legend of at most LEGEND_ROWS rows and a CE key of three sizes."""
+    from selfknow.protocols.lcae.tables import figure2_frame
+
+    kept = []  # the figures as drawn, before `save` closes them
+    real_save = F.save
+    monkeypatch.setattr(F, "save", lambda fig, *a, **k: kept.append(fig) or real_save(fig, *a, **k))
+    rows = [(m, c, cond, rep, th + 0.1 * rep, lc) for m, c, th, lc in
+            [("big", "final", 1.2, 0.4), ("small", "s1", -0.5, 0.9), ("small", "s2", 0.0, 0.7),
+             ("small", "s3", 0.4, 0.6), ("free", "final", 0.3, 0.5)]
+            for cond in ("ids_dpr", "base") for rep in (0, 1)]
+    stage3 = pd.DataFrame(rows, columns=["model", "checkpoint", "condition", "repeat", "theta", "lcae"])
+    f2 = figure2_frame(stage3, {"big": [1.0, 3.0], "small": [0.1, 0.3]})
+    assert sorted(f2["group"]) == ["big", "small", "small", "small"]  # no price: no CE, no point
+    assert f2.loc[f2["group"] == "big", "ce"].item() == pytest.approx(0.5e6)
+    s = F.ability_lcae_ce(f2, tmp_path / "figure2.png", title="Figure 2", provenance={"config_hash": "h"})
+    _check_png(tmp_path / "figure2.png")
+    _check_labelled(s, 1)
+    side = json.loads((tmp_path / "figure2.json").read_text())["figure"]["axes"][0]
+    assert side["series"] == ["big", "small"] and side["n_texts"] == 3  # s1-s3 named; big alone needs no name
+    ax = kept[-1].axes[0]
+    area = {c.get_label(): c.get_sizes() for c in ax.collections}
+    assert area["small"] == pytest.approx([F.CE_MAX_AREA] * 3) and area["big"] == pytest.approx([F.CE_MAX_AREA / 10])
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["big", "small"]
+
+    rng = np.random.default_rng(0)
+    names = [f"model-{i:02d}" for i in range(20)]
+    many = pd.DataFrame({"group": names, "label": names, "theta": rng.normal(0, 1, 20),
+                         "lcae": rng.uniform(0.8, 2.5, 20), "ce": rng.uniform(0.1, 8.73, 20) * 1e6})
+    s = F.ability_lcae_ce(many, tmp_path / "many.png", title="Figure 2, twenty models")
+    assert s.axes[0].series == names and s.axes[0].n_texts == 0
+    legend, (key,) = kept[-1].axes[0].get_legend(), kept[-1].legends
+    assert legend._ncols == 2 and len(legend.get_texts()) == 20  # two columns of ten rows
+    assert 1 <= len(key.get_texts()) <= 3 and all(t.get_text().endswith("M") for t in key.get_texts())
+    # without a group column every examinee is its own group (one series each)
+    s = F.ability_lcae_ce(many.drop(columns="group").head(3), tmp_path / "three.png", title="x")
+    assert s.axes[0].series == names[:3]
+    with pytest.raises(ValueError, match="row 1 .'model-01'. has 0.0"):
+        F.ability_lcae_ce(many.assign(ce=[1e6, 0.0] + [1e6] * 18), tmp_path / "bad.png", title="bad")
 
 
 def test_reliability_grid_has_one_full_panel_per_method(tmp_path):

@@ -66,9 +66,9 @@ TINY_FIGURES = {
     # Figure 7, `reliability_bins`: the diagonal and one series per LADDER model
     "figures/ladder/figure7.png": {"axes": 1, "series": [["perfect calibration", "wm-small"]]},
     # LCAE Figure 2, `ability_lcae_ce`: one point per Standard-prompting examinee of Stage 3 with a
-    # price (lcae.examinee_models x checkpoints: smollm2's one, wm-small's 4 world checkpoints)
-    "figures/lcae/figure2.png": {"axes": 1, "series": [["smollm2@final/standard (CE *",
-                                                        *[f"wm-small@phase{k}/standard (CE *" for k in (1, 2, 3, 4)]]]},
+    # price (lcae.examinee_models x checkpoints: smollm2's one, wm-small's 4 world checkpoints), one
+    # legend series per model in name order, the checkpoints named where a model has several
+    "figures/lcae/figure2.png": {"axes": 1, "series": [["smollm2", "wm-small"]], "texts": [4]},
     # persistent Figure 3, `transfer_heatmap_random_label`: two heat-maps on the first model and
     # dataset; left 4 training x 4 evaluation checkpoints (all of wm-small's), right the 3
     # consecutive pairs (random_label_pairs: consecutive) x 4; cells annotated where the AUC is
@@ -77,6 +77,14 @@ TINY_FIGURES = {
                                        "titles": ["transfer between checkpoints",
                                                   "second checkpoint with random labels"],
                                        "images": [[[4, 4]], [[3, 4]]]},
+    # persistent Figure 4, the same on the second dataset (world_qa_b)
+    "figures/persistent/figure4.png": {"axes": 2, "series": [[], []],
+                                       "titles": ["transfer between checkpoints",
+                                                  "second checkpoint with random labels"],
+                                       "images": [[[4, 4]], [[3, 4]]]},
+    # persistent Figure 2, `gcm_headroom`: one line per persistent dataset (world_qa_a, world_qa_b)
+    # through one point per persistent model (wm-small)
+    "figures/persistent/figure2.png": {"axes": 1, "series": [["world_qa_a", "world_qa_b"]]},
     # reliability diagrams, `reliability_grid`: one figure per persistent.models x datasets
     # (wm-small x world_qa_a, world_qa_b): one panel per method, four series each
     "figures/persistent/reliability/wm-small/world_qa_a.png": {
@@ -107,9 +115,13 @@ def _label_ok(label: str, expected: str) -> bool:
     return label.startswith(expected[:-1]) if expected.endswith("*") else label == expected
 
 
-def _finite_cells(results: Path) -> list[int]:
-    """Figure 3's annotated cells per panel: the defined AUCs of its data table."""
-    data = pd.read_csv(results / "tables" / "persistent" / "figure3.csv")
+#: the transfer figures (3 and 4), whose cells are checked against their data tables
+TRANSFER_FIGURES = ("figure3", "figure4")
+
+
+def _finite_cells(results: Path, figure: str) -> list[int]:
+    """A transfer figure's annotated cells per panel: the defined AUCs of its data table."""
+    data = pd.read_csv(results / "tables" / "persistent" / f"{figure}.csv")
     cells = data.drop(columns=["panel", "trained on"])
     return [int(cells[data["panel"] == p].notna().sum().sum()) for p in ("transfer", "random labels")]
 
@@ -156,10 +168,11 @@ def figure_problems(results: Path, rel: str, expect: dict) -> list[str]:
             problems.append(f"{where}: heat-maps of shape {a['image_shapes']}, expected {expect['images'][k]}")
         if "texts" in expect and a["n_texts"] != expect["texts"][k]:
             problems.append(f"{where}: {a['n_texts']} annotations, expected {expect['texts'][k]}")
-    if rel == "figures/persistent/figure3.png":
-        texts = [a["n_texts"] for a in axes]
-        if texts != _finite_cells(results):
-            problems.append(f"{rel}: annotated cells {texts}, defined AUCs in figure3.csv {_finite_cells(results)}")
+    figure = Path(rel).stem
+    if rel == f"figures/persistent/{figure}.png" and figure in TRANSFER_FIGURES:
+        texts, cells = [a["n_texts"] for a in axes], _finite_cells(results, figure)
+        if texts != cells:
+            problems.append(f"{rel}: annotated cells {texts}, defined AUCs in {figure}.csv {cells}")
     return problems
 
 
@@ -186,7 +199,8 @@ def test_the_tiny_figure_table_follows_config_test_yaml():
 
     cfg = yaml.safe_load(TEST_CONFIG.read_text(encoding="utf-8"))
     assert set(TINY_FIGURES) == catalog_figures(cfg)
-    assert {"ladder/figure4", "lcae/figure2", "persistent/figure3"} <= _catalog_keys(TINY_FIGURES)
+    assert {"ladder/figure4", "lcae/figure2", "persistent/figure2", "persistent/figure3",
+            "persistent/figure4"} <= _catalog_keys(TINY_FIGURES)
     lad, lc, pc = cfg["ladder"], cfg["lcae"], cfg["persistent"]
     t = {k.split("/", 1)[1]: v for k, v in TINY_FIGURES.items()}
     assert t["ladder/figure4.png"]["series"] == [lad["models"]]
@@ -196,13 +210,16 @@ def test_the_tiny_figure_table_follows_config_test_yaml():
     assert t["ladder/figure6.png"]["images"] == [[[len(lad["models"]), len(LEVELS) + 1]]]
     assert t["ladder/figure6.png"]["texts"] == [cells]
     assert t["ladder/figure7.png"]["series"] == [["perfect calibration", *lad["models"]]]
-    examinees = sorted(f"{m}@{c}/standard (CE *" for m in lc["examinee_models"] if m in lc["prices"]
-                       for c in checkpoint_names(cfg, m))
-    assert t["lcae/figure2.png"]["series"] == [examinees]
+    priced = sorted(m for m in lc["examinee_models"] if m in lc["prices"])
+    assert t["lcae/figure2.png"]["series"] == [priced]
+    assert t["lcae/figure2.png"]["texts"] == [sum(len(checkpoint_names(cfg, m)) for m in priced
+                                                  if len(checkpoint_names(cfg, m)) > 1)]
     assert "standard" in lc["strategies"] and "ids_dpr" in lc["conditions"]
     ck = checkpoint_names(cfg, pc["models"][0])
     assert pc["random_label_pairs"] == "consecutive"
     assert t["persistent/figure3.png"]["images"] == [[[len(ck), len(ck)]], [[len(ck) - 1, len(ck)]]]
+    assert len(pc["datasets"]) == 2 and t["persistent/figure4.png"] == t["persistent/figure3.png"]
+    assert t["persistent/figure2.png"]["series"] == [pc["datasets"]] and len(pc["models"]) == 1
     ntrain = pc["train_checkpoints"]
     assert ntrain >= 1 and pc.get("gcm_model")  # every panel of RELIABILITY_PANELS is drawn
     assert RELIABILITY_PANELS == list(PANELS.values())

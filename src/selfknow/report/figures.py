@@ -16,23 +16,33 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import matplotlib
+from functools import lru_cache
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
+import numpy as np
+import pandas as pd
 
-from selfknow.records import atomic_path  # noqa: E402
+from selfknow.records import atomic_path
 
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
-plt.rcParams.update({"axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO), "figure.dpi": 120,
-                     "axes.spines.top": False, "axes.spines.right": False, "font.size": 9})
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
 LINESTYLES = ["-", "--", ":", "-."]
 HEATMAP_CMAP = "cividis"
 #: the grey of reference lines (perfect calibration, chance)
 REFERENCE = "#7f7f7f"
+
+
+@lru_cache(maxsize=1)
+def _pyplot():
+    """matplotlib.pyplot on the Agg backend in this module's style, imported on the first
+    figure (it takes about a second, which the table jobs need not pay)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"axes.prop_cycle": matplotlib.cycler(color=OKABE_ITO), "figure.dpi": 120,
+                         "axes.spines.top": False, "axes.spines.right": False, "font.size": 9})
+    return plt
 
 
 @dataclass
@@ -92,7 +102,7 @@ def save(fig, path: str | Path, *, provenance: dict | None = None) -> FigureSumm
     summary = figure_summary(fig, path)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", bbox_inches="tight")
-    plt.close(fig)
+    _pyplot().close(fig)
     if provenance is not None:
         from selfknow.report.provenance import write_sidecar
 
@@ -114,22 +124,78 @@ def _require(df: pd.DataFrame, columns: list[str], what: str) -> None:
         raise ValueError(f"{what}: no rows to plot")
 
 
+#: LCAE Figure 2: marker area (pt²) of the largest cost efficiency; area is proportional to CE,
+#: but never below CE_MIN_AREA, so that a cheap-to-run examinee stays visible
+CE_MAX_AREA = 400.0
+CE_MIN_AREA = 8.0
+#: rows per column of a legend beside the axes: more groups take more columns, not more height
+LEGEND_ROWS = 10
+
+
+def _ce_area(ce: np.ndarray, ce_max: float) -> np.ndarray:
+    return np.maximum(CE_MAX_AREA * ce / ce_max, CE_MIN_AREA)
+
+
+def _ce_key_values(ce: np.ndarray) -> np.ndarray:
+    """Up to three round CE values within the data's range for the marker-size key."""
+    from matplotlib.ticker import MaxNLocator
+
+    lo, hi = float(ce.min()), float(ce.max())
+    ticks = MaxNLocator(nbins=3, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+    ticks = ticks[(ticks > 0) & (ticks >= lo * (1 - 1e-9)) & (ticks <= hi * (1 + 1e-9))]
+    if ticks.size == 0:
+        return np.array([hi])
+    return ticks[np.linspace(0, ticks.size - 1, min(3, ticks.size)).round().astype(int)]
+
+
 def ability_lcae_ce(df: pd.DataFrame, path: str | Path, *, title: str,
                     provenance: dict | None = None) -> FigureSummary:
-    """LCAE Figure 2: ability (x) against LCAE (y), marker area by cost efficiency (CE).
-    `df` has columns label, theta, lcae, ce."""
+    """LCAE Figure 2 (§IV, "ability, LCAE, and cost efficiency"): one marker per examinee at
+    its ability (x) and LCAE (y), marker area proportional to its cost efficiency CE (tokens per
+    USD; `CE_MAX_AREA` for the largest, at least `CE_MIN_AREA`). `df` has columns label, theta,
+    lcae, ce and optionally group (e.g. the examinee's model; without it every examinee is its
+    own group). Colour and marker tell the groups apart, one legend series per group beside
+    the axes (`LEGEND_ROWS` a column); the examinees of a group with several (e.g. a model's
+    checkpoints) carry their label beside the marker; a second key gives the area of round CE
+    values."""
+    from matplotlib.lines import Line2D
+
     _require(df, ["label", "theta", "lcae", "ce"], "ability_lcae_ce")
-    fig, ax = plt.subplots(figsize=(5.5, 4))
     ce = df["ce"].to_numpy(float)
-    size = 40 + 260 * (ce - ce.min()) / (np.ptp(ce) or 1.0)
-    for k, (_, r) in enumerate(df.iterrows()):
-        ax.scatter(r["theta"], r["lcae"], s=size[k], color=OKABE_ITO[k % len(OKABE_ITO)],
-                   marker=_style(k)["marker"], alpha=0.8, edgecolor="black", linewidth=0.5,
-                   label=f"{r['label']} (CE {r['ce'] / 1e6:.2f}M)")
+    bad = np.flatnonzero(~np.isfinite(ce) | (ce <= 0))
+    if bad.size:
+        raise ValueError(f"ability_lcae_ce: cost efficiency must be positive; row {bad[0]} "
+                         f"({df['label'].iloc[bad[0]]!r}) has {float(ce[bad[0]])}")
+    groups = df["group"] if "group" in df.columns else df["label"]
+    fig, ax = _pyplot().subplots(figsize=(5.5, 4))
+    ce_max = float(ce.max())
+    for k, (group, d) in enumerate(df.groupby(groups, sort=False)):
+        st = _style(k)
+        ax.scatter(d["theta"], d["lcae"], s=_ce_area(d["ce"].to_numpy(float), ce_max), color=st["color"],
+                   marker=st["marker"], alpha=0.8, edgecolor="black", linewidth=0.5, label=str(group), zorder=3)
+        if len(d) > 1:
+            for r, area in zip(d.itertuples(), _ce_area(d["ce"].to_numpy(float), ce_max)):
+                gap = np.sqrt(area) / 2 + 1  # beside the marker's edge, in points
+                ax.annotate(str(r.label), (r.theta, r.lcae), xytext=(gap, gap / 2), textcoords="offset points",
+                            fontsize=7, color="#333333")
+    ax.margins(0.12)
     ax.set_xlabel("ability θ (logits, Stage 3)")
     ax.set_ylabel("LCAE (BCE, lower is better)")
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="best", frameon=False)
+    # the groups' key shows colour and marker at one size: in the axes, size is CE
+    _, labels = ax.get_legend_handles_labels()
+    same_size = [Line2D([], [], linestyle="", marker=_style(k)["marker"], markersize=7, alpha=0.8,
+                        markerfacecolor=_style(k)["color"], markeredgecolor="black", markeredgewidth=0.5)
+                 for k in range(len(labels))]
+    ax.legend(same_size, labels, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0),
+              ncol=-(-len(labels) // LEGEND_ROWS), title="model", title_fontsize=7)
+    # a figure-level key (an axes keeps one legend in its tight bounding box, a figure all of its own)
+    key = _ce_key_values(ce)
+    sizes = [Line2D([], [], linestyle="", marker="o", markersize=np.sqrt(a), markerfacecolor="none",
+                    markeredgecolor="black") for a in _ce_area(key, ce_max)]
+    fig.legend(sizes, [f"{v / 1e6:.3g}M" for v in key], fontsize=7, frameon=False, loc="lower left",
+               bbox_to_anchor=(1.02, 0.0), bbox_transform=ax.transAxes, title="CE (tokens per USD)",
+               title_fontsize=7, labelspacing=1.2, borderpad=0.8)
     return save(fig, path, provenance=provenance)
 
 
@@ -244,36 +310,93 @@ def _check_conf(f: np.ndarray, y: np.ndarray, what: str) -> None:
         raise ValueError(f"{what}: correctness must be 0/1; row {bad[0]} is {y[bad[0]]!r}")
 
 
+#: relplot 1.0.3 (`diagrams.plot_rel_diagram`, the default `simple_main_line=False`) draws the
+#: smoothed curve as dots on this many mesh points, interpolated from the 200-point curve
+CURVE_MESH_POINTS = 1000
+#: an opacity below one 8-bit step cannot change a pixel of the PNG: such dots and band
+#: segments are left out rather than drawn invisibly
+MIN_ALPHA = 1 / 255
+
+
+def density_curve_style(density: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Opacity and area (pt²) of the smoothed curve's dot at each mesh point, from the kernel
+    density of the confidences there: relplot's rule (`diagrams.plot_rel_diagram`,
+    `get_sizes_from_density` and the colours after it). Half the density d sets the area,
+    200·(d/2)² below d/2 = 1 and 200·√(d/2) above, and the opacity 0.3·(d/2) clipped to 1
+    (relplot halves its density array in place before it computes the colours, so the
+    opacity it draws is 0.3·d/2, not 0.3·d). Where the confidences have no kernel mass the
+    curve, a ratio of two vanishing kernel sums, fades out instead of dropping to 0."""
+    half = np.clip(np.asarray(density, dtype=float), 0, None) / 2  # FFT round-off can leave -1e-17
+    area = 200 * np.where(half < 1, half**2, np.sqrt(half))
+    return np.clip(0.3 * half, 0, 1), area
+
+
+def band_alpha(density: np.ndarray) -> np.ndarray:
+    """Opacity of the bootstrap band between consecutive mesh points: 0.6 x the density at the
+    segment's left end over the largest density (relplot `plot_rel_diagram`, its confidence
+    bands)."""
+    d = np.asarray(density, dtype=float)
+    return 0.6 * d[:-1] / d.max()
+
+
+def _smooth_curve(ax, sm: dict, *, n_boot: int):
+    """The SmoothECE band and curve of `smooth_reliability` on `ax`, each faded by the kernel
+    density of the confidences as relplot fades them (`band_alpha`, `density_curve_style`),
+    parts that cannot show in the PNG left out; returns legend proxies for both."""
+    from matplotlib.colors import to_rgba
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.path import Path as MplPath
+
+    t, lower, upper = sm["mesh"], sm["lower"], sm["upper"]
+    alpha = band_alpha(sm["density"])
+    # the band's outline, filled by an image of one column per mesh segment at that segment's
+    # opacity (abutting translucent polygons would leave seams between them)
+    band = ax.fill_between(t, lower, upper, facecolor="none", linewidth=0,
+                           label=f"95 % bootstrap band ({n_boot} resamples)")
+    fill = np.zeros((1, alpha.size, 4))
+    fill[0] = to_rgba(REFERENCE)
+    fill[0, :, 3] = np.where(alpha >= MIN_ALPHA, alpha, 0)
+    image = ax.imshow(fill, extent=(0, 1, 0, 1), origin="lower", aspect="auto", interpolation="nearest")
+    image.set_clip_path(MplPath.make_compound_path(*band.get_paths()), ax.transData)
+    x = np.linspace(0, 1, CURVE_MESH_POINTS)
+    dot_alpha, area = density_curve_style(np.interp(x, t, sm["density"]))
+    keep = dot_alpha >= MIN_ALPHA
+    rgb = np.array(to_rgba(OKABE_ITO[0]))[:3]
+    curve = ax.scatter(x[keep], np.interp(x[keep], t, sm["mu"]), marker=".", s=area[keep], linewidths=0,
+                       c=[(*rgb, a) for a in dot_alpha[keep]], zorder=2,
+                       label=f"smoothed, SmoothECE {sm['smece']:.3f} (σ={sm['sigma']:.3f})")
+    return {band: Patch(color=REFERENCE, alpha=0.6), curve: Line2D([], [], color=OKABE_ITO[0], linewidth=2)}
+
+
 def _reliability_axes(ax, f: np.ndarray, y: np.ndarray, *, n_bins: int, smooth: bool, n_boot: int, seed: int) -> None:
     """Diagonal, SmoothECE curve with its band (if `smooth`) and binned points on `ax`."""
     from selfknow.stats.classification import binned_ece
 
     _diagonal(ax)
-    if smooth:
-        sm = smooth_reliability(f, y, n_boot=n_boot, seed=seed)
-        ax.fill_between(sm["mesh"], sm["lower"], sm["upper"], color=OKABE_ITO[0], alpha=0.25, linewidth=0,
-                        label=f"95 % bootstrap band ({n_boot} resamples)")
-        ax.plot(sm["mesh"], sm["mu"], color=OKABE_ITO[0], linewidth=2,
-                label=f"smoothed, SmoothECE {sm['smece']:.3f} (σ={sm['sigma']:.3f})")
+    proxies = _smooth_curve(ax, smooth_reliability(f, y, n_boot=n_boot, seed=seed), n_boot=n_boot) if smooth else {}
     bins = binned_reliability(f, y, n_bins)
     area = 15 + 120 * bins["count"] / bins["count"].max()
     ax.scatter(bins["confidence"], bins["accuracy"], s=area, color=OKABE_ITO[1], edgecolor="black",
                linewidth=0.5, zorder=3, label=f"{n_bins} bins, ECE {binned_ece(f, y, n_bins):.3f}")
-    ax.legend(fontsize=7, loc="upper left", frameon=False)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.legend([proxies.get(h, h) for h in handles], labels, fontsize=7, loc="upper left", frameon=False)
 
 
 def reliability_diagram(conf, correct, path: str | Path, *, title: str, n_bins: int = 10, smooth: bool = True,
                         n_boot: int = 200, seed: int = 0, provenance: dict | None = None) -> FigureSummary:
     """Reliability diagram of one confidence method: binned accuracy against mean confidence
     (marker area by bin count, binned ECE in the legend) and, with `smooth`, the SmoothECE
-    curve with its bootstrap band (persistent §2, §A.2; see `smooth_reliability`). Below, the
+    curve with its bootstrap band (persistent §2, §A.2; see `smooth_reliability`), both faded
+    by the kernel density of the confidences as relplot draws them (`density_curve_style`,
+    `band_alpha`), so that neither is shown where there are no answers. Below, the
     distribution of confidences.
 
     Series: perfect calibration, binned points, and with `smooth` the curve and its band."""
     f = np.asarray(conf, dtype=float)
     y = np.asarray(correct, dtype=float)
     _check_conf(f, y, "reliability_diagram")
-    fig, (ax, hist) = plt.subplots(2, 1, figsize=(4.4, 5.4), height_ratios=[4, 1], sharex=True,
+    fig, (ax, hist) = _pyplot().subplots(2, 1, figsize=(4.4, 5.4), height_ratios=[4, 1], sharex=True,
                                    gridspec_kw={"hspace": 0.08})
     _reliability_axes(ax, f, y, n_bins=n_bins, smooth=smooth, n_boot=n_boot, seed=seed)
     ax.set_ylabel("accuracy (fraction correct)")
@@ -294,7 +417,7 @@ def reliability_grid(df: pd.DataFrame, path: str | Path, *, title: str, n_bins: 
     panels = list(pd.unique(df["panel"]))
     ncols = min(ncols, len(panels))
     nrows = -(-len(panels) // ncols)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(3.3 * ncols, 3.4 * nrows), sharex=True, sharey=True,
+    fig, axes = _pyplot().subplots(nrows, ncols, figsize=(3.3 * ncols, 3.4 * nrows), sharex=True, sharey=True,
                              squeeze=False, layout="constrained")
     for k, name in enumerate(panels):
         ax = axes.flat[k]
@@ -328,7 +451,7 @@ def ladder_plot(df: pd.DataFrame, path: str | Path, *, title: str = "Self-assess
     _require(df, ["model", "level", "cbf", "se"], "ladder_plot")
     levels = _level_order(df["level"])
     pos = {lv: i for i, lv in enumerate(levels)}
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = _pyplot().subplots(figsize=(6, 4))
     for k, (model, d) in enumerate(df.groupby("model", sort=False)):
         d = d.assign(x=d["level"].map(pos)).sort_values("x")
         st = _style(k)
@@ -348,7 +471,7 @@ def _annotated_heatmap(ax, values: np.ndarray, rows: list, cols: list, *, vmin: 
     ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=45, ha="right")
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])
     ax.spines[:].set_visible(False)
-    cmap = plt.get_cmap(HEATMAP_CMAP)
+    cmap = _pyplot().get_cmap(HEATMAP_CMAP)
     for i in range(values.shape[0]):
         for j in range(values.shape[1]):
             v = values[i, j]
@@ -373,7 +496,7 @@ def cbf_matrix(df: pd.DataFrame, path: str | Path, *, title: str = "Session CBF 
         raise ValueError(f"cbf_matrix: more than one row for model {dup['model']!r}, baseline {dup['baseline']!r}")
     rows, cols = list(pd.unique(df["model"])), list(pd.unique(df["baseline"]))
     m = df.pivot(index="model", columns="baseline", values="cbf").reindex(index=rows, columns=cols)
-    fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(cols), 1.2 + 0.38 * len(rows)))
+    fig, ax = _pyplot().subplots(figsize=(1.2 + 0.75 * len(cols), 1.2 + 0.38 * len(rows)))
     vals = m.to_numpy(float)
     _annotated_heatmap(ax, vals, rows, cols, vmin=float(np.nanmin(vals)), vmax=float(np.nanmax(vals)),
                        cbar_label="CBF")
@@ -388,7 +511,7 @@ def accuracy_vs_cbf(df: pd.DataFrame, path: str | Path, *, title: str = "Answer 
     """LADDER Figure 5: per model, answer accuracy (x) against profile CBF (y), one marker
     series per estimator, points labelled with the model. `df`: model, estimator, accuracy, cbf."""
     _require(df, ["model", "estimator", "accuracy", "cbf"], "accuracy_vs_cbf")
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, ax = _pyplot().subplots(figsize=(6, 4.2))
     for k, (est, d) in enumerate(df.groupby("estimator", sort=False)):
         st = _style(k)
         ax.scatter(d["accuracy"], d["cbf"], color=st["color"], marker=MARKERS[k % len(MARKERS)], s=36,
@@ -410,7 +533,7 @@ def reliability_bins(df: pd.DataFrame, path: str | Path, *, title: str = "Answer
     (confidence 1 in the last bin), marker area by the bin's answer count. `df`: model,
     bin_lo, bin_hi, confidence, accuracy, count. Series: perfect calibration + one per model."""
     _require(df, ["model", "bin_lo", "bin_hi", "confidence", "accuracy", "count"], "reliability_bins")
-    fig, ax = plt.subplots(figsize=(5, 4.6))
+    fig, ax = _pyplot().subplots(figsize=(5, 4.6))
     _diagonal(ax)
     ax.set_aspect("equal")
     cmax = float(df["count"].max()) or 1.0
@@ -457,7 +580,7 @@ def transfer_heatmap(matrix: pd.DataFrame, path: str | Path, *, title: str,
     if matrix.empty:
         raise ValueError("transfer_heatmap: empty matrix")
     vmin, vmax = _auc_limits(matrix)
-    fig, ax = plt.subplots(figsize=(1.6 + 0.8 * matrix.shape[1], 1.2 + 0.6 * matrix.shape[0]))
+    fig, ax = _pyplot().subplots(figsize=(1.6 + 0.8 * matrix.shape[1], 1.2 + 0.6 * matrix.shape[0]))
     _transfer_panel(ax, matrix, vmin=vmin, vmax=vmax, title=title, ylabel="training checkpoint",
                     xlabel="evaluation checkpoint")
     return save(fig, path, provenance=provenance)
@@ -475,7 +598,7 @@ def transfer_heatmap_random_label(transfer: pd.DataFrame, random_label: pd.DataF
     vmin, vmax = _auc_limits(transfer, random_label)
     width = 3.2 + 0.8 * (transfer.shape[1] + random_label.shape[1])
     height = 1.4 + 0.6 * max(transfer.shape[0], random_label.shape[0])
-    fig, (left, right) = plt.subplots(1, 2, figsize=(width, height), layout="constrained")
+    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(width, height), layout="constrained")
     _transfer_panel(left, transfer, vmin=vmin, vmax=vmax, title="transfer between checkpoints",
                     ylabel="training checkpoint", xlabel="evaluation checkpoint", colorbar=False)
     im = _transfer_panel(right, random_label, vmin=vmin, vmax=vmax, title="second checkpoint with random labels",
@@ -483,4 +606,51 @@ def transfer_heatmap_random_label(transfer: pd.DataFrame, random_label: pd.DataF
                          colorbar=False)
     fig.colorbar(im, ax=[left, right], fraction=0.03, pad=0.02).set_label("AUC (one scale for both panels)")
     fig.suptitle(title)
+    return save(fig, path, provenance=provenance)
+
+
+# --- persistent Figure 2: GCM headroom against oracle training -------------------------------
+
+def gcm_headroom(df: pd.DataFrame, path: str | Path, *, title: str,
+                 provenance: dict | None = None) -> FigureSummary:
+    """Persistent Figure 2 (§3.2, §B.4): per (model, training dataset), the GCM backbone's
+    error rate on the contrast questions (x) against the contrast-set AUC of oracle training
+    minus the GCM's (y), with its bootstrap interval where finite. One line per dataset through
+    its models (in row order), one marker per model, a zero line: a GCM that knows the answers
+    sits near 0, and the gap grows as its backbone knows fewer. A point with an undefined
+    coordinate (no contrast set large enough) is named in a note inside the axes. `df`: model,
+    dataset, backbone_error_rate, auc_gap, gap_lo, gap_hi."""
+    from matplotlib.lines import Line2D
+
+    _require(df, ["model", "dataset", "backbone_error_rate", "auc_gap", "gap_lo", "gap_hi"], "gcm_headroom")
+    models = list(pd.unique(df["model"]))
+    marker = {m: MARKERS[k % len(MARKERS)] for k, m in enumerate(models)}
+    fig, ax = _pyplot().subplots(figsize=(5.5, 4))
+    ax.axhline(0.0, color=REFERENCE, linewidth=1)
+    for k, (dataset, d) in enumerate(df.groupby("dataset", sort=False)):
+        color = _style(k)["color"]
+        ax.plot(d["backbone_error_rate"], d["auc_gap"], color=color, linestyle=_style(k)["linestyle"],
+                linewidth=1.5, label=str(dataset))
+        ci = d[np.isfinite(d["gap_lo"]) & np.isfinite(d["gap_hi"])]
+        if len(ci):
+            ax.errorbar(ci["backbone_error_rate"], ci["auc_gap"],
+                        yerr=[ci["auc_gap"] - ci["gap_lo"], ci["gap_hi"] - ci["auc_gap"]],
+                        fmt="none", ecolor=color, capsize=3, linewidth=1)
+        for r in d.itertuples():
+            ax.scatter(r.backbone_error_rate, r.auc_gap, color=color, marker=marker[r.model], s=60,
+                       edgecolor="black", linewidth=0.5, zorder=3)
+    undefined = df[~(np.isfinite(df["backbone_error_rate"]) & np.isfinite(df["auc_gap"]))]
+    if len(undefined):
+        ax.text(0.98, 0.98, "undefined (no contrast set large enough):\n"
+                + "\n".join(f"{r.model}, {r.dataset}" for r in undefined.itertuples()),
+                transform=ax.transAxes, ha="right", va="top", fontsize=7, color="#333333")
+    ax.margins(0.15)
+    ax.set_xlabel("error rate of the GCM backbone on contrast questions")
+    ax.set_ylabel("contrast-set AUC gap: oracle − GCM")
+    ax.set_title(title)
+    datasets = ax.legend(fontsize=7, frameon=False, loc="upper left", title="dataset", title_fontsize=7)
+    ax.add_artist(datasets)
+    ax.legend([Line2D([], [], linestyle="", marker=marker[m], markerfacecolor="white", markeredgecolor="black")
+               for m in models], models, fontsize=7, frameon=False, loc="lower right", title="model",
+              title_fontsize=7)
     return save(fig, path, provenance=provenance)

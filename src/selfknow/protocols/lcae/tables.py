@@ -12,7 +12,8 @@ CONDITION_LABELS = {"baseline": "Baseline", "ids": "IDS", "dpr": "DPR", "ids_dpr
 
 
 def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame, str]:
-    """Tables I (value="lcae") and II (value="theta"): per examinee, the mean over repeats in
+    """Tables I (value="lcae"; "lcae_squared" for its squared-error variant) and II
+    (value="theta"): per examinee, the mean over repeats in
     each condition; a summary row (mean over examinees); the Friedman test across conditions
     (blocks = examinees) and pairwise Wilcoxon signed-rank tests with Holm correction."""
     conds = [c for c in CONDITION_LABELS if c in set(stage3["condition"])]
@@ -55,17 +56,34 @@ def item_fit_summary(items: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def figure2_frame(stage3: pd.DataFrame, prices: dict[str, list[float]], condition: str = "ids_dpr") -> pd.DataFrame:
-    """Per examinee in `condition`: mean ability, mean LCAE and CE from the model's prices."""
+    """Per examinee in `condition` (Standard prompting: one per model and checkpoint): mean
+    ability, mean LCAE and CE from the model's prices; `ability_lcae_ce`'s input, grouped by
+    model and labelled by checkpoint."""
     d = stage3[stage3.condition == condition] if condition in set(stage3.condition) else stage3
-    g = d.groupby(["examinee", "model"])[["theta", "lcae"]].mean().reset_index()
+    g = d.groupby(["model", "checkpoint"])[["theta", "lcae"]].mean().reset_index()
     g["ce"] = [cost_efficiency(*prices[m]) if m in prices else np.nan for m in g["model"]]
-    return g.rename(columns={"examinee": "label"}).dropna(subset=["ce"])
+    return g.rename(columns={"model": "group", "checkpoint": "label"}).dropna(subset=["ce"])
+
+
+def repeats_note(models: list[str], shared: list[str]) -> str:
+    """Table III's note: which examinee models' repeats were one set of requests."""
+    varied = [m for m in models if m not in shared]
+    out = []
+    if shared:
+        out.append(f"Repeats were one set of requests, so their intervals are points, for: {', '.join(shared)} "
+                   f"(deterministic: greedy local decoding, or log-likelihood assessments).")
+    if varied:
+        out.append(f"Repeats were separate requests, each its own answer, for: {', '.join(varied)}.")
+    return " ".join(out)
 
 
 def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], figure2: str,
-                 prices: dict[str, list[float]], provenance: dict | None = None) -> dict:
-    """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths; with
-    `provenance`, every table and the figure get its sidecar."""
+                 prices: dict[str, list[float]], shared_repeats: list[str],
+                 provenance: dict | None = None) -> dict:
+    """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
+    names the examinee models whose Stage-2 repeats shared one set of requests
+    (`jobs.stage2_repeats_shared`); with `provenance`, every table and the figure get its
+    sidecar."""
     from selfknow.records import read_parquet
     from selfknow.report.figures import ability_lcae_ce
     from selfknow.report.tables import write_table
@@ -75,14 +93,16 @@ def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], fig
     t1, n1 = per_condition_table(s3, "lcae")
     write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=n1, provenance=provenance,
                 title="Table I: LCAE (BCE) per condition, mean over repeats")
+    t1s, n1s = per_condition_table(s3, "lcae_squared")
+    write_table(t1s, outputs["table1_squared_csv"], outputs["table1_squared_md"], notes=n1s, provenance=provenance,
+                title="Table I, squared-error variant (beyond the paper): mean (e − ĉ)² per condition, "
+                      "mean over repeats")
     t2, n2 = per_condition_table(s3, "theta")
     write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=n2, provenance=provenance,
                 title="Table II: ability θ re-estimated from final answers (Stage 3), per condition")
     write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"], provenance=provenance,
                 title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
-                notes="An interval is a point when the repeats agree: local models decode "
-                      "deterministically at temperature 0 (the paper's setting); hosted APIs may "
-                      "still vary between repeats.")
+                notes=repeats_note(sorted(s3["model"].unique()), shared_repeats))
     fit, nf = item_fit_summary(items)
     write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf, provenance=provenance,
                 title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")

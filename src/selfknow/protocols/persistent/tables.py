@@ -1,11 +1,12 @@
-"""The persistent paper's tables from the metric files (Tables 1-4, 8-19, Figure 3 data).
+"""The persistent paper's tables from the metric files (Tables 1-4, 8-19), Table 7 from the SC tables,
+and Figures 2-4 with their data tables.
 
 Every method-comparison table is a list of rows (labels, method, the metric file it reads, a
 mark group) and a list of columns (metric, and for the wide Tables 1-3 the model); a cell is
 the point value of `metrics_job`. Marks follow §A.8: within a mark group and a column the best
 is bold, the methods not significantly worse on the paired bootstrap replicates underlined
-(`stats.significance.significance_marks`). A column without replicates (the ECE columns when
-`bootstrap_ece_replicates` is 0) gets the bold best only.
+(`stats.persistent.significance.significance_marks`). A column without replicates (the ECE
+columns when `bootstrap_ece_replicates` is 0) gets the bold best only.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.stats.contrast import HIGHER_IS_BETTER, METRICS
+from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
 
 METRIC_LABELS = {"delta0_b": "Δ0b", "delta0": "Δ0", "delta_b": "Δb", "delta": "Δ",
                  "contrast_auc": "contrast AUC", "contrast_brier": "contrast BS", "contrast_ece": "contrast ECE",
@@ -71,7 +72,7 @@ class Col:
 def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, MetricFile], *,
              normaliser: str = "eq1") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(values, marks) frames for `rows` x `cols` (label columns first)."""
-    from selfknow.stats.significance import significance_marks
+    from selfknow.stats.persistent.significance import significance_marks
 
     def key_of(r: Row, c: Col) -> tuple:
         return (c.model, *r.key[1:]) if c.model else r.key
@@ -104,6 +105,51 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
             for i in idx:
                 marks.at[i, c.name] = m[str(i)]
     return values, marks
+
+
+#: two-sided level of the full-set AUC percentile interval the chance check reads
+CHANCE_LEVEL = 0.95
+
+
+def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, MetricFile], *,
+                 normaliser: str = "eq1") -> str:
+    """The table note's chance check: every (method, model, dataset) of the table whose full-set
+    AUC `CHANCE_LEVEL` percentile interval over its bootstrap replicates (the paired replicates of
+    `metrics_job`, §A.8) includes 0.5 or lies below it, whose AUC is undefined, or that has no
+    replicates, is named with its AUC and interval, so that an estimator at chance is never read
+    as a finding."""
+    alpha = (1 - CHANCE_LEVEL) / 2
+    seen, flagged, checked = set(), [], 0
+    for r in rows:
+        for c in cols:
+            if c.metric != "full_auc":
+                continue
+            key = (c.model, *r.key[1:]) if c.model else r.key
+            if (key, r.method) in seen:
+                continue
+            seen.add((key, r.method))
+            model, dataset, evalset = key
+            name = f"{r.method} ({model}, {dataset}{'' if evalset == dataset else f' → {evalset}'})"
+            point = files[key].point(r.method, "full_auc", normaliser)
+            reps = files[key].reps(r.method, "full_auc", normaliser)
+            reps = None if reps is None else np.asarray(reps, dtype=float)
+            checked += 1
+            if reps is None:
+                flagged.append(f"{name}: {point:.3f}, no bootstrap replicates")
+            elif not np.isfinite(point) or not np.isfinite(reps).any():
+                flagged.append(f"{name}: undefined")
+            else:
+                lo, hi = np.nanquantile(reps, [alpha, 1 - alpha])
+                if lo <= 0.5:
+                    where = "below chance" if hi < 0.5 else "includes 0.5"
+                    flagged.append(f"{name}: {point:.3f} [{lo:.3f}, {hi:.3f}], {where}")
+    level = f"{CHANCE_LEVEL:.0%}".replace("%", " %")
+    if not flagged:
+        return (f"Chance check: the {level} percentile bootstrap interval of full-set AUC excludes 0.5 for all "
+                f"{checked} (method, model, dataset) results.")
+    return (f"Chance check: {len(flagged)} of the {checked} (method, model, dataset) results are not shown better "
+            f"than chance on full-set AUC (point [{level} percentile bootstrap interval]); their other cells are no "
+            "evidence of a working estimator: " + "; ".join(flagged) + ".")
 
 
 def _full_cols() -> list[Col]:
@@ -202,7 +248,8 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
              "checkpoint then averaged; trained methods averaged over seeds. Bold: best in its block; "
-             "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8).")
+             "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8). "
+             + chance_check(rows, cols, files, normaliser=norm))
     return values, marks, title, notes
 
 
@@ -246,6 +293,73 @@ def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, or
     return left, right
 
 
+def accuracy_table(correct: Mapping[tuple[str, str, str], pd.Series], models: Sequence[str],
+                   checkpoints: Mapping[str, Sequence[str]], n_train: int, datasets: Sequence[str]) -> pd.DataFrame:
+    """Table 7 (§A.9): per model, one row per checkpoint in training order (the first `n_train`
+    are its non-oracle training checkpoints, the rest its evaluation checkpoints) and one column
+    per dataset: top-answer accuracy in %, the mean of `correct[(model, checkpoint, dataset)]`
+    (one 0/1 entry per question)."""
+    rows = []
+    for m in models:
+        for k, c in enumerate(checkpoints[m]):
+            row = {"model": m, "checkpoint": c, "role": "non-oracle training" if k < n_train else "evaluation"}
+            for d in datasets:
+                y = correct[(m, c, d)].to_numpy(dtype=float)
+                if y.size == 0:
+                    raise ValueError(f"accuracy_table: no answers of {m} {c} on {d}")
+                row[d] = 100.0 * float(y.mean())
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def contrast_questions(correct: Mapping[str, pd.Series], eval_ckpts: Sequence[str], min_contrast: int
+                       ) -> tuple[np.ndarray, int]:
+    """The ids of the questions in at least one contrast set that reaches `min_contrast`
+    questions (the pairs the contrast metrics average over), and how many such pairs there are.
+    `correct[c]`: checkpoint c's 0/1 correctness indexed by item id; the questions are those
+    every evaluation checkpoint answered, as in `jobs.assemble_methods`."""
+    from selfknow.stats.persistent.contrast import contrast_pairs
+
+    items = np.array(sorted(set.intersection(*(set(correct[c].index) for c in eval_ckpts))))
+    y = np.stack([correct[c].groupby(level=0).first().reindex(items).to_numpy(dtype=float) for c in eval_ckpts])
+    pairs = contrast_pairs(y, min_size=min_contrast)
+    used = np.zeros(items.size, dtype=bool)
+    for p in pairs:
+        used[p.items] = True
+    return items[used], len(pairs)
+
+
+#: two-sided level of Figure 2's paired bootstrap interval on the AUC gap (the authors' 95 %)
+GAP_LEVEL = 0.95
+
+
+def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series], eval_ckpts: Sequence[str],
+                     backbone_correct: pd.Series, min_contrast: int) -> dict:
+    """One point of Figure 2 (§3.2, §B.4) for one (model, dataset): the GCM backbone's own
+    top-answer error rate on the contrast questions (`contrast_questions`; `backbone_correct`
+    indexed by item id), and the contrast-set AUC of oracle training minus that of the GCM with
+    its `GAP_LEVEL` percentile interval over the paired bootstrap replicates of `metrics`
+    (NaN without replicates). Without a contrast set of `min_contrast` questions the error rate
+    is undefined (NaN), as are the contrast metrics."""
+    ids, n_pairs = contrast_questions(eval_correct, eval_ckpts, min_contrast)
+    backbone = backbone_correct.groupby(level=0).first()
+    missing = pd.Index(ids).difference(backbone.index)
+    if len(missing):
+        raise KeyError(f"the GCM backbone has no answer to {len(missing)} contrast questions, e.g. {list(missing[:3])}")
+    oracle, gcm = metrics.point("oracle", "contrast_auc"), metrics.point("gcm", "contrast_auc")
+    ro, rg = metrics.reps("oracle", "contrast_auc"), metrics.reps("gcm", "contrast_auc")
+    lo = hi = np.nan
+    if ro is not None and rg is not None:
+        diff = np.asarray(ro, dtype=float) - np.asarray(rg, dtype=float)
+        if np.isfinite(diff).any():
+            alpha = (1 - GAP_LEVEL) / 2
+            lo, hi = (float(v) for v in np.nanquantile(diff, [alpha, 1 - alpha]))
+    error = 1.0 - float(backbone.reindex(ids).to_numpy(dtype=float).mean()) if ids.size else np.nan
+    return {"backbone_error_rate": error,
+            "contrast_questions": int(ids.size), "pairs": n_pairs, "oracle_contrast_auc": oracle,
+            "gcm_contrast_auc": gcm, "auc_gap": oracle - gcm, "gap_lo": lo, "gap_hi": hi}
+
+
 # ----------------------------------------------------------------------------------------------
 # files -> tables
 # ----------------------------------------------------------------------------------------------
@@ -263,13 +377,35 @@ def load_metric_file(metrics: str, replicates: str) -> MetricFile:
     return MetricFile(pd.read_parquet(metrics), reps)
 
 
+def judge_note(counts: pd.DataFrame) -> str:
+    """The table-note sentence on who labelled the answers (`jobs.judge_count_job` rows):
+    exact match said as a deviation, or the LLM judge with its refused and unparsable
+    judgments and its label counts."""
+    if counts.empty:
+        raise ValueError("judge_note: no judge counts")
+    judges = sorted(set(counts["judge"].astype(str)) - {""})
+    if judges == ["exact match"]:
+        return (" Correctness: normalised exact match with aliases (judge.correctness: exact), not the "
+                "paper's LLM judge (§A.5).")
+    t = counts[["questions", "refused", "unparsable", "no candidates", "candidates", "R", "W", "N",
+                "unlabelled"]].sum()
+    return (f" Correctness: LLM judge {', '.join(judges)} (§A.5, one request per question) on {t['questions']} "
+            f"questions: {t['refused']} refused, {t['unparsable']} unparsable, {t['no candidates']} without a "
+            f"candidate; of {t['candidates']} candidate answers {t['R']} R, {t['W']} W, {t['N']} N, "
+            f"{t['unlabelled']} unlabelled (counted wrong, as N).")
+
+
 def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], datasets: Sequence[str],
               transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
               provenance: dict | None = None) -> dict:
     """Write one table (`TABLES`) from `metrics_job` outputs: `files` maps
-    (kind, model, dataset, evalset) -> path, kind "metrics" | "replicates" | "contrast";
-    with `provenance`, its sidecar too (`selfknow.report.provenance`)."""
+    (kind, model, dataset, evalset) -> path, kind "metrics" | "replicates" | "contrast" |
+    "judge" (`jobs.judge_count_job`); with `provenance`, its sidecar too
+    (`selfknow.report.provenance`)."""
     from selfknow.report.tables import write_table
+
+    def judged(keys) -> str:
+        return judge_note(pd.concat([pd.read_csv(files[("judge", *k)]) for k in keys], ignore_index=True))
 
     if name in ("table8", "table9", "table10"):
         d, evalset, mc = ({"table8": (datasets[0], "main", min_contrast),
@@ -283,7 +419,8 @@ def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], data
         n = int(next(iter(sizes.values()))["n_items"].iloc[0])
         write_table(df, csv, md, title=f"Table {name[5:]}: {shown} contrast-set sizes per pair of evaluation checkpoints",
                     notes=(f"Full-set size {n}. Cell: contrast-set size (questions the row checkpoint gets wrong and "
-                           f"the column checkpoint right); * = below the minimum size {mc}, not used."),
+                           f"the column checkpoint right); * = below the minimum size {mc}, not used."
+                           + judged([(m, d, evalset) for m in models])),
                     provenance=provenance)
         return {"rows": len(df), "unused_pairs": int(df.apply(lambda r: r.astype(str).str.endswith("*").sum(), axis=1).sum())}
     loaded = {}
@@ -293,14 +430,16 @@ def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], data
             loaded[(m, d, shown)] = load_metric_file(files[("metrics", m, d, evalset)],
                                                      files[("replicates", m, d, evalset)])
     values, marks, title, notes = method_table(name, loaded, models, datasets, transfer)
+    notes += judged([(m, d, "transfer" if name == "table18" else "main") for m in models for d in datasets])
     write_table(values, csv, md, title=title, notes=notes, marks=marks, provenance=provenance)
     numeric = values.select_dtypes("number")
     return {"rows": len(values), "nan_cells": int(numeric.isna().sum().sum())}
 
 
-def figure3_job(transfer_conf: str, random_conf: str, order: Sequence[str], png: str, csv: str, md: str,
-                *, title: str, provenance: dict | None = None) -> dict:
-    """Figure 3 (both panels) and its data as a table (with `provenance`, a sidecar beside each)."""
+def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[str], png: str, csv: str, md: str,
+                        *, title: str, provenance: dict | None = None) -> dict:
+    """Figure 3 (first training dataset) or Figure 4 (the second, §B.6), both panels, and its
+    data as a table (with `provenance`, a sidecar beside each)."""
     from selfknow.report.figures import transfer_heatmap_random_label
     from selfknow.report.tables import write_table
 
@@ -314,6 +453,67 @@ def figure3_job(transfer_conf: str, random_conf: str, order: Sequence[str], png:
                 notes="Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer, first seed), "
                       "evaluated on the column checkpoint's own test answers.", provenance=provenance)
     return {"rows": len(data), "nan_cells": int(data[list(order)].isna().sum().sum())}
+
+
+def _correct_by_item(paths: Sequence[str]) -> pd.Series:
+    """The 0/1 correctness of one checkpoint's top answers, indexed by item id, over the SC
+    tables `paths` (one per split)."""
+    from .jobs import read_sc
+
+    df = pd.concat([read_sc(p) for p in paths], ignore_index=True)
+    return df.set_index("item_id")["correct"].astype(float)
+
+
+def table7_job(sc_paths: Mapping[tuple[str, str, str], Sequence[str]], models: Sequence[str],
+               checkpoints: Mapping[str, Sequence[str]], n_train: int, datasets: Sequence[str], csv: str, md: str,
+               *, transfer: str, provenance: dict | None = None) -> dict:
+    """Table 7 from the SC tables: `sc_paths[(model, checkpoint, dataset)]` lists the splits
+    read (the training datasets' test split; both splits of the `transfer` dataset, which the
+    transfer metrics pool)."""
+    from selfknow.report.tables import write_table
+
+    correct = {k: _correct_by_item(v) for k, v in sc_paths.items()}
+    df = accuracy_table(correct, models, checkpoints, n_train, datasets)
+    sizes = {d: sorted({int(correct[(m, c, d)].size) for m in models for c in checkpoints[m]}) for d in datasets}
+    n = "; ".join(f"{d}: {', '.join(map(str, v))} questions" + (" (train and test splits)" if d == transfer else "")
+                  for d, v in sizes.items())
+    write_table(df, csv, md, title="Table 7: top-answer accuracy (%) per checkpoint",
+                notes=("Accuracy of the checkpoint's top self-consistency answer (the most probable group of "
+                       f"equivalent beams). {n}. The paper's column of training tokens is not given for the "
+                       "configured models and is left out."),
+                provenance=provenance)
+    return {"rows": len(df)}
+
+
+def figure2_job(metric_paths: Mapping[tuple[str, str], tuple[str, str]],
+                eval_sc: Mapping[tuple[str, str, str], str], backbone_sc: Mapping[str, str],
+                models: Sequence[str], eval_ckpts: Mapping[str, Sequence[str]], datasets: Sequence[str],
+                png: str, csv: str, md: str, *, min_contrast: int, backbone: str, title: str,
+                provenance: dict | None = None) -> dict:
+    """Figure 2 and its data table: per (model, training dataset) `gcm_headroom_row` from the
+    metric files `metric_paths[(model, dataset)] = (metrics, replicates)`, the evaluation
+    checkpoints' test SC tables `eval_sc[(model, checkpoint, dataset)]` and the GCM backbone's
+    `backbone_sc[dataset]`."""
+    from selfknow.report.figures import gcm_headroom
+    from selfknow.report.tables import write_table
+
+    rows = []
+    for d in datasets:
+        bb = _correct_by_item([backbone_sc[d]])
+        for m in models:
+            ev = list(eval_ckpts[m])
+            correct = {c: _correct_by_item([eval_sc[(m, c, d)]]) for c in ev}
+            rows.append({"model": m, "dataset": d,
+                         **gcm_headroom_row(load_metric_file(*metric_paths[(m, d)]), correct, ev, bb, min_contrast)})
+    df = pd.DataFrame(rows)
+    gcm_headroom(df, png, title=title, provenance=provenance)
+    level = f"{GAP_LEVEL:.0%}".replace("%", " %")
+    write_table(df, csv, md, title=title,
+                notes=(f"Backbone error rate: 1 − accuracy of {backbone}'s own top answer on the questions of the "
+                       f"contrast sets of at least {min_contrast} questions. AUC gap: contrast-set AUC of oracle "
+                       f"training minus the GCM's (Table 17), with the {level} percentile interval of the paired "
+                       "bootstrap replicates (§A.8)."), provenance=provenance)
+    return {"points": len(df), "nan_cells": int(df.select_dtypes("number").isna().sum().sum())}
 
 
 def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, title: str,
