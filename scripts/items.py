@@ -1,7 +1,7 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from pathlib import Path
 
-from selfknow.items import build_items
+from selfknow.stages.items import build_items
 from selfknow.records import write_parquet
 from selfknow.runlog import job_log
 

@@ -1,5 +1,5 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
-from selfknow.jobs import judge_audit_table
+from selfknow.stages.jobs import judge_audit_table
 from selfknow.records import read_parquet
 from selfknow.report.provenance import job_provenance
 from selfknow.report.tables import set_decimals, write_table

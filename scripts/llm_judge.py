@@ -1,5 +1,5 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
-from selfknow.jobs import llm_judge_job
+from selfknow.stages.jobs import llm_judge_job
 from selfknow.runlog import job_log
 
 p = snakemake.params

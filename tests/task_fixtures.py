@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from selfknow.tasks import sandbox
-from selfknow.tasks.sandbox import Limits, SandboxError
+from selfknow.stages.tasks import sandbox
+from selfknow.stages.tasks.sandbox import Limits, SandboxError
 
 # fast limits: every hostile snippet must end well inside a test's patience
 LIMITS = Limits(wall_s=5.0, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=4, output_bytes=4000)

@@ -14,7 +14,7 @@ import re
 import pandas as pd
 import pytest
 
-from selfknow.items import ItemError, load_source
+from selfknow.stages.items import ItemError, load_source
 from selfknow.protocols.ladder.records import import_sessions, read_released_sessions
 from selfknow.records import ITEM_COLUMNS
 
@@ -41,7 +41,7 @@ def _load_bioasq(path):
 def test_bioasq_good_file_skips_other_types_with_a_counted_warning(tmp_path, caplog):
     f = tmp_path / "bioasq.json"
     f.write_text(json.dumps(_bioasq(GOOD_Q)), encoding="utf-8")
-    with caplog.at_level(logging.WARNING, logger="selfknow.items"):
+    with caplog.at_level(logging.WARNING, logger="selfknow.stages.items"):
         df = _load_bioasq(f)
     assert list(df["item_id"]) == ["q1", "q2"]
     assert list(df.columns) == ITEM_COLUMNS

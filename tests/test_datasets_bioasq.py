@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from selfknow.datasets import bioasq
-from selfknow.datasets.source import ItemError
-from selfknow.items import build_items
+from selfknow.stages.datasets import bioasq
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.items import build_items
 
 # random.Random(17).shuffle(list(range(10))): shuffled position p holds question ORDER10[p]
 ORDER10 = [7, 3, 0, 5, 1, 9, 2, 4, 6, 8]

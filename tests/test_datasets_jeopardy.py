@@ -5,10 +5,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from selfknow.datasets import jeopardy
-from selfknow.datasets.source import ItemError
-from selfknow.generation import fixed_shots
-from selfknow.items import build_items, sample_items
+from selfknow.stages.datasets import jeopardy
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.generation import fixed_shots
+from selfknow.stages.items import build_items, sample_items
 from selfknow.protocols.persistent.prompts import select_icl_examples
 
 from conftest import SHARED

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from selfknow.datasets import medxpertqa
-from selfknow.datasets.source import ItemError
-from selfknow.items import build_items
+from selfknow.stages.datasets import medxpertqa
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.items import build_items
 
 ROW = {"id": "Text-0", "medical_task": "Diagnosis", "body_system": "Cardiovascular", "question_type": "Reasoning",
        "question": "A 54-year-old man has chest pain. What is the diagnosis?\nAnswer Choices: (A) MI (B) PE (C) GERD",

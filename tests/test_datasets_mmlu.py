@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from selfknow.datasets import mmlu
-from selfknow.datasets.source import ItemError
-from selfknow.items import build_items, sample_items
+from selfknow.stages.datasets import mmlu
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.items import build_items, sample_items
 from selfknow.protocols.ladder.records import read_released_sessions
 
 from conftest import REPO

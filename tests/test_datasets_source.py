@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from selfknow.datasets.source import ItemError, hf_shuffle_order, read_rows
+from selfknow.stages.datasets.source import ItemError, hf_shuffle_order, read_rows
 
 
 def test_shuffle_order_is_the_hub_shuffle():

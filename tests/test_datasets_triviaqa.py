@@ -7,9 +7,9 @@ import json
 import pandas as pd
 import pytest
 
-from selfknow.datasets import triviaqa
-from selfknow.datasets.source import ItemError
-from selfknow.items import build_items
+from selfknow.stages.datasets import triviaqa
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.items import build_items
 from selfknow.protocols.persistent.prompts import select_icl_examples
 
 # datasets.Dataset.shuffle(seed=17): shuffled position p holds row PERM[n][p]

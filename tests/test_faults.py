@@ -213,7 +213,7 @@ def _greedy_cmd(test: Path, train: Path, model: Path, out: Path) -> list[str]:
     spec = {"name": "tiny", "backend": "hf", "path": str(model)}
     code = textwrap.dedent(f"""
         import json
-        from selfknow.jobs import greedy_job
+        from selfknow.stages.jobs import greedy_job
         s = greedy_job({str(test)!r}, {str(train)!r}, {spec!r}, "final", {str(out)!r}, n_shots=2, n_items=0,
                        seed=0, max_new_tokens=4, cache_dir=None)
         print(json.dumps(s))
@@ -277,7 +277,7 @@ def _snakemake_cmd(configfile: Path, target: Path) -> list[str]:
 @pytest.mark.slow
 def test_killed_snakemake_generation_job_reruns_to_identical_output(tmp_path):
     """DEPENDS ON config/test.yaml validating and on the workflow's generate_greedy rule
-    (rules/generate.smk, scripts/generate_greedy.py, selfknow.jobs.greedy_job): the test adds
+    (rules/generate.smk, scripts/generate_greedy.py, selfknow.stages.jobs.greedy_job): the test adds
     one `hf` model (a random tiny GPT-2) to that config and runs only its greedy generation of
     world_qa, killed after its first finished chunk, then rerun, against a clean run."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -354,8 +354,8 @@ def test_lcae_stage1_counts_unparsed_smollm2_replies(smollm2):
 
 @pytest.mark.slow
 def test_llm_judge_job_keeps_and_counts_every_smollm2_judgment(smollm2, tmp_path, monkeypatch):
-    import selfknow.jobs as jobs
-    from selfknow.judge import parse_labels
+    import selfknow.stages.jobs as jobs
+    from selfknow.stages.judge import parse_labels
 
     test = pd.DataFrame({"item_id": ["q1", "q2", "q3"], "question": ["Capital of France?", "2 + 2?", "Colour of grass?"],
                          "answer": ["Paris", "4", "green"], "aliases": [["Paris"], ["4", "four"], ["green"]]})

@@ -1,7 +1,7 @@
 import pandas as pd
 import pytest
 
-from selfknow.items import ItemError, deduplicate, sample_items, split_items, validate_items
+from selfknow.stages.items import ItemError, deduplicate, sample_items, split_items, validate_items
 
 
 def _df(rows):

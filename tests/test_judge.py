@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from fakes import ScriptedLM
-from selfknow.judge import exact_match, letter_match, normalise_answer, parse_option_letter
+from selfknow.stages.judge import exact_match, letter_match, normalise_answer, parse_option_letter
 
 
 def test_normalise():
@@ -48,7 +48,7 @@ MULTI = (
 
 
 def test_candidates_prompt_is_the_authors_request():
-    from selfknow.judge import candidates_prompt
+    from selfknow.stages.judge import candidates_prompt
 
     assert candidates_prompt("Who wrote Hamlet?", ["William Shakespeare"], ["Shakespeare", "Marlowe"]) == STANDARD
     assert candidates_prompt("Name a BRCA gene. Just output one of the answers.", ["BRCA1", "BRCA2"],
@@ -58,14 +58,14 @@ def test_candidates_prompt_is_the_authors_request():
 
 
 def test_judge_references_single_or_every_accepted_answer():
-    from selfknow.judge import judge_references
+    from selfknow.stages.judge import judge_references
 
     assert judge_references("Paris", ["Paris", "Paree", "Paris"], multi_reference=False) == ["Paris"]
     assert judge_references("BRCA1", ["BRCA1", "BRCA2", "BRCA1"], multi_reference=True) == ["BRCA1", "BRCA2"]
 
 
 def test_parse_labels_by_number():
-    from selfknow.judge import parse_labels
+    from selfknow.stages.judge import parse_labels
 
     assert parse_labels("1. R\n2. W\n3. N", 3) == ["R", "W", "N"]
     assert parse_labels("2. W\n\n1. R.", 2) == ["R", "W"]          # numbered, not positional
@@ -75,7 +75,7 @@ def test_parse_labels_by_number():
 
 
 def test_generated_judgments_count_refusals_and_unparsable_replies():
-    from selfknow.judge import judge_candidates, max_judge_tokens
+    from selfknow.stages.judge import judge_candidates, max_judge_tokens
 
     replies = {"q1": "1. R\n2. W", "q2": "I'm sorry, I can't help with grading this.", "q3": "1. R\n2. yes",
                "q4": "Both look fine."}
@@ -106,7 +106,7 @@ class _RenderingLM(ScriptedLM):
 
 
 def test_constrained_labels_take_the_likeliest_token_per_candidate():
-    from selfknow.judge import candidates_prompt, judge_candidates
+    from selfknow.stages.judge import candidates_prompt, judge_candidates
 
     # the judge prefers R for candidate 1 of question 1, N for its candidate 2, W everywhere else
     def favourite(context):
@@ -127,7 +127,7 @@ def test_constrained_labels_take_the_likeliest_token_per_candidate():
 
 
 def test_audit_table_flags_a_judge_at_chance_and_counts_every_judgment():
-    from selfknow.jobs import judge_audit_table
+    from selfknow.stages.jobs import judge_audit_table
 
     em = [True, False] * 20
     rows = []
@@ -148,7 +148,7 @@ def test_cohen_kappa_matches_sklearn():
     import numpy as np
     from sklearn.metrics import cohen_kappa_score
 
-    from selfknow.judge import cohen_kappa
+    from selfknow.stages.judge import cohen_kappa
 
     rng = np.random.default_rng(0)
     for _ in range(10):
@@ -162,7 +162,7 @@ def test_kappa_interval_is_the_percentile_bootstrap_of_sklearns_kappa():
     import numpy as np
     from sklearn.metrics import cohen_kappa_score
 
-    from selfknow.judge import kappa_interval
+    from selfknow.stages.judge import kappa_interval
 
     rng = np.random.default_rng(1)
     a = rng.random(40) < 0.5

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from fakes import ScriptedLM
-from selfknow.mcq import cloze_prompt, option_probabilities
+from selfknow.stages.mcq import cloze_prompt, option_probabilities
 
 
 def test_option_probabilities_are_the_softmax_of_option_loglikelihoods():
@@ -36,7 +36,7 @@ def test_option_probabilities_reject_bad_input():
 def test_shared_generation_stage_answers_base_mcq_by_cloze():
     import pandas as pd
 
-    from selfknow.generation import greedy_answers
+    from selfknow.stages.generation import greedy_answers
 
     items = pd.DataFrame({"item_id": ["a", "b"], "domain": "d", "question": ["Q1?", "Q2?"],
                           "choices": [["w", "x", "y", "z"]] * 2, "answer": ["C", "A"], "aliases": None})

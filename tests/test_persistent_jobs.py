@@ -117,15 +117,57 @@ def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
     out = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"), split="test", n_items=3,
                    n_shots=2, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
-                   prompt_label="Question", cache_dir=str(tmp_path / "cache"))
+                   prompt_label="Question", cache_dir=str(tmp_path / "cache"), judge={"correctness": "exact"})
     sc = pd.read_parquet(tmp_path / "sc.parquet")
     assert out["items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
     # "wrong" + "Wrong." = 0.5 ties the correct 0.5: first appearance (the correct one) wins
     assert sc["confidence"].tolist() == pytest.approx([0.5] * 3)
     assert sc["correct"].all()
     assert [list(g) for g in sc["group_correct"]] == [[True, False]] * 3
+    assert [list(g) for g in sc["group_labels"]] == [["R", "W"]] * 3 and set(sc["judge_status"]) == {"exact"}
     # two fixed in-context examples from the train split precede every question
     assert len(seen) == 3 and all(p.count("Answer:") == 3 and p.endswith("?\nAnswer:") for p in seen)
+
+
+def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp_path, monkeypatch):
+    items = _items(4)
+    items.to_parquet(tmp_path / "test.parquet")
+    _items(8, "train").to_parquet(tmp_path / "train.parquet")
+
+    def beams(prompt):
+        i = int(prompt.rsplit("Question ", 1)[1].split("?")[0])
+        # a paraphrase of the reference "a{i}" that exact match rejects, and a wrong answer
+        return [(f" the a{i} thing", math.log(0.6)), (" wrong", math.log(0.4))]
+
+    # the judge: right/wrong for q0 and q1, a refusal for q2, half an answer for q3
+    replies = {"0": "1. R\n2. W", "1": "1. R\n2. W", "2": "Sorry, I cannot grade these answers.", "3": "1. R"}
+    judge = ScriptedLM(lambda p: replies[p.split("Question: Question ")[1][0]], model_id="judge-lm")
+    monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
+    monkeypatch.setattr("selfknow.stages.jobs.load_judge", lambda spec, cache_dir, labels: judge)
+    spec = {"name": "judge-lm", "backend": "hf", "chat": True}
+    run = dict(split="test", n_items=4, n_shots=0, seed=0, num_beams=2, max_new_tokens=8, equivalence="normalised",
+               prompt_label="Question", cache_dir=str(tmp_path / "cache"))
+    exact = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
+                     str(tmp_path / "b0.parquet"), str(tmp_path / "exact.parquet"), judge={"correctness": "exact"}, **run)
+    out = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
+                   str(tmp_path / "b1.parquet"), str(tmp_path / "llm.parquet"),
+                   judge={"correctness": "llm", "spec": spec, "labels": "generate", "multi_reference": False}, **run)
+    em, llm = (pd.read_parquet(tmp_path / f).set_index("item_id").sort_index() for f in ("exact.parquet", "llm.parquet"))
+    assert exact["accuracy"] == 0 and not em["correct"].any()        # exact match: the paraphrase is wrong
+    assert llm["correct"].tolist() == [True, True, False, True]       # the judge: right
+    assert [list(g) for g in llm["group_labels"]] == [["R", "W"], ["R", "W"], [None, None], ["R", None]]
+    assert llm["judge_status"].tolist() == ["ok", "ok", "refused", "unparsable"]
+    # one request per question, every candidate group numbered, against the reference answer only
+    assert len(judge.prompts) == 4
+    for p in judge.prompts:
+        i = p.split("Question: Question ")[1][0]
+        assert p.endswith(f"Question {i}?\nGround-truth answer: a{i}\nCandidate answers:\n1. the a{i} thing\n2. wrong")
+    assert (out["refused"], out["unparsable"], out["R"], out["W"], out["unlabelled"]) == (1, 1, 3, 2, 3)
+    counts = J.judge_count_job({"test__C1": str(tmp_path / "llm.parquet"), "exact": str(tmp_path / "exact.parquet")},
+                               str(tmp_path / "counts.csv"))
+    assert counts == {"tables": 2, "refused": 1, "unparsable": 1}
+    note = T.judge_note(pd.read_csv(tmp_path / "counts.csv").iloc[:1])
+    assert "1 refused, 1 unparsable" in note and "3 unlabelled (counted wrong, as N)" in note
 
 
 def test_training_examples_take_top_candidates_weighted():
@@ -218,7 +260,7 @@ def _metric_file(values: dict, reps: dict | None = None) -> T.MetricFile:
 
 
 def test_table1_cells_and_marks_by_hand():
-    from selfknow.stats.contrast import METRICS
+    from selfknow.stats.persistent.contrast import METRICS
 
     def vals(base):
         return {k: base for k in METRICS}
@@ -242,6 +284,43 @@ def test_table1_cells_and_marks_by_hand():
     assert col[3] == "best" and col[1] == "" and col[0] == "" and col[2] == "tie"
 
 
+def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a_good_one():
+    """Table 1 from `compute_metrics` on synthetic answers: SC and oracle training track
+    correctness, non-oracle training is noise (AUC 0.5 in truth), the oracle of the second
+    dataset is inverted (below chance). The note names exactly the two broken ones, each with its
+    AUC and the 2.5-97.5 % percentile interval of its replicates; the good ones pass."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(3)
+    files = {}
+    for d in ("d1", "d2"):
+        y = (rng.random((3, 300)) < [[0.4], [0.5], [0.6]]).astype(float)
+        good = np.clip(0.5 * y + 0.5 * rng.random((3, 300)), 0, 1)[None]
+        m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 300, axis=1)[None], "sc": good,
+             "nonoracle": rng.random((1, 3, 300)), "oracle": good if d == "d1" else 1 - good}
+        points, reps, _ = J.compute_metrics(y, m, min_contrast=50, n_boot=400, n_boot_ece=0, seed=1)
+        files[("M", d, d)] = T.MetricFile(points, reps)
+        if d == "d1":  # the point value is the pooled AUC
+            noise_auc, noise_reps = roc_auc_score(y.ravel(), m["nonoracle"][0].ravel()), reps["eq1|nonoracle|full_auc"]
+            assert files[("M", d, d)].point("nonoracle", "full_auc") == pytest.approx(noise_auc)
+    _, _, _, notes = T.method_table("table1", files, ["M"], ["d1", "d2"], "t")
+    lo, hi = np.quantile(noise_reps, [0.025, 0.975])
+    assert lo < 0.5 < hi
+    flagged = notes.split("no evidence of a working estimator: ", 1)[1]
+    names = [entry.split(":")[0] for entry in flagged.rstrip(".").split("; ")]
+    assert sorted(names) == ["nonoracle (M, d1)", "nonoracle (M, d2)", "oracle (M, d2)"]
+    assert f"nonoracle (M, d1): {noise_auc:.3f} [{lo:.3f}, {hi:.3f}], includes 0.5" in flagged
+    assert "oracle (M, d2)" in flagged and flagged.split("oracle (M, d2): ")[1].split(";")[0].endswith("below chance")
+    assert "Chance check: 3 of the 8 (method, model, dataset) results" in notes
+    assert "95 % percentile bootstrap interval" in notes
+    # all good: the note says so
+    good_only = {k: T.MetricFile(f.points, {**f.replicates, **{r: np.full(10, 0.8) for r in f.replicates
+                                                                 if r.endswith("|full_auc")}})
+                 for k, f in files.items()}
+    _, _, _, notes = T.method_table("table1", good_only, ["M"], ["d1", "d2"], "t")
+    assert "excludes 0.5 for all 8 (method, model, dataset) results" in notes
+
+
 def test_contrast_size_table_marks_unused_pairs():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
     df = T.contrast_size_table({"M": J.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)
@@ -250,7 +329,7 @@ def test_contrast_size_table_marks_unused_pairs():
 
 
 def test_write_table_and_figure3_from_synthetic_files(tmp_path):
-    from selfknow.stats.contrast import METRICS
+    from selfknow.stats.persistent.contrast import METRICS
 
     R = str(tmp_path)
     for evalset in ("main", "transfer"):
@@ -267,12 +346,23 @@ def test_write_table_and_figure3_from_synthetic_files(tmp_path):
         J.contrast_size_frame(np.array([[1, 0, 1], [0, 1, 1]]), ["A", "B"], 1).to_parquet(p["contrast"])
     files = {(kind, "M", "d", e): T.metrics_paths(R, "M", "d", e)[kind]
              for kind in ("metrics", "replicates", "contrast") for e in ("main", "transfer")}
+    counts = {"main": {"judge": "exact match", "questions": 3, "refused": 0, "unparsable": 0, "no candidates": 0,
+                       "candidates": 6, "R": 2, "W": 4, "N": 0, "unlabelled": 0},
+              "transfer": {"judge": "judge-lm", "questions": 5, "refused": 1, "unparsable": 2, "no candidates": 0,
+                           "candidates": 9, "R": 3, "W": 2, "N": 1, "unlabelled": 3}}
+    for e, row in counts.items():
+        files[("judge", "M", "d", e)] = f"{R}/judge_{e}.csv"
+        pd.DataFrame([{"sc": "test__C1", **row}]).to_csv(files[("judge", "M", "d", e)], index=False)
     for name in ("table1", "table4", "table8", "table10", "table12", "table14", "table18"):
         out = T.table_job(name, files, ["M"], ["d"], "t", f"{R}/{name}.csv", f"{R}/{name}.md", min_contrast=1,
                           min_contrast_transfer=1)
         assert out["rows"] > 0 and out.get("nan_cells", 0) == 0
     md = Path(f"{R}/table18.md").read_text()
     assert "d → t" in md and "**0.500**" in md
+    # who labelled the answers: the transfer tables count the judge's refusals and unparsable replies
+    assert ("LLM judge judge-lm (§A.5, one request per question) on 5 questions: 1 refused, 2 unparsable, 0 without "
+            "a candidate; of 9 candidate answers 3 R, 2 W, 1 N, 3 unlabelled") in md
+    assert "normalised exact match with aliases (judge.correctness: exact)" in Path(f"{R}/table8.md").read_text()
 
 
 def test_reliability_frame_takes_the_first_seed_pooled_over_checkpoints_in_panel_order():
@@ -350,7 +440,8 @@ def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path,
     assert [a.title for a in s.axes] == [f"{label} (n={len(EV) * 60})" for label in labels]
     for a in s.axes:
         assert a.has_data and a.xlabel == "confidence" and a.ylabel == "accuracy"
-        assert len(a.series) == 4 and a.n_lines >= 2 and a.n_collections >= 2, a
+        # the diagonal; the band's outline, the curve's dots, the bins; the band's density-faded fill
+        assert len(a.series) == 4 and a.n_lines == 1 and a.n_collections == 3 and a.n_images == 1, a
         assert any(x.startswith("smoothed, SmoothECE") for x in a.series)
         assert any(x.startswith("95 % bootstrap band (20 resamples)") for x in a.series)
     # without the GCM (no `persistent.gcm_model`) its two panels are left out
@@ -371,6 +462,126 @@ def test_transfer_matrices_auc():
     left, right = T.transfer_matrices(df, df.assign(adapter=df["adapter"] + "+B"), ["A", "B"])
     assert left.loc["A", "A"] == 1 and left.loc["B", "A"] == 0 and left.loc["B", "B"] == 1
     assert list(right.index) == ["A + B (random)", "B + B (random)"]
+
+
+# --------------------------------------------------------------------------------------------
+# Table 7 and Figures 2 and 4
+# --------------------------------------------------------------------------------------------
+def _correct(values, ids=None) -> pd.Series:
+    ids = ids or [f"q{i + 1}" for i in range(len(values))]
+    return pd.Series(values, index=ids, dtype=float)
+
+
+def test_accuracy_table_by_hand():
+    correct = {("M", "c1", "a"): _correct([1, 0, 0, 1]), ("M", "c2", "a"): _correct([1, 1, 1, 0]),
+               ("M", "c1", "t"): _correct([0, 0, 1]), ("M", "c2", "t"): _correct([1, 1, 1, 1, 0])}
+    df = T.accuracy_table(correct, ["M"], {"M": ["c1", "c2"]}, 1, ["a", "t"])
+    assert list(df.columns) == ["model", "checkpoint", "role", "a", "t"]
+    assert list(df["role"]) == ["non-oracle training", "evaluation"]
+    assert df["a"].tolist() == [50.0, 75.0]
+    assert df["t"].tolist() == pytest.approx([100 / 3, 80.0])
+    with pytest.raises(KeyError):
+        T.accuracy_table(correct, ["M"], {"M": ["c1", "c2", "c3"]}, 1, ["a"])
+
+
+#: three evaluation checkpoints on q1-q4 (q9: answered by A only, so in no contrast set);
+#: pairs A-B {q1, q2}, A-C {q1, q2, q4}, B-C {q4}; q3 is right for all three
+EVAL = {"A": _correct([1, 0, 1, 1, 1], ["q1", "q2", "q3", "q4", "q9"]), "B": _correct([0, 1, 1, 1]),
+        "C": _correct([0, 1, 1, 0])}
+
+
+@pytest.mark.parametrize("min_contrast, ids, pairs", [(1, ["q1", "q2", "q4"], 3), (2, ["q1", "q2", "q4"], 2),
+                                                      (3, ["q1", "q2", "q4"], 1), (4, [], 0)])
+def test_contrast_questions_are_the_union_of_the_retained_pairs(min_contrast, ids, pairs):
+    got, n = T.contrast_questions(EVAL, ["A", "B", "C"], min_contrast)
+    assert list(got) == ids and n == pairs
+
+
+def _gap_metric_file(oracle_reps=None, gcm_reps=None) -> T.MetricFile:
+    """Contrast-set AUC 0.8 for oracle training, 0.7 for the GCM, with the given replicates."""
+    reps = None if oracle_reps is None else {"eq1|oracle|contrast_auc": oracle_reps, "eq1|gcm|contrast_auc": gcm_reps}
+    return _metric_file({"oracle": {"contrast_auc": 0.8}, "gcm": {"contrast_auc": 0.7}}, reps)
+
+
+def test_gcm_headroom_row_by_hand():
+    # backbone right on q1 only of the contrast questions {q1, q2, q4}: error 2/3 (q3, not a
+    # contrast question, would make it 3/4)
+    backbone = _correct([1, 0, 0, 0])
+    # paired replicates: the gap runs 0.00, 0.01, ..., 0.40; its 2.5 % and 97.5 % points are
+    # 0.01 and 0.39 (linear interpolation at positions 1 and 39)
+    row = T.gcm_headroom_row(_gap_metric_file(0.5 + np.arange(41) / 100, np.full(41, 0.5)), EVAL, ["A", "B", "C"],
+                             backbone, 2)
+    assert row["backbone_error_rate"] == pytest.approx(2 / 3)
+    assert (row["contrast_questions"], row["pairs"]) == (3, 2)
+    assert row["auc_gap"] == pytest.approx(0.1)
+    assert (row["gap_lo"], row["gap_hi"]) == pytest.approx((0.01, 0.39))
+    no_reps = T.gcm_headroom_row(_gap_metric_file(), EVAL, ["A", "B", "C"], backbone, 2)
+    assert math.isnan(no_reps["gap_lo"]) and math.isnan(no_reps["gap_hi"])
+    with pytest.raises(KeyError, match="no answer to 1 contrast questions"):
+        T.gcm_headroom_row(_gap_metric_file(), EVAL, ["A", "B", "C"], backbone.drop("q4"), 2)
+    none = T.gcm_headroom_row(_gap_metric_file(), EVAL, ["A", "B", "C"], backbone, 4)
+    assert math.isnan(none["backbone_error_rate"]) and (none["contrast_questions"], none["pairs"]) == (0, 0)
+
+
+def _sc_file(path: Path, correct: pd.Series) -> str:
+    n = len(correct)
+    pd.DataFrame({"item_id": list(correct.index), "question": ["?"] * n, "prediction": ["x"] * n,
+                  "confidence": [0.5] * n, "correct": correct.astype(bool).to_numpy(), "group_answers": [["x"]] * n,
+                  "group_probs": [[1.0]] * n, "group_members": [[0]] * n,
+                  "group_correct": [[bool(v)] for v in correct]}).to_parquet(path)
+    return str(path)
+
+
+def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
+    R = tmp_path
+    sc = {(c, d): _sc_file(R / f"{c}_{d}.parquet", EVAL[c] * (1 if d == "a" else 0))
+          for c in ("A", "B", "C") for d in ("a", "b")}
+    paths = {("M", c, d): [sc[(c, d)]] for c in ("A", "B", "C") for d in ("a", "b")}
+    paths.update({("M", c, "t"): [_sc_file(R / f"{c}_t_{s}.parquet", _correct([1, 0] if s == "train" else [1, 1],
+                                                                               [f"{s}1", f"{s}2"]))
+                                  for s in ("train", "test")] for c in ("A", "B", "C")})
+    out = T.table7_job(paths, ["M"], {"M": ["A", "B", "C"]}, 1, ["a", "b", "t"], str(R / "table7.csv"),
+                       str(R / "table7.md"), transfer="t")
+    t7 = pd.read_csv(R / "table7.csv")
+    assert out["rows"] == 3 and t7["a"].tolist() == [80.0, 75.0, 50.0] and t7["t"].tolist() == [75.0] * 3
+    assert "t: 4 questions (train and test splits)" in (R / "table7.md").read_text()
+
+    metric_paths = {}
+    for d in ("a", "b"):
+        base = R / f"metrics_{d}"
+        _gap_metric_file(0.5 + np.arange(41) / 100, np.full(41, 0.5)).points.to_parquet(f"{base}.parquet")
+        np.savez(f"{base}.npz", **{"eq1|oracle|contrast_auc": 0.5 + np.arange(41) / 100,
+                                   "eq1|gcm|contrast_auc": np.full(41, 0.5)})
+        metric_paths[("M", d)] = (f"{base}.parquet", f"{base}.npz")
+    # backbone: checkpoint A's answers; on a, B and C differ on q4 only, which A gets right; on b
+    # every checkpoint is wrong everywhere, so there is no contrast set and no error rate
+    out = T.figure2_job(metric_paths, {("M", c, d): sc[(c, d)] for c, d in sc}, {d: sc[("A", d)] for d in "ab"},
+                        ["M"], {"M": ["B", "C"]}, ["a", "b"], str(R / "f2.png"), str(R / "f2.csv"), str(R / "f2.md"),
+                        min_contrast=1, backbone="bb", title="Figure 2")
+    f2 = pd.read_csv(R / "f2.csv")
+    assert out == {"points": 2, "nan_cells": 1}
+    assert f2.loc[0, ["backbone_error_rate", "contrast_questions", "pairs"]].tolist() == [0.0, 1, 1]
+    assert math.isnan(f2.loc[1, "backbone_error_rate"]) and f2.loc[1, "contrast_questions"] == 0
+    assert f2.loc[0, "auc_gap"] == pytest.approx(0.1) and (R / "f2.png").stat().st_size > 5000
+
+
+def test_transfer_figure_job_writes_the_figure_and_its_cells(tmp_path):
+    rows = [{"adapter": a, "scorer": c, "target": c, "item_id": i, "correct": y, "confidence": p}
+            for a in ("A", "B") for c in ("A", "B")
+            for i, (y, p) in enumerate(zip([1, 0], [0.9, 0.1] if (a == "A" or c == "B") else [0.1, 0.9]))]
+    df = pd.DataFrame(rows)
+    df.to_parquet(tmp_path / "transfer.parquet")
+    df.assign(adapter="A+B").to_parquet(tmp_path / "random.parquet")
+    # as in the workflow, the figure and its data table in separate directories, each with its sidecar
+    fig, tab = tmp_path / "figures", tmp_path / "tables"
+    out = T.transfer_figure_job(str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"), ["A", "B"],
+                                str(fig / "figure4.png"), str(tab / "figure4.csv"), str(tab / "figure4.md"),
+                                title="Figure 4", provenance={"config_hash": "h"})
+    data = pd.read_csv(tab / "figure4.csv")
+    assert out == {"rows": 3, "nan_cells": 0}
+    assert data[data["panel"] == "transfer"][["A", "B"]].to_numpy().tolist() == [[1, 1], [0, 1]]
+    side = json.loads((fig / "figure4.json").read_text())
+    assert side["figure"]["suptitle"] == "Figure 4" and len(side["figure"]["axes"]) == 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -464,6 +675,40 @@ def test_variant_job_trains_scores_and_saves_hidden_states(tmp_path, tiny_model)
     assert t19["mean_rho"].between(-1, 1).all()
 
 
+def test_variant_job_switches_adapters_on_one_resident_base(tmp_path, tiny_model):
+    """3 adapters x 3 scorers: the log reports one base load per training run and per scorer
+    and never two bases alive at once; every confidence equals that of a freshly loaded
+    model carrying the adapter alone."""
+    import re
+
+    from selfknow.models import load_lm
+    from selfknow.models.hf import release_bases
+    from selfknow.protocols.persistent.verbalized import predict_confidence
+    from selfknow.runlog import job_log
+
+    tr, ck = ["C1"], ["C1"] + EV
+    sc = {**_write_sc(tmp_path, ck, "train", n=8), **_write_sc(tmp_path, ck, "test", n=8)}
+    release_bases()
+    log_path = tmp_path / "variant.log"
+    with job_log(str(log_path), "variant") as summary:
+        summary.update(J.variant_job("transfer", tiny_model, tr, EV, sc, str(tmp_path / "ad"),
+                                     str(tmp_path / "conf.parquet"), seed=0, cache_dir=str(tmp_path / "cache")))
+    line = log_path.read_text().strip().splitlines()[-1]
+    assert "variant done" in line
+    loads, peak = map(int, re.search(r"base_loads=(\d+) peak_resident_bases=(\d+)", line).groups())
+    assert (loads, peak) == (3 + 3, 1)  # 3 single-view trainings, then 3 scorers
+    conf = pd.read_parquet(tmp_path / "conf.parquet")
+    assert len(conf) == 9 * 8 and conf.groupby(["adapter", "scorer"]).ngroups == 9
+    test = {c: pd.read_parquet(sc[f"test:{c}"]) for c in ck}
+    for (adapter, scorer), got in conf.groupby(["adapter", "scorer"]):
+        release_bases()
+        lm = load_lm(tiny_model, scorer, cache_dir=None, adapter=str(tmp_path / "ad" / adapter))
+        t = test[scorer]
+        want = predict_confidence(lm, t["question"].tolist(), t["prediction"].tolist(), batch_size=32)
+        np.testing.assert_array_equal(got["confidence"].to_numpy(), want)
+    release_bases()
+
+
 # --------------------------------------------------------------------------------------------
 # workflow: the paper config dry-runs every persistent rule with GPU resources
 # --------------------------------------------------------------------------------------------
@@ -474,7 +719,7 @@ def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
     snakefile.write_text("\n".join([
         f'configfile: "{REPO}/config/paper.yaml"',
         f'include: "{REPO}/rules/common.smk"',
-        f'include: "{REPO}/rules/world.smk"',
+        f'include: "{REPO}/rules/models.smk"',
         f'include: "{REPO}/rules/data.smk"',
         f'include: "{REPO}/rules/persistent_common.smk"',
         f'include: "{REPO}/rules/persistent.smk"',
@@ -495,7 +740,8 @@ def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
         elif ln.startswith("resources:") and rule:
             jobs[rule].append(ln)
     for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant", "persistent_gcm",
-                 "persistent_metrics", "persistent_table1", "persistent_figure3", "persistent_table19"):
+                 "persistent_metrics", "persistent_table1", "persistent_table7", "persistent_figure2",
+                 "persistent_figure3", "persistent_figure4", "persistent_table19"):
         assert rule in jobs, rule
     # the models' GPU requests (Olmo 3 32B: 2, the others 1) reach every model-loading job
     # (persistent_gcm asks for its own model's GPUs: see rules/persistent_common.smk get_gcm_gpus)

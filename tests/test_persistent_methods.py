@@ -221,6 +221,34 @@ def test_nli_equivalence_needs_both_directions(tiny_nli_dir):
     assert eq.equivalent("what capital", "nile", "river nile")
 
 
+def test_nli_runs_on_the_jobs_gpu_a_questions_pairs_in_one_batch(tiny_nli_dir, monkeypatch):
+    from selfknow.protocols.persistent import jobs as J
+
+    assert J.side_device({"device": "cpu"}) == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert J.side_device({"device": "cuda"}) == J.side_device({"device": "auto"}) == "cuda"
+    assert J.side_device({"device": "cuda:1"}) == "cuda:1"
+    gpu = J.make_equivalence(f"nli:{tiny_nli_dir}", device="cuda")
+    assert (gpu.device, gpu.batch_size) == ("cuda", J.NLI_GPU_BATCH) and gpu._model is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert J.side_device({"device": "cuda"}) == "cpu"  # no GPU visible: the CPU
+    # 10 answers: all 45 pairs (90 directed rows) in one padded batch give the verdicts of
+    # one row at a time
+    answers = ["paris", "london", "nile", "river nile", "what", "capital paris", "london nile",
+               "answer", "paris river", "question"]
+    pairs = [(a, b) for i, a in enumerate(answers) for b in answers[i + 1:]]
+    batched = NLIEquivalence(str(tiny_nli_dir), batch_size=J.NLI_GPU_BATCH)
+    single = NLIEquivalence(str(tiny_nli_dir), batch_size=1)
+    calls = []
+    run = batched._argmax_classes
+    batched._argmax_classes = lambda p, h: calls.append(len(p)) or run(p, h)
+    got = batched.equivalent_many("what capital", pairs)
+    assert calls == [90] and got == single.equivalent_many("what capital", pairs)
+    premises = [NLIEquivalence.PREMISE.format(question="what capital", answer=a) for a, _ in pairs]
+    hypotheses = [NLIEquivalence.HYPOTHESIS.format(answer=b) for _, b in pairs]
+    np.testing.assert_array_equal(run(premises, hypotheses), single._argmax_classes(premises, hypotheses))
+
+
 # --------------------------------------------------------------------------------------------
 # Prompts
 # --------------------------------------------------------------------------------------------
@@ -282,6 +310,26 @@ def test_lr_schedule_flat_then_cosine_to_min():
     assert V.lr_at_step(4, 5, hp) == pytest.approx(2e-5)
     with pytest.raises(ValueError):
         V.lr_at_step(100, 100, hp)
+
+
+def test_adapter_hparams_come_from_the_config():
+    from conftest import REPO
+
+    from selfknow.config import load_config
+    from selfknow.protocols.persistent.jobs import _hparams
+
+    # the schema's defaults, which the paper config keeps, are §A.7's
+    paper = load_config(REPO / "config" / "paper.yaml")["persistent"]["adapter"]
+    hp = V.AdapterHParams.from_dict(paper)
+    assert (hp.r, hp.alpha, hp.dropout, hp.lr, hp.min_lr, hp.stable_frac, hp.batch_size, hp.epochs,
+            hp.betas, hp.weight_decay) == (8, 16, 0.0, 2e-4, 2e-5, 0.8, 16, 1, (0.9, 0.999), 0.01)
+    assert hp == V.AdapterHParams()
+    # the offline default's values reach training beside the job's own settings
+    default = load_config(REPO / "config.yaml")["persistent"]["adapter"]
+    hp = V.AdapterHParams.from_dict(_hparams({"device": "cpu"}, 2, default))
+    assert hp.num_threads == 2 and hp.epochs == default["epochs"] > 1 and hp.lr == default["lr"]
+    with pytest.raises(ValueError, match="unknown adapter hyper-parameters"):
+        V.AdapterHParams.from_dict({"rank": 8})
 
 
 def test_training_frame_helpers():
@@ -503,6 +551,47 @@ def test_multi_checkpoint_shares_one_adapter(tiny_models, tmp_path):
     # (were the second model's gradients lost, "twin" would be "single" up to Adam's scale
     # invariance and the signal would shrink to the noise)
     assert noise < 0.1 * signal and signal > 0.05 * scale, (noise, signal, scale)
+
+
+def test_multi_checkpoint_views_swap_base_weights_in_one_model(tiny_models, tmp_path):
+    """Multi-checkpoint training runs every view through one model whose base parameters are
+    swapped: view k gives exactly the outputs of checkpoint k's own model with the adapter."""
+    from peft import PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from selfknow.models import RESIDENCY
+    from selfknow.models.hf import release_bases
+
+    release_bases()
+    RESIDENCY.reset()
+    hp = V.AdapterHParams()
+    views = V._ViewWeights(tiny_models, hp)
+    torch.manual_seed(0)
+    model = get_peft_model(views.model, V._lora_config(views.model, hp))
+    with torch.no_grad():  # a non-zero adapter, so that base and LoRA paths both matter
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    model.save_pretrained(tmp_path / "lora")
+    ids = torch.tensor([[5, 17, 33, 2, 90], [7, 7, 40, 11, 3]])
+    fresh = []
+    for d in tiny_models:
+        alone = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(d), tmp_path / "lora").eval()
+        with torch.no_grad():
+            fresh.append(alone(input_ids=ids).logits)
+    assert not torch.allclose(fresh[0], fresh[1])
+    model.eval()
+    for k in (1, 0, 1, 1, 0):
+        views.use(k)
+        with torch.no_grad():
+            assert torch.equal(model(input_ids=ids).logits, fresh[k])
+    # on the CPU the parked view shares the job's memory: both count as resident
+    assert (RESIDENCY.loads, RESIDENCY.peak) == (2, 2)
+    other = tmp_path / "wide"  # same tokenizer, narrower layers
+    GPT2LMHeadModel(GPT2Config(vocab_size=480, n_positions=256, n_embd=32, n_layer=2, n_head=2)).save_pretrained(other)
+    AutoTokenizer.from_pretrained(tiny_models[0]).save_pretrained(other)
+    with pytest.raises(ValueError, match="differ in architecture"):
+        V._ViewWeights([tiny_models[0], str(other)], hp)
 
 
 def test_gcm_trains_an_adapter_with_the_gcm_prompt(tiny_models, tmp_path):

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from selfknow.datasets.source import ItemError
-from selfknow.tasks import bbh
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.tasks import bbh
 
 
 def test_the_answer_is_read_after_the_last_answer_is():

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from selfknow.datasets.source import ItemError
-from selfknow.tasks import bfcl
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.tasks import bfcl
 
 from conftest import REPO
 

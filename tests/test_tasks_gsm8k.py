@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from selfknow.datasets.source import ItemError
-from selfknow.tasks import gsm8k
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.tasks import gsm8k
 
 
 @pytest.mark.parametrize("response, number", [

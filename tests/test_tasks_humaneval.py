@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from selfknow.tasks import humaneval
+from selfknow.stages.tasks import humaneval
 
 from conftest import REPO
 from task_fixtures import LIMITS, sandbox_python

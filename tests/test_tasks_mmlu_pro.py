@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from selfknow.datasets.source import ItemError
-from selfknow.tasks import mmlu_pro
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.tasks import mmlu_pro
 
 
 @pytest.mark.parametrize("response, letter", [

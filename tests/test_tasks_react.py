@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from selfknow.datasets.source import ItemError
-from selfknow.tasks import react
+from selfknow.stages.datasets.source import ItemError
+from selfknow.stages.tasks import react
 
 
 def _record(i, success, **kw):

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from selfknow.tasks import sandbox
-from selfknow.tasks.sandbox import Limits, SandboxError, run_python
+from selfknow.stages.tasks import sandbox
+from selfknow.stages.tasks.sandbox import Limits, SandboxError, run_python
 
 from task_fixtures import LIMITS, sandbox_python
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from selfknow.tasks import bbh, bfcl, gsm8k, humaneval, mmlu_pro
-from selfknow.tasks.score import score_item
+from selfknow.stages.tasks import bbh, bfcl, gsm8k, humaneval, mmlu_pro
+from selfknow.stages.tasks.score import score_item
 
 from conftest import REPO
 from task_fixtures import LIMITS, sandbox_python

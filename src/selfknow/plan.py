@@ -232,7 +232,7 @@ class Items:
     def get(self, name: str) -> dict[str, pd.DataFrame | None]:
         if name in self._cache:
             return self._cache[name]
-        from selfknow.items import build_items
+        from selfknow.stages.items import build_items
         from selfknow.records import read_parquet
 
         spec = self.cfg["datasets"][name]
@@ -252,7 +252,7 @@ class Items:
         return out
 
     def sample(self, name: str, split: str, n: int | None, seed: int, **kw) -> pd.DataFrame | None:
-        from selfknow.items import sample_items
+        from selfknow.stages.items import sample_items
 
         df = self.get(name)[split]
         if df is None:
@@ -330,7 +330,7 @@ class Planner:
         return list(dict.fromkeys(jobs))
 
     def generation(self) -> None:
-        from selfknow.generation import fixed_shots, greedy_answers
+        from selfknow.stages.generation import fixed_shots, greedy_answers
 
         g = self.cfg["generation"]
         for m, c, ds in self.generation_jobs():
@@ -383,7 +383,7 @@ class Planner:
     def sc_job(self, m: str, c: str, ds: str, split: str) -> "Sample":
         """Beam search on one split's sample (persistent_sc); returns the sample's size and the
         prompt tokens of reading a confidence on each of its answers."""
-        from selfknow.judge import max_judge_tokens
+        from selfknow.stages.judge import max_judge_tokens
         from selfknow.protocols.persistent.prompts import qa_prompt, select_icl_examples
 
         pc, judge = self.cfg["persistent"], self.cfg["judge"]
@@ -442,7 +442,7 @@ class Planner:
 
     # -- the judge audit (rules/judge.smk)
     def judge_audit(self) -> None:
-        from selfknow.judge import max_judge_tokens
+        from selfknow.stages.judge import max_judge_tokens
 
         judge = self.cfg["judge"]
         if "llm_judge" not in judge or "persistent" not in self.cfg:

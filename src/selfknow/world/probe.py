@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.judge import normalise_answer
+from selfknow.stages.judge import normalise_answer
 from selfknow.world.generator import LETTERS, mcq_prompt, qa_prompt
 
 

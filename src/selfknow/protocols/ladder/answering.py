@@ -3,7 +3,7 @@
 The answering model sees ONLY the current question (no history, no feedback). Two mechanisms:
 
 * base LMs (the offline default's small GPT-2-style models): cloze scoring of the options'
-  text after the question (`selfknow.mcq`); answer = the most likely option, confidence = its
+  text after the question (`selfknow.stages.mcq`); answer = the most likely option, confidence = its
   probability renormalised over the options (`answer_by_cloze`).
 * instruct / API models: a prompted JSON reply {"answer": "B", "confidence": 0.8}, parsed
   robustly (`answer_by_json`). A reply with no recoverable option letter gets answer None
@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.mcq import chosen_letter, option_probabilities
+from selfknow.stages.mcq import chosen_letter, option_probabilities
 from selfknow.models.base import LM
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
@@ -211,7 +211,7 @@ def _choices(row) -> list[str]:
 
 
 def answer_by_cloze(lm: LM, items: pd.DataFrame, batch_size: int = 32) -> pd.DataFrame:
-    """Answer each MCQ item by cloze scoring of its options (`selfknow.mcq`): answer = the
+    """Answer each MCQ item by cloze scoring of its options (`selfknow.stages.mcq`): answer = the
     most likely option's letter, confidence = its probability renormalised over the options.
     Returns ANSWER_COLUMNS, one row per item in input order; `answer_raw` holds the option
     probabilities by letter as JSON."""

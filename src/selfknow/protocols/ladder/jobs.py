@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.config import is_chat
-from selfknow.items import sample_items
+from selfknow.stages.items import sample_items
 from selfknow.records import read_parquet, write_json, write_parquet
 
 from . import controls as C

@@ -3,7 +3,7 @@
 Instruct (chat) models get the strategy's prompt and their reply is parsed for the final
 option letter. Base language models (the offline default's mini-world checkpoints) cannot
 follow instructions, so each strategy becomes the nearest thing a base model can do, always
-choosing by cloze scoring of the options (`selfknow.mcq`: the likelihood of each option's text
+choosing by cloze scoring of the options (`selfknow.stages.mcq`: the likelihood of each option's text
 after "Question: q\\nAnswer:", softmax over the options) after a strategy-specific context:
 
 - standard:  no context (zero-shot cloze choice);
@@ -22,8 +22,8 @@ import re
 
 import pandas as pd
 
-from selfknow.judge import letter_match, parse_option_letter
-from selfknow.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
+from selfknow.stages.judge import letter_match, parse_option_letter
+from selfknow.stages.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
 from selfknow.models.base import LM
 from selfknow.protocols.lcae.prompting import LETTERS, fill
 

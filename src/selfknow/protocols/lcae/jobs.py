@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.config import is_chat
-from selfknow.items import sample_items
+from selfknow.stages.items import sample_items
 from selfknow.models import load_lm
 from selfknow.models.registry import repeats_share_requests
 from selfknow.protocols.lcae.examinees import answer_items

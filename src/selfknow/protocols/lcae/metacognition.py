@@ -18,7 +18,7 @@ continuation likelihoods: the error probability is the expectation over the digi
 route compares the likelihoods of " Fast" and " Slow"; the Slow reflection is the
 model's free recall of the question, after which the option is chosen again by cloze scoring
 (the revision). The answer is shown as the chosen option's text after the question, the form
-in which the model learnt its facts (`selfknow.mcq`).
+in which the model learnt its facts (`selfknow.stages.mcq`).
 Both read log-likelihoods of the continuations, so multi-token " 7" or " Slow" work too.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from selfknow.judge import letter_match
-from selfknow.mcq import chosen_letter, cloze_prompt, option_probabilities
+from selfknow.stages.judge import letter_match
+from selfknow.stages.mcq import chosen_letter, cloze_prompt, option_probabilities
 from selfknow.models.base import LM
 from selfknow.protocols.lcae.examinees import parse_final_letter
 from selfknow.protocols.lcae.prompting import LETTERS, fill, template

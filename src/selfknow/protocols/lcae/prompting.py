@@ -5,7 +5,7 @@ from functools import cache
 from pathlib import Path
 from typing import Sequence
 
-from selfknow.items import LETTERS
+from selfknow.stages.items import LETTERS
 
 PROMPTS = Path(__file__).with_name("prompts")
 

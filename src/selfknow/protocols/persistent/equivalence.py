@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from selfknow.judge import normalise_answer
+from selfknow.stages.judge import normalise_answer
 
 
 class Equivalence(abc.ABC):

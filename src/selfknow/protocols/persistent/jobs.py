@@ -26,9 +26,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.items import sample_items
-from selfknow.judge import exact_match
-from selfknow.records import read_parquet, write_parquet
+from selfknow.stages.items import sample_items
+from selfknow.stages.judge import exact_match, judge_candidates, judge_references
+from selfknow.records import read_parquet, write_csv, write_parquet
 
 from . import variants as V
 
@@ -36,6 +36,8 @@ log = logging.getLogger("selfknow.persistent")
 
 SC_COLUMNS = ["item_id", "question", "prediction", "confidence", "correct", "group_answers",
               "group_probs", "group_members", "group_correct"]
+#: who labelled the candidates (`judge_sc`), for the judge counts of the table notes
+JUDGE_COLUMNS = ["group_labels", "judge", "judge_status"]
 CONF_COLUMNS = ["variant", "seed", "adapter", "scorer", "target", "dataset", "item_id", "answer",
                 "correct", "confidence"]
 
@@ -43,14 +45,34 @@ CONF_COLUMNS = ["variant", "seed", "adapter", "scorer", "target", "dataset", "it
 # ----------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------
+#: NLI pairs per forward pass on a GPU: both directions of every pair of a question's 10
+#: beams' answers (at most 2 x 45) in one batch
+NLI_GPU_BATCH = 96
+
+
+def side_device(spec: dict) -> str:
+    """Where a job's auxiliary model (the NLI equivalence model) runs: the job's GPU when its
+    model entry runs on CUDA and a GPU is visible, else the CPU."""
+    dev = spec.get("device", "cpu")
+    if dev == "cpu":
+        return "cpu"
+    import torch
+
+    if not torch.cuda.is_available():
+        return "cpu"
+    return "cuda" if dev == "auto" else dev
+
+
 def make_equivalence(name: str, *, num_threads: int = 1, device: str = "cpu"):
-    """"normalised" -> the model-free matcher; "nli:<model id or path>" -> bidirectional NLI."""
+    """"normalised" -> the model-free matcher; "nli:<model id or path>" -> bidirectional NLI
+    (batched: a question's pairs in one forward pass on a GPU)."""
     from .equivalence import get_equivalence
 
     if name == "normalised":
         return get_equivalence("normalised")
     if name.startswith("nli:"):
-        return get_equivalence("nli", model_name_or_path=name[4:], num_threads=num_threads, device=device)
+        return get_equivalence("nli", model_name_or_path=name[4:], num_threads=num_threads, device=device,
+                               batch_size=NLI_GPU_BATCH if device != "cpu" else 32)
     raise ValueError(f"persistent.equivalence must be 'normalised' or 'nli:<model>', got {name!r}")
 
 
@@ -74,7 +96,7 @@ def base_model_dir(spec: dict, checkpoint: str | None) -> str:
 
 
 def _hparams(spec: dict, threads: int, extra: Mapping | None = None) -> dict:
-    hp = {"num_threads": int(threads), "device": spec.get("device", "cpu")}
+    hp = {"num_threads": int(threads), "device": spec.get("device", "cpu"), "gpus": int(spec.get("gpu", 0))}
     if spec.get("dtype") in ("bfloat16", "float16", "float32"):
         hp["dtype"] = spec["dtype"]
     hp.update(extra or {})
@@ -107,27 +129,84 @@ def training_examples(sc: pd.DataFrame, n_answers: int) -> pd.DataFrame:
 # ----------------------------------------------------------------------------------------------
 # self-consistency
 # ----------------------------------------------------------------------------------------------
-def judge_sc(sc: pd.DataFrame, items: pd.DataFrame) -> pd.DataFrame:
-    """Add `group_correct` (exact match of every candidate with the references) and
-    `correct` (the prediction's) to a `self_consistency_frame`."""
-    aliases = items.set_index("item_id")["aliases"]
-    gc = [[bool(exact_match(a, aliases.loc[i])) for a in answers]
-          for i, answers in zip(sc["item_id"], sc["group_answers"])]
+def judge_sc(sc: pd.DataFrame, items: pd.DataFrame, *, judge=None, chat: bool = False, labels: str = "generate",
+             multi_reference: bool = False) -> pd.DataFrame:
+    """Label every candidate group of a `self_consistency_frame` (persistent §3.1): add
+    `group_labels` (R/W/N, None where the judge gave none), `group_correct` (label R),
+    `correct` (the prediction's, i.e. its top group's), and per question `judge` and
+    `judge_status` (`selfknow.stages.judge.Judgment`; "exact" for exact match, "no candidates" when
+    every beam was empty).
+
+    `judge` None: exact match with the item's aliases. Otherwise the LLM judge (an `LM`), one
+    request per question with every group's representative numbered (`judge_candidates`,
+    `chat` and `labels` as there; `multi_reference` as `judge_references`)."""
+    by_id = items.set_index("item_id")
     out = sc.copy()
-    out["group_correct"] = gc
-    out["correct"] = [bool(g[0]) if len(g) else False for g in gc]
+    if judge is None:
+        out["group_labels"] = [["R" if exact_match(a, by_id.loc[i, "aliases"]) else "W" for a in answers]
+                               for i, answers in zip(sc["item_id"], sc["group_answers"])]
+        out["judge"] = "exact match"
+        out["judge_status"] = "exact"
+    else:
+        asked = [k for k, answers in enumerate(sc["group_answers"]) if len(answers)]
+        ids = [sc["item_id"].iloc[k] for k in asked]
+        verdicts = judge_candidates(
+            judge, [sc["question"].iloc[k] for k in asked],
+            [judge_references(by_id.loc[i, "answer"], list(by_id.loc[i, "aliases"]), multi_reference=multi_reference)
+             for i in ids],
+            [list(sc["group_answers"].iloc[k]) for k in asked], chat=chat, labels=labels)
+        found = dict(zip(asked, verdicts))
+        out["group_labels"] = [list(found[k].labels) if k in found else [] for k in range(len(sc))]
+        out["judge"] = judge.model_id
+        out["judge_status"] = [found[k].status if k in found else "no candidates" for k in range(len(sc))]
+    out["group_correct"] = [[lab == "R" for lab in g] for g in out["group_labels"]]
+    out["correct"] = [bool(g[0]) if len(g) else False for g in out["group_correct"]]
     return out
+
+
+def judge_counts(sc: pd.DataFrame) -> dict:
+    """What labelled one SC table: the judge, questions per status, candidates per label
+    (None counted as "unlabelled")."""
+    labels = [lab for g in sc["group_labels"] for lab in g]
+    status = sc["judge_status"].value_counts()
+    return {"judge": str(sc["judge"].iloc[0]) if len(sc) else "", "questions": len(sc),
+            **{s: int(status.get(s, 0)) for s in ("refused", "unparsable", "no candidates")},
+            "candidates": len(labels), **{lab: sum(v == lab for v in labels) for lab in ("R", "W", "N")},
+            "unlabelled": sum(v is None for v in labels)}
+
+
+def judge_count_job(sc_paths: Mapping[str, str], out: str) -> dict:
+    """One row per SC table (`sc_paths`: name -> path) with its `judge_counts`, for the
+    table notes: every refused or unparsable judgment is counted there."""
+    rows = []
+    for name, path in sc_paths.items():
+        sc = read_parquet(path)
+        missing = [c for c in JUDGE_COLUMNS if c not in sc.columns]
+        if missing:
+            raise ValueError(f"{path}: SC table without its judge labels (lacks {missing}); rebuild it")
+        rows.append({"sc": name, **judge_counts(sc)})
+    df = pd.DataFrame(rows)
+    write_csv(df, out)
+    return {"tables": len(df), "refused": int(df["refused"].sum()), "unparsable": int(df["unparsable"].sum())}
+
+
+#: the long beam table of `sc_job`: one row per beam
+BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob"]
 
 
 def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_out: str,
            sc_out: str, *, split: str, n_items: int, n_shots: int, seed: int, num_beams: int,
            max_new_tokens: int, equivalence: str, prompt_label: str, cache_dir: str,
-           threads: int = 1) -> dict:
+           judge: Mapping, threads: int = 1) -> dict:
     """Beam search (`num_beams`, stop at the first newline) on a seeded sample of `n_items`
-    questions of one split, resumable by chunks; then SC grouping (§3.1.1, §A.6) and exact-match
-    judging of every candidate. Writes the long beam table and the SC table."""
+    questions of one split, resumable by chunks; then SC grouping (§3.1.1, §A.6) and the labels
+    of every candidate group (`judge_sc`). `judge`: {"correctness": "exact"}, or
+    {"correctness": "llm", "spec": the judge model's spec, "labels": "generate" | "constrained",
+    "multi_reference": bool} (config `judge`). Writes the long beam table and the SC table."""
     import torch
 
+    from selfknow.config import is_chat
+    from selfknow.stages.jobs import load_judge
     from selfknow.models import load_lm
     from selfknow.resumable import map_chunks
 
@@ -145,18 +224,28 @@ def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_
         res = lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=("\n",))
         rows = [(i, q, b, beam.text, beam.logprob) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
                 for b, beam in enumerate(bs)]
-        return pd.DataFrame(rows, columns=["item_id", "question", "beam", "text", "logprob"])
+        return pd.DataFrame(rows, columns=BEAM_TABLE)
 
     beams = map_chunks(items, beams_for, beams_out, chunk_size=64, desc=f"beams {checkpoint} {split}",
                        params={"spec": spec, "ckpt": checkpoint, "shots": shots, "beams": num_beams,
                                "mnt": max_new_tokens, "label": prompt_label})
+    if beams.empty:  # a split without questions (BioASQ has no train split): the table's columns
+        beams = pd.DataFrame(columns=BEAM_TABLE)
     t_beams = time.time() - t0
-    sc = judge_sc(self_consistency_frame(beams, make_equivalence(equivalence, num_threads=threads)), items)
-    sc = sc[SC_COLUMNS].assign(model=spec["name"], checkpoint=checkpoint, split=split)
+    sc = self_consistency_frame(beams, make_equivalence(equivalence, num_threads=threads, device=side_device(spec)))
+    if judge["correctness"] == "llm":
+        judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"])
+        sc = judge_sc(sc, items, judge=judge_lm, chat=is_chat(judge["spec"]), labels=judge["labels"],
+                      multi_reference=judge["multi_reference"])
+        judged = {"judge_cache_hits": judge_lm.stats.hits, "judge_calls": judge_lm.stats.misses}
+    else:
+        sc, judged = judge_sc(sc, items), {}
+    sc = sc[SC_COLUMNS + JUDGE_COLUMNS].assign(model=spec["name"], checkpoint=checkpoint, split=split)
     write_parquet(sc, sc_out)
     return {"items": len(sc), "accuracy": round(float(sc["correct"].mean()), 4),
             "mean_confidence": round(float(sc["confidence"].mean()), 4),
-            "beam_seconds": round(t_beams, 1), "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
+            "beam_seconds": round(t_beams, 1), "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses,
+            **{k: v for k, v in judge_counts(sc).items() if k != "judge"}, **judged}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -195,10 +284,14 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
     "transfer:<ckpt>" (one or more comma-free keys "transfer:<ckpt>:<split>") -> SC tables.
     With `hidden_out` (the `transfer` variant) also save, per checkpoint's own adapter, the
     hidden states on the first `variance_items` test questions (sorted ids) for Table 19.
-    With `out` None nothing is scored (adapters and hidden states only)."""
+    With `out` None nothing is scored (adapters and hidden states only).
+
+    Memory: adapters train one after another (a multi-checkpoint one holds one base on a GPU,
+    `verbalized._ViewWeights`); the scorings run grouped by scoring checkpoint, each loaded
+    once with its adapters switched on it and released before the next one's."""
     import torch
 
-    from selfknow.models import load_lm
+    from selfknow.models import free_memory, load_lm
 
     from .verbalized import predict_confidence, train_adapter
 
@@ -218,33 +311,52 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
     for ap in plan.adapters:
         d = Path(adapters_dir) / ap.name.replace("+", "__")
         train_adapter(adapter_examples(ap, train_sc, spec, seed), d, seed, hp, log=log.info)
+        free_memory()  # the training bases, before the next adapter's or the scorers' load
         adapter_dirs[ap.name] = str(d)
     t_train = time.time() - t0
-    frames = []
-    lms = {}
-    for s in (plan.scorings if out is not None else []):
+    scorings = list(plan.scorings) if out is not None else []
+    targets = []
+    for s in scorings:
         tgt = answers[s.dataset].get(s.target)
         if tgt is None:
             raise KeyError(f"variant {variant}: no {s.dataset} test answers of checkpoint {s.target!r}")
-        key = (s.adapter, s.scorer)
-        if key not in lms:
-            lms[key] = load_lm(spec, s.scorer, cache_dir=cache_dir, adapter=adapter_dirs[s.adapter])
-        conf = predict_confidence(lms[key], tgt["question"].tolist(), tgt["prediction"].fillna("").tolist(),
-                                  batch_size=32)
-        frames.append(pd.DataFrame({"variant": variant, "seed": seed, "adapter": s.adapter, "scorer": s.scorer,
-                                    "target": s.target, "dataset": s.dataset, "item_id": tgt["item_id"].to_numpy(),
-                                    "answer": tgt["prediction"].to_numpy(), "correct": tgt["correct"].to_numpy(),
-                                    "confidence": conf}))
-    df = pd.concat(frames, ignore_index=True)[CONF_COLUMNS] if frames else pd.DataFrame(columns=CONF_COLUMNS)
+        targets.append(tgt)
+    frames: dict[int, pd.DataFrame] = {}
+    calls = 0
+    for scorer, by_adapter in _by_scorer_and_adapter(scorings).items():
+        for adapter, idx in by_adapter.items():
+            lm = load_lm(spec, scorer, cache_dir=cache_dir, adapter=adapter_dirs[adapter])
+            for i in idx:
+                s, tgt = scorings[i], targets[i]
+                conf = predict_confidence(lm, tgt["question"].tolist(), tgt["prediction"].fillna("").tolist(),
+                                          batch_size=32)
+                frames[i] = pd.DataFrame({
+                    "variant": variant, "seed": seed, "adapter": s.adapter, "scorer": s.scorer, "target": s.target,
+                    "dataset": s.dataset, "item_id": tgt["item_id"].to_numpy(), "answer": tgt["prediction"].to_numpy(),
+                    "correct": tgt["correct"].to_numpy(), "confidence": conf})
+            calls += lm.stats.misses
+            lm.unload_adapter()
+        lm.release()
+    df = (pd.concat([frames[i] for i in range(len(scorings))], ignore_index=True)[CONF_COLUMNS] if frames
+          else pd.DataFrame(columns=CONF_COLUMNS))
     if out is not None:
         write_parquet(df, out)
     summary = {"adapters": len(plan.adapters), "scorings": len(frames), "rows": len(df),
                "train_seconds": round(t_train, 1), "score_seconds": round(time.time() - t0 - t_train, 1),
-               "model_calls": sum(lm.stats.misses for lm in lms.values())}
+               "model_calls": calls}
     if hidden_out:
         summary["hidden_shape"] = str(save_hidden_states(plan, spec, test_sc, adapter_dirs, hidden_out,
                                                          variance_items, device=hp["device"]))
     return summary
+
+
+def _by_scorer_and_adapter(scorings: Sequence[V.Scoring]) -> dict[str, dict[str, list[int]]]:
+    """Indices of `scorings` grouped by scoring checkpoint, then adapter, in order of first
+    appearance: one scorer's base is loaded once and its adapters switched on it."""
+    groups: dict[str, dict[str, list[int]]] = {}
+    for i, s in enumerate(scorings):
+        groups.setdefault(s.scorer, {}).setdefault(s.adapter, []).append(i)
+    return groups
 
 
 def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd.DataFrame],
@@ -252,6 +364,7 @@ def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd
                        device: str = "cpu") -> tuple:
     """Hidden states (n_ckpt, n_layers, n_items, d) of each checkpoint's own single-view
     adapter on its own answers to the first `n_items` test questions by item id (§B.7)."""
+    from selfknow.models import free_memory
     from selfknow.records import atomic_path
 
     from .variance import adapter_hidden_states
@@ -266,6 +379,7 @@ def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd
         t = test_sc[a.name].set_index("item_id").loc[ids]
         hs.append(adapter_hidden_states(base_model_dir(spec, a.name), adapter_dirs[a.name],
                                         t["question"].tolist(), t["prediction"].fillna("").tolist(), device=device))
+        free_memory()  # this checkpoint's base, before the next one's
     arr = np.stack(hs).astype(np.float32)
     with atomic_path(out) as tmp:
         with open(tmp, "wb") as f:
@@ -285,7 +399,7 @@ def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str
     evaluation checkpoints' test answers and the training checkpoints' train answers."""
     import torch
 
-    from selfknow.models import load_lm
+    from selfknow.models import free_memory, load_lm
 
     from .baselines import train_gcm
     from .verbalized import predict_confidence
@@ -297,6 +411,7 @@ def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str
     train_gcm(frames, base_model_dir(gcm_spec, None), adapter_dir, seed, _hparams(gcm_spec, threads, hparams),
               log=log.info)
     t_train = time.time() - t0
+    free_memory()  # the training base, before the scoring one
     lm = load_lm(gcm_spec, None, cache_dir=cache_dir, adapter=adapter_dir)
     rows = []
     for split, ckpts in (("test", eval_ckpts), ("train", train_ckpts)):
@@ -420,8 +535,8 @@ def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_con
     fitted §B.1 normalisation (`bt_methods`), and paired bootstrap replicates
     ("<normaliser>|<method>|<metric>" -> (B,)): the non-ECE metrics with `n_boot` replicates,
     the two ECE metrics with the first `n_boot_ece` of the same replicate sequence (0: none)."""
-    from selfknow.stats.bootstrap import bootstrap_persistent
-    from selfknow.stats.contrast import METRICS, contrast_pairs, persistent_metrics
+    from selfknow.stats.persistent.bootstrap import bootstrap_persistent
+    from selfknow.stats.persistent.contrast import METRICS, contrast_pairs, persistent_metrics
 
     pairs = contrast_pairs(y, min_size=min_contrast)
     ece = ("contrast_ece", "full_ece")

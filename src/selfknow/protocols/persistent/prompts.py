@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.items import reserved_icl_examples
+from selfknow.stages.items import reserved_icl_examples
 
 N_ICL = 5
 
@@ -37,7 +37,7 @@ def select_icl_examples(train: pd.DataFrame, n: int = N_ICL, seed: int = 17, *,
                         ) -> list[tuple[str, str]]:
     """`n` fixed (question, answer) in-context examples (§3.1: "5 fixed in-context examples
     from the respective dataset"). A paper dataset's loader reserves them as the rows with
-    split "icl", in the authors' order (`selfknow.datasets`): the first `n` of those. Otherwise
+    split "icl", in the authors' order (`selfknow.stages.datasets`): the first `n` of those. Otherwise
     (the mini world) the train split shuffled with `seed`, deduplicated by question (first
     occurrence kept), first `n` taken. Stripped strings."""
     for c in (question_col, answer_col):

@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.judge import normalise_answer
+from selfknow.stages.judge import normalise_answer
 from selfknow.models.base import Beam
 
 from .equivalence import Equivalence

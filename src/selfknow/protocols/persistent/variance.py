@@ -96,7 +96,11 @@ def adapter_hidden_states(model_dir: str, adapter_dir: str, questions: Sequence[
 
     readout = load_readout(adapter_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).to(device)
+    from selfknow.models.registry import track_base
+
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype))
+    track_base(base)
+    base.to(device)
     model = PeftModel.from_pretrained(base, adapter_dir).eval()
     prompts = [readout.prompt(q, "" if a is None else str(a)) for q, a in zip(questions, answers)]
     out = []

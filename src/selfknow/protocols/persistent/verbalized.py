@@ -13,19 +13,21 @@ the space (exactly the authors' `"...\\nConfidence: "`), candidates "0".."9". Ei
 prompt is tokenised as the model saw such text in pre-training. The choice is saved beside the
 adapter (`confidence_readout.json`) and read back by `load_readout`.
 
-Training (§A.7). LoRA on all linear layers (peft `target_modules="all-linear"`: for GPT-2 the
-Conv1D c_attn/c_proj/c_fc, never the LM head), r=8, alpha=16, no dropout, no bias; AdamW
-(0.9, 0.999, 1e-8, weight decay 0.01); lr 2e-4 flat for the first 80 % of steps then cosine
-to 2e-5 over the last 20 % (`lr_at_step`); batches of 16 questions; 1 epoch; BCE between the
-confidence and correctness, with per-example weights. Gradient-norm clipping at 1.0 as in the
-authors' code (not stated in the paper). Base weights stay frozen and in eval mode (their own
-dropout off) so a seed fixes the run exactly.
+Training (§A.7; the defaults of config `persistent.adapter`). LoRA on all linear layers (peft
+`target_modules="all-linear"`: for GPT-2 the Conv1D c_attn/c_proj/c_fc, never the LM head),
+r=8, alpha=16, no dropout, no bias; AdamW (0.9, 0.999, 1e-8, weight decay 0.01); lr 2e-4
+flat for the first 80 % of steps then cosine to 2e-5 over the last 20 % (`lr_at_step`);
+batches of 16 questions; 1 epoch; BCE between the confidence and correctness, with
+per-example weights. Gradient-norm clipping at 1.0 as in the authors' code (not stated in the
+paper). Base weights stay frozen and in eval mode (their own dropout off) so a seed fixes the
+run exactly.
 
 Multi-checkpoint (§3.1.1 "the checkpoints share the question shuffle and the loss is averaged
 over checkpoints so the effective learning rate is unaffected"; authors' train_confidence.py):
 one shuffle of the union of question ids; a batch is 16 questions and contains *every*
-checkpoint's examples for those questions, each run through its own base model carrying the
-one shared adapter (the LoRA parameters of all checkpoint models are the same tensors); the
+checkpoint's examples for those questions, each run through its own base weights carrying the
+one shared adapter (one model whose base parameters are swapped per checkpoint,
+`_ViewWeights`, so a GPU holds one base and the adapter's gradients add up); the
 batch loss is sum(weight x BCE) / (questions in batch x checkpoints). Within a
 (checkpoint, question) the example weights sum to 1: generation probabilities renormalised over
 the kept candidates (multi-answer), and split evenly over data sources (pooled data).
@@ -57,7 +59,9 @@ import numpy as np
 import pandas as pd
 
 from selfknow.models.base import LM
-from selfknow.models.hf import last_position_logits
+from selfknow.models.hf import last_position_logits, shard_kwargs
+from selfknow.models.registry import track_base
+from selfknow.schema import defaults
 
 from .prompts import PROMPT_BODIES, confidence_prompt
 
@@ -161,29 +165,36 @@ def predict_confidence(lm: LM, questions: Sequence[str], answers: Sequence[str],
 # ----------------------------------------------------------------------------------------------
 # Hyper-parameters and schedule
 # ----------------------------------------------------------------------------------------------
+#: the training settings a config sets (`persistent.adapter`): their list, meaning and §A.7
+#: defaults are the config schema's
+ADAPTER_DEFAULTS: dict = defaults("persistent.adapter")
+
+
 @dataclass
 class AdapterHParams:
-    """§A.7 defaults. `micro_batch_size` only splits forward passes (same gradients);
-    `num_threads` sets torch's CPU threads; `device`/`dtype` for larger machines."""
+    """The config's `persistent.adapter` settings (defaults: the schema's, §A.7) and how the
+    job runs: `num_threads` sets torch's CPU threads; `device`/`dtype`/`gpus` for larger
+    machines (from the model entry); `style` the prompt (verbalized or GCM)."""
 
-    r: int = 8
-    alpha: int = 16
-    dropout: float = 0.0
-    lr: float = 2e-4
-    min_lr: float = 2e-5
-    stable_frac: float = 0.8
-    batch_size: int = 16
-    epochs: int = 1
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
-    weight_decay: float = 0.01
-    grad_clip: float | None = 1.0
-    micro_batch_size: int = 32
+    r: int = ADAPTER_DEFAULTS["r"]
+    alpha: float = ADAPTER_DEFAULTS["alpha"]
+    dropout: float = ADAPTER_DEFAULTS["dropout"]
+    lr: float = ADAPTER_DEFAULTS["lr"]
+    min_lr: float = ADAPTER_DEFAULTS["min_lr"]
+    stable_frac: float = ADAPTER_DEFAULTS["stable_frac"]
+    batch_size: int = ADAPTER_DEFAULTS["batch_size"]
+    epochs: int = ADAPTER_DEFAULTS["epochs"]
+    betas: tuple[float, float] = tuple(ADAPTER_DEFAULTS["betas"])
+    eps: float = ADAPTER_DEFAULTS["eps"]
+    weight_decay: float = ADAPTER_DEFAULTS["weight_decay"]
+    grad_clip: float | None = ADAPTER_DEFAULTS["grad_clip"]
+    micro_batch_size: int = ADAPTER_DEFAULTS["micro_batch_size"]
+    max_length: int = ADAPTER_DEFAULTS["max_length"]
     num_threads: int = 1
     device: str = "cpu"
     dtype: str = "float32"
+    gpus: int = 0  # > 1 on a GPU device: the base is sharded over that many GPUs
     style: str = "verbalized"
-    max_length: int = 512
 
     @classmethod
     def from_dict(cls, d: Mapping | None) -> "AdapterHParams":
@@ -365,6 +376,7 @@ def _load_base(model_dir: str, hp: AdapterHParams):
     tok = AutoTokenizer.from_pretrained(model_dir)
     dtype = getattr(torch, hp.dtype)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    track_base(model)
     model.to(hp.device)
     return model, tok
 
@@ -382,18 +394,68 @@ def _lora_config(model, hp: AdapterHParams):
                       fan_in_fan_out=conv1d)  # GPT-2 Conv1D stores weights (in, out)
 
 
-def _tie_lora(src, dst) -> None:
-    """Make `dst`'s trainable (LoRA) parameters the very Parameter objects of `src`, so every
-    checkpoint model carries one adapter and their gradients add up."""
-    src_params = dict(src.named_parameters())
-    for name, p in list(dst.named_parameters()):
-        if not p.requires_grad:
-            continue
-        if name not in src_params or src_params[name].shape != p.shape:
-            raise ValueError(f"checkpoints differ in architecture: LoRA parameter {name} "
-                             "has no counterpart; multi-checkpoint training needs one architecture")
-        owner, _, attr = name.rpartition(".")
-        setattr(dst.get_submodule(owner), attr, src_params[name])
+class _ViewWeights:
+    """The base models of several checkpoints of one architecture as one model on the device
+    (multi-checkpoint training, module doc). Every view's base parameters are loaded once and
+    parked in host memory (pinned when the device is a GPU); `use(k)` puts view k's into the
+    model, the LoRA layers untouched: a pointer swap on the CPU, a host-to-device copy on a
+    GPU (each parameter to its own GPU when `hp.gpus` > 1 shards the base). A GPU then holds
+    one base however many views train the adapter (host memory holds them all; on a CPU job
+    that is the same memory, counted as such by `track_base`). One view parks nothing."""
+
+    def __init__(self, model_dirs: Sequence[str], hp: AdapterHParams):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        on_gpu = hp.device != "cpu"
+        sharded = on_gpu and hp.gpus > 1
+        self.tokenizers = [AutoTokenizer.from_pretrained(d) for d in model_dirs]
+        self.parked: list[_Parked] = []
+        for k, d in enumerate(model_dirs):
+            shard = shard_kwargs(d, hp.gpus) if sharded and k == 0 else {}
+            model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, hp.dtype), **shard)
+            params = dict(model.named_parameters())
+            buffers = {n: b for n, b in model.named_buffers()}
+            if k == 0:
+                self.model, self.slots, self.buffers = model, list(params.values()), buffers
+                self.names = list(params)
+                track_base(model)
+            else:
+                ref = dict(zip(self.names, self.slots))
+                if params.keys() != ref.keys() or any(params[n].shape != ref[n].shape for n in ref) \
+                        or buffers.keys() != self.buffers.keys() \
+                        or any(not torch.equal(buffers[n].cpu(), self.buffers[n].cpu()) for n in buffers):
+                    raise ValueError(f"checkpoints differ in architecture: {d} and {model_dirs[0]}; "
+                                     "multi-checkpoint training needs one architecture")
+            if len(model_dirs) == 1:
+                tensors = []
+            else:
+                tensors = [p.detach().cpu().pin_memory() if on_gpu else p.detach() for p in params.values()]
+            self.parked.append(_Parked(tensors))
+            if k and not on_gpu:  # parked in the memory the model computes in
+                track_base(self.parked[-1])
+            del model, params
+        if not sharded:
+            self.model.to(hp.device)
+        self.current = 0
+
+    def use(self, k: int) -> None:
+        """Give the model view `k`'s base parameters."""
+        if k == self.current:
+            return
+        for p, t in zip(self.slots, self.parked[k].tensors):
+            if p.device == t.device:
+                p.data = t
+            else:
+                p.data.copy_(t, non_blocking=True)
+        self.current = k
+
+
+class _Parked:
+    """One view's base parameters in host memory."""
+
+    def __init__(self, tensors: list):
+        self.tensors = tensors
 
 
 def _save_atomic(model, out_dir: Path, extra: Mapping[str, dict]) -> None:
@@ -451,27 +513,20 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
     steps_per_epoch = math.ceil(len(qids) / hp.batch_size)
     total_steps = steps_per_epoch * hp.epochs
 
-    models, toks, readouts, digit_ids = [], [], [], []
-    for n in names:
-        model_dir = str(examples_by_checkpoint[n][0])
-        base, tok = _load_base(model_dir, hp)
-        for p in base.parameters():
-            p.requires_grad_(False)
-        torch.manual_seed(seed)  # the same LoRA initialisation for every checkpoint and method
-        pm = get_peft_model(base, _lora_config(base, hp))
-        pm.eval()  # base dropout off; LoRA dropout is 0 anyway (§A.7)
-        ro = digit_format_for(tok, hp.style)
-        models.append(pm)
-        toks.append(tok)
-        readouts.append(ro)
-        digit_ids.append(_digit_ids(tok, ro))
+    views = _ViewWeights([str(examples_by_checkpoint[n][0]) for n in names], hp)
+    for p in views.model.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(seed)  # the same LoRA initialisation for every method
+    model = get_peft_model(views.model, _lora_config(views.model, hp))
+    model.eval()  # base dropout off; LoRA dropout is 0 anyway (§A.7)
+    toks = views.tokenizers
+    readouts = [digit_format_for(tok, hp.style) for tok in toks]
+    digit_ids = [_digit_ids(tok, ro) for tok, ro in zip(toks, readouts)]
     if len(set(readouts)) != 1:
         raise ValueError(f"checkpoints need one digit read-out for a shared adapter, got "
                          f"{dict(zip(names, readouts))}")
     readout = readouts[0]
-    for m in models[1:]:
-        _tie_lora(models[0], m)
-    params = [p for p in models[0].parameters() if p.requires_grad]
+    params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps,
                             weight_decay=hp.weight_decay)
 
@@ -494,13 +549,14 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
                 rows = [r for q in batch_q for r in rows_by_q[n].get(q, ())]
                 if not rows:
                     continue
+                views.use(k)
                 f = frames[n]
                 y_all = torch.tensor(f["correct"].to_numpy()[rows], dtype=torch.float32)
                 w_all = torch.tensor(f["loss_weight"].to_numpy()[rows], dtype=torch.float32)
                 total = 0.0
                 for s in range(0, len(rows), hp.micro_batch_size):
                     sl = slice(s, s + hp.micro_batch_size)
-                    logits = _digit_logits(models[k], toks[k], [prompts[n][r] for r in rows[sl]],
+                    logits = _digit_logits(model, toks[k], [prompts[n][r] for r in rows[sl]],
                                            digit_ids[k], hp.device, hp.max_length)
                     log_p, log_q, _ = _log_conf_terms(logits)
                     y, w = y_all[sl].to(log_p.device), w_all[sl].to(log_p.device)
@@ -530,7 +586,7 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
         "versions": {"peft": peft.__version__, "transformers": transformers.__version__,
                      "torch": torch.__version__},
     }
-    _save_atomic(models[0], Path(out_dir), {READOUT_FILE: readout.to_json(),
+    _save_atomic(model, Path(out_dir), {READOUT_FILE: readout.to_json(),
                                             TRAINING_LOG_FILE: training_log})
     say(f"saved adapter to {out_dir} ({training_log['seconds']:.1f}s)")
 

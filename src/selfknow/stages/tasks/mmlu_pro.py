@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from selfknow.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
 
 LETTERS = "ABCDEFGHIJ"
 

@@ -11,7 +11,7 @@ import re
 
 import pandas as pd
 
-from selfknow.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
 
 # The answer form of each of the 27 tasks' targets: an option "(A)"; a label (True/False,
 # Yes/No, valid/invalid); an integer; a sequence of words; a sequence of brackets.

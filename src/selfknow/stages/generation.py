@@ -1,7 +1,7 @@
 """Answer generation, the shared stage (SPEC §0.2): greedy short answers and MCQ letters.
 
 Base LMs get the few-shot completion prompt they were trained on ("Question: q\\nAnswer: a")
-and answer MCQs by cloze scoring of the options (`selfknow.mcq`); instruct models get the same
+and answer MCQs by cloze scoring of the options (`selfknow.stages.mcq`); instruct models get the same
 question as a chat turn asking for a short answer or the option letter. Each record
 keeps the prompt, the raw text, the parsed answer (None = unparsed) and token counts.
 """
@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from selfknow.items import reserved_icl_examples
-from selfknow.judge import exact_match, letter_match, parse_option_letter
-from selfknow.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
+from selfknow.stages.items import reserved_icl_examples
+from selfknow.stages.judge import exact_match, letter_match, parse_option_letter
+from selfknow.stages.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
 from selfknow.models.base import LM
 
 CHAT_QA = "Answer the question with a short answer only (a few words), no explanation.\n\nQuestion: {question}"

@@ -155,7 +155,7 @@ def judge_candidates(lm, questions: Sequence[str], references: Sequence[Sequence
     continuation "k." the most likely next token of " R", " W", " N" is candidate k's label,
     appended before "k+1.", so every candidate gets exactly one label token. Constrained
     labels need a backend that renders its own prompt (`render`, hf) and a judge loaded
-    without chat wrapping (`selfknow.jobs.load_judge`): the assistant turn is continued, not
+    without chat wrapping (`selfknow.stages.jobs.load_judge`): the assistant turn is continued, not
     restarted."""
     if not len(questions) == len(references) == len(candidates):
         raise ValueError(f"{len(questions)} questions, {len(references)} reference lists and "

@@ -1,5 +1,5 @@
 """HumanEval (openai/openai_humaneval; LADDER §3, §F.1 Table 32): a completion passes when the
-task's tests pass on it, run in the sandbox (`selfknow.tasks.sandbox`); pass@k as Chen et al.
+task's tests pass on it, run in the sandbox (`selfknow.stages.tasks.sandbox`); pass@k as Chen et al.
 (2021) estimate it.
 
 The program is the one openai/human-eval's `check_correctness` runs:
@@ -17,7 +17,7 @@ from math import comb
 
 import pandas as pd
 
-from selfknow.datasets.source import frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import frame, make_item, read_rows, require_fields
 
 from .sandbox import Limits, Result, run_python
 

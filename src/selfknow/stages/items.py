@@ -1,6 +1,6 @@
 """Item sampling (SPEC §0.1): every dataset normalised to one item schema, split, then sampled.
 
-The papers' datasets are read by `selfknow.datasets` (hub or local copy), which also puts
+The papers' datasets are read by `selfknow.stages.datasets` (hub or local copy), which also puts
 each item in the paper's own split; the mini world's items come from the world generator and
 are split here with the config's seed. Items with split "icl" are the reserved in-context
 examples: they travel in the train file, in prompt order, and are never sampled as questions.
@@ -14,8 +14,8 @@ from typing import Iterable
 import numpy as np
 import pandas as pd
 
-from selfknow.datasets import bioasq, jeopardy, medxpertqa, mmlu, triviaqa
-from selfknow.datasets.source import ItemError
+from selfknow.stages.datasets import bioasq, jeopardy, medxpertqa, mmlu, triviaqa
+from selfknow.stages.datasets.source import ItemError
 from selfknow.records import ITEM_COLUMNS
 
 __all__ = ["ItemError", "LETTERS", "build_items", "deduplicate", "load_source", "reserved_icl_examples",
@@ -23,7 +23,7 @@ __all__ = ["ItemError", "LETTERS", "build_items", "deduplicate", "load_source", 
 
 LETTERS = string.ascii_uppercase
 
-#: loader name -> the module of `selfknow.datasets` that reads that source
+#: loader name -> the module of `selfknow.stages.datasets` that reads that source
 _PAPER_LOADERS = {"triviaqa": triviaqa, "jeopardy": jeopardy, "bioasq": bioasq, "mmlu": mmlu,
                   "medxpertqa": medxpertqa}
 

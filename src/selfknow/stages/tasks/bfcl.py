@@ -26,7 +26,7 @@ import re
 
 import pandas as pd
 
-from selfknow.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
 
 PYTHON_TYPES = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list,
                 "dict": dict, "any": str}

@@ -13,7 +13,7 @@ import re
 
 import pandas as pd
 
-from selfknow.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
 
 _NUMBER = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 _REFERENCE = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)

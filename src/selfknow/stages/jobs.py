@@ -4,9 +4,9 @@ from __future__ import annotations
 import pandas as pd
 
 from selfknow.config import is_chat
-from selfknow.generation import fixed_shots, greedy_answers
-from selfknow.items import sample_items
-from selfknow.judge import cohen_kappa, judge_candidates, judge_references, kappa_interval
+from selfknow.stages.generation import fixed_shots, greedy_answers
+from selfknow.stages.items import sample_items
+from selfknow.stages.judge import cohen_kappa, judge_candidates, judge_references, kappa_interval
 from selfknow.models import load_lm
 from selfknow.records import read_parquet, write_parquet
 from selfknow.resumable import map_chunks

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from selfknow.items import LETTERS
+from selfknow.stages.items import LETTERS
 from selfknow.models.base import LM
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from selfknow.datasets.source import ItemError, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, read_rows, require_fields
 from selfknow.records import ITEM_COLUMNS
 
 STEP_KEYS = ("thought", "action", "observation")
