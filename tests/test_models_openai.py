@@ -6,44 +6,15 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
 
 from selfknow.models import LogprobsUnavailable, ModelSpecError, UnsupportedCall, load_lm
 from selfknow.models.openai_api import RequestFailed
+from selfknow.rehearsal.server import QuietHandler, reasoning_rule_violation, schema_instance, send_json, serve
 
 TOP = {"A": -0.2, "B": -1.9, " A": -3.0, "7": -4.0}
-
-
-def reasoning_rule_violation(path: str, body: dict) -> tuple[str, str] | None:
-    """(param, message) of the first rule an OpenAI reasoning model (o-series, gpt-5 family)
-    answers with HTTP 400, as OpenAI words it; None if the body keeps them all."""
-    if path.endswith("/chat/completions"):
-        if "max_tokens" in body:
-            return "max_tokens", ("Unsupported parameter: 'max_tokens' is not supported with this "
-                                  "model. Use 'max_completion_tokens' instead.")
-        if "stop" in body:
-            return "stop", "Unsupported parameter: 'stop' is not supported with this model."
-    for param in ("temperature", "top_p"):
-        if param in body and body[param] != 1:
-            return param, (f"Unsupported value: '{param}' does not support {body[param]!r} with this "
-                           f"model. Only the default (1) value is supported.")
-    return None
-
-
-def schema_instance(fmt: dict) -> dict:
-    """What a server honouring a strict `json_schema` response format answers: an instance of
-    the schema (probabilities 0.5, the last enum value). A schema OpenAI's strict mode refuses
-    (a key not required, or other keys allowed) raises, as the server's HTTP 400 would."""
-    schema = fmt["schema"]
-    props = schema["properties"]
-    if not fmt.get("strict") or sorted(schema["required"]) != sorted(props) \
-            or schema.get("additionalProperties") is not False:
-        raise ValueError(f"not a strict schema: {fmt}")
-    return {k: v["enum"][-1] if "enum" in v else (v["minimum"] + v["maximum"]) / 2
-            for k, v in props.items()}
 
 
 class FakeServer:
@@ -68,10 +39,7 @@ class FakeServer:
         self.lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server.lock:
@@ -86,17 +54,7 @@ class FakeServer:
                         server.in_flight -= 1
 
             def _send(self, code, obj, headers=()):
-                data = json.dumps(obj).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers:
-                    self.send_header(k, v)
-                self.end_headers()
-                try:
-                    self.wfile.write(data)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                send_json(self, code, obj, headers)
 
             def _answer(self, mode, body):
                 text = json.dumps(body)
@@ -116,11 +74,7 @@ class FakeServer:
                 time.sleep(server.delay)
                 self._send(200, server.respond(self.path, body))
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.httpd, self.url, self.thread = serve(Handler)
 
     def _budget_left(self, body, limit_key):
         """Whether a reasoning model's answer fits the token limit after its hidden reasoning,

@@ -108,6 +108,8 @@ def read_sc(path: str | Path) -> pd.DataFrame:
     missing = [c for c in SC_COLUMNS if c not in df.columns]
     if missing:
         raise ValueError(f"{path}: not a self-consistency table (lacks {missing})")
+    if df.empty:  # a split without questions stores no dtypes; concatenated splits need them
+        df = df.astype({"correct": bool, "confidence": float})
     return df
 
 

@@ -383,7 +383,8 @@ def judge_note(counts: pd.DataFrame) -> str:
     judgments and its label counts."""
     if counts.empty:
         raise ValueError("judge_note: no judge counts")
-    judges = sorted(set(counts["judge"].astype(str)) - {""})
+    # a split without questions (BioASQ's train split) was labelled by no one
+    judges = sorted(set(counts["judge"].dropna().astype(str)) - {""})
     if judges == ["exact match"]:
         return (" Correctness: normalised exact match with aliases (judge.correctness: exact), not the "
                 "paper's LLM judge (§A.5).")
