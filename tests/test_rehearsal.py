@@ -299,7 +299,8 @@ def test_rehearsal_builds_every_table_and_figure_of_the_paper_config(configs, tm
     expected = _summary(REHEARSAL, str(results))
     targets = [f for f in expected.output_file if "/tables/" in f or "/figures/" in f]
     assert targets and [f for f in targets if not Path(f).exists()] == []
-    assert minutes < 20, f"the rehearsal took {minutes:.1f} minutes"
+    # a time is reported, never asserted (tests do not time the machine they run on)
+    print(f"the rehearsal took {minutes:.1f} minutes")
 
 
 def test_a_split_without_questions_joins_the_other_split(tmp_path):
