@@ -352,20 +352,21 @@ class Planner:
             sc: dict[tuple[str, str, str], Sample] = {}  # the transfer dataset's are shared
             for j, d in enumerate(pc["datasets"]):
                 jobs = [(v, s, True) for v in TABLE_VARIANTS for s in pc["seeds"]]
-                if k == 0 and j == 0:  # Figure 3 and Table 19 use the first model and dataset
-                    jobs += [("transfer", pc["variance_seeds"][0], True)]
+                if k == 0 and j < 2:  # Figures 3 and 4: the first model on the first two datasets
+                    jobs += [("transfer", pc["variance_seeds"][0], True), ("random_label", pc["seeds"][0], True)]
+                if k == 0 and j == 0:  # Table 19's other seeds: hidden states only
                     jobs += [("transfer", s, False) for s in pc["variance_seeds"][1:]]
-                    jobs += [("random_label", pc["seeds"][0], True)]
                 plans = [(self._variant_plan(v, tr, ev, transfer is not None and v in TRANSFER_VARIANTS), s, scored)
                          for v, s, scored in jobs]
-                need = {(c, d, "train") for c in tr} | {(c, d, "test") for c in ev + tr[-1:]}
+                # Table 7 reads every checkpoint's test answers (and the transfer dataset's)
+                need = {(c, d, "train") for c in tr} | {(c, d, "test") for c in ck}
                 for plan, _, scored in plans:
                     need |= {(c, d, "train") for c in plan.train_data}
                     if scored:
                         need |= {(c, d, "test") for c in plan.test_targets(MAIN)}
                         need |= {(c, transfer, sp) for c in plan.test_targets(TRANSFER) for sp in ("train", "test")}
                 if transfer is not None:
-                    need |= {(c, transfer, sp) for c in ev for sp in ("train", "test")}
+                    need |= {(c, transfer, sp) for c in ck for sp in ("train", "test")}
                 for key in sorted(need - set(sc)):
                     sc[key] = self.sc_job(m, *key)
                 for plan, s, scored in plans:
@@ -373,6 +374,10 @@ class Planner:
                 if "gcm_model" in pc:
                     for s in pc["seeds"]:
                         self.gcm_job(m, d, s, tr, ev, sc)
+        if "gcm_model" in pc:  # Figure 2: the GCM backbone's own answers on each training dataset
+            gm = pc["gcm_model"]
+            for d in pc["datasets"]:
+                self.sc_job(gm, checkpoint_names(self.cfg, gm)[-1], d, "test")
 
     def _variant_plan(self, variant: str, tr, ev, with_transfer: bool):
         from selfknow.protocols.persistent.variants import plan_variant
