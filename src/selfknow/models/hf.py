@@ -18,7 +18,7 @@ Beam search is our own loop (`beam_search_batch`) rather than `model.generate(nu
 persistent §3.1.1 needs every final beam cut at the first newline with the log-probability of
 exactly its tokens up to that stop, and HF's beam scorer only stops hypotheses at EOS (its
 `stop_strings` criterion ends the whole search) and reports length-normalised scores. It runs
-`batch_size` prompts (default `DEFAULT_BATCH_SIZE` = 16) x `num_beams` rows per forward step:
+`batch_size` prompts (the model entry's, default 16) x `num_beams` rows per forward step:
 left-padded prompts with explicit position ids, the prompt's KV kept once per prompt and only
 generated tokens cached per beam (`_shared_prefix_attention`, set as the model's attention
 for the search's steps with transformers' `set_attn_implementation`), candidates' texts from
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 # prompts per forward pass (spec key `batch_size`); a beam-search batch runs
 # batch_size x num_beams rows per step. 16 x 10 beams keeps a small model's CPU steps in a few
 # hundred rows, where batching has amortised the per-call overhead (benchmarks/bench_beam.py).
-DEFAULT_BATCH_SIZE = 16
 _SAMPLE_BYTES = 1 << 20  # fingerprint of local model files: size + first/last MiB
 # share of each GPU a sharded model's weights may fill; the rest holds activations and the
 # KV cache of a batch (`batch_size` prompts x beams)
@@ -561,10 +560,10 @@ class HFLM(LM):
         self.spec, self.checkpoint = spec, checkpoint
         self.name = spec["name"]
         self.stats = CallStats()
-        self.batch_size = int(spec.get("batch_size", DEFAULT_BATCH_SIZE))
+        self.batch_size = int(spec["batch_size"])
         self.chat_default = bool(spec.get("chat", False))
         self.structured_output = structured_output(spec)
-        self.dtype_name = spec.get("dtype", "float32")
+        self.dtype_name = spec["dtype"]
         if self.sharded and self.dtype_name not in ("bfloat16", "float16"):
             self.dtype_name = "bfloat16"  # float32 would double the GPUs a sharded model needs
         self.gguf_file = checkpoint.get("gguf_file", spec.get("gguf_file"))
@@ -615,7 +614,7 @@ class HFLM(LM):
 
     @property
     def device(self) -> str:
-        dev = self.spec.get("device", "cpu")
+        dev = self.spec["device"]
         if dev == "auto":
             import torch
 
@@ -644,7 +643,7 @@ class HFLM(LM):
     @property
     def sharded(self) -> bool:
         """Whether the weights are spread over the job's GPUs (`gpu` > 1 on a CUDA device)."""
-        return int(self.spec.get("gpu", 0)) > 1 and self.device.startswith("cuda")
+        return int(self.spec["gpu"]) > 1 and self.device.startswith("cuda")
 
     def from_pretrained_kwargs(self, gpu_bytes: Sequence[int] | None = None) -> dict:
         """Keyword arguments of the base model's `from_pretrained`. A sharded model
