@@ -10,7 +10,6 @@ redone.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -19,6 +18,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
+
+from selfknow.config import config_hash
 
 from . import data, hub
 from .server import StandInServer
@@ -48,7 +49,7 @@ def _fingerprint(config: dict) -> str:
     wanted = {"seed": config["seed"], "datasets": config["datasets"], "hub": hub.hub_models(config),
               "n_test": config["persistent"]["n_test"], "n_items": config["lcae"]["n_items"],
               "code": [hashlib.sha256(p.read_bytes()).hexdigest() for p in sources]}
-    return hashlib.sha256(json.dumps(wanted, sort_keys=True, default=str).encode()).hexdigest()
+    return config_hash(wanted)
 
 
 def build_stand_ins(config: dict, root: Path = STAND_INS) -> Path:
