@@ -377,3 +377,34 @@ def test_llm_judge_job_keeps_and_counts_every_smollm2_judgment(smollm2, tmp_path
     assert not gen.loc[gen["judge_status"] != "ok", "judge_correct"].any()  # counted wrong, as N
     # constrained: exactly one label token per answer, always parsed
     assert set(con["judge_status"]) == {"ok"} and set(con["judge_label"]) <= {"R", "W", "N"}
+
+
+# ---- SIGTERM (Snakemake cancelling a job, scancel) ---------------------------------------------
+
+
+def test_sigterm_unwinds_a_job_so_its_scratch_files_are_removed(tmp_path):
+    """A job that SIGTERM stops runs its `finally` blocks (the multi-checkpoint training's
+    scratch weights, a half-written temporary output) and logs the failure, exit code 143."""
+    scratch, log = tmp_path / "scratch", tmp_path / "job.log"
+    code = textwrap.dedent(f"""
+        import os, sys, tempfile, time
+        from selfknow.runlog import job_log
+        with job_log({str(log)!r}, "job"):
+            os.mkdir({str(scratch)!r})
+            try:
+                print("ready", flush=True, file=sys.__stdout__)
+                time.sleep(60)
+            finally:
+                os.rmdir({str(scratch)!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert scratch.is_dir()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert not scratch.exists()
+    assert "job failed after" in log.read_text()

@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from typing import IO, Iterator
 
@@ -81,6 +83,25 @@ def residency_summary() -> dict:
 
 
 @contextlib.contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """SIGTERM (Snakemake cancelling a job, SLURM's scancel) raises SystemExit, so that the
+    job's `finally` blocks and context managers still run: scratch files are removed and no
+    temporary output is left behind. Python's default is to die without unwinding."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+@contextlib.contextmanager
 def job_log(log_path: str | None, job: str) -> Iterator[dict]:
     """Send stderr and the `selfknow` logger to `log_path`; on exit log one summary line
     ``<job> done in <s> s: k=v ...`` from the dict the block fills in (items, cache hits, ...),
@@ -103,6 +124,7 @@ def job_log(log_path: str | None, job: str) -> Iterator[dict]:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         t0 = time.perf_counter()
+        stack.enter_context(_sigterm_as_exit())
         try:
             yield summary
             if RESIDENCY.loads:
