@@ -270,6 +270,27 @@ def test_prompts():
         P.select_icl_examples(train.iloc[:2], 5)
 
 
+def test_question_shots_shared_or_per_domain():
+    # the mini world reserves no examples: one seeded draw for every question, by domain or not
+    world = pd.DataFrame({"question": [f"q{i}" for i in range(8)], "answer": [f"a{i}" for i in range(8)],
+                          "domain": ["d1", "d2"] * 4, "split": "train"})
+    shared = P.select_icl_examples(world, 2, seed=3)
+    assert P.question_shots(world, ["d1", "d2"], 2, 3, by_domain=True) == shared
+    assert P.question_shots(world, ["d1"], 0, 3, by_domain=False) == []
+    # reserved examples of two types, interleaved: by type, each its own in order; shared, the first two
+    reserved = pd.DataFrame({"question": ["F1", "L1", "F2", "L2", "t"], "answer": ["f1", "l1", "f2", "l2", "x"],
+                             "domain": ["factoid", "list", "factoid", "list", "list"],
+                             "split": ["icl"] * 4 + ["train"]})
+    by_type = P.question_shots(reserved, ["list", "factoid", "list"], 2, 0, by_domain=True)
+    assert by_type == {"factoid": [("F1", "f1"), ("F2", "f2")], "list": [("L1", "l1"), ("L2", "l2")]}
+    assert P.question_shots(reserved, ["list"], 2, 0, by_domain=False) == [("F1", "f1"), ("L1", "l1")]
+    assert P.qa_prompts(["Q?", "R?"], ["list", "factoid"], by_type, label="Prompt") == [
+        "Prompt: L1\nAnswer: l1\n\nPrompt: L2\nAnswer: l2\n\nPrompt: Q?\nAnswer:",
+        "Prompt: F1\nAnswer: f1\n\nPrompt: F2\nAnswer: f2\n\nPrompt: R?\nAnswer:"]
+    with pytest.raises(ValueError, match=r"no in-context examples of domain\(s\) \['yesno'\]"):
+        P.qa_prompts(["Q?"], ["yesno"], by_type)
+
+
 # --------------------------------------------------------------------------------------------
 # Verbalized read-out and schedule
 # --------------------------------------------------------------------------------------------
@@ -395,7 +416,7 @@ def _corpus():
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    """Two tiny random GPT-2 checkpoints (different weights, one architecture) sharing a
+    """Three tiny random GPT-2 checkpoints (different weights, one architecture) sharing a
     byte-level BPE tokenizer trained here; ~130K parameters each."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
@@ -410,13 +431,34 @@ def tiny_models(tmp_path_factory):
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>",
                                    bos_token="<|endoftext|>", pad_token="<|endoftext|>")
     dirs = []
-    for s in (0, 1):
+    for s in (0, 1, 2):
         torch.manual_seed(s)
         m = GPT2LMHeadModel(GPT2Config(vocab_size=len(fast), n_positions=256, n_embd=64,
                                        n_layer=2, n_head=2, bos_token_id=0, eos_token_id=0))
         d = root / f"ckpt{s}"
         m.save_pretrained(d)
         fast.save_pretrained(d)
+        dirs.append(str(d))
+    return dirs
+
+
+@pytest.fixture(scope="module")
+def tiny_llamas(tmp_path_factory, tiny_models):
+    """Three tiny random Llama checkpoints (rotary positions, 2 query heads per KV head,
+    untied embeddings) with the GPT-2 checkpoints' tokenizer."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(tiny_models[0])
+    root = tmp_path_factory.mktemp("llama")
+    dirs = []
+    for s in (0, 1, 2):
+        torch.manual_seed(s)
+        m = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         max_position_embeddings=256, bos_token_id=0, eos_token_id=0))
+        d = root / f"ckpt{s}"
+        m.save_pretrained(d)
+        tok.save_pretrained(d)
         dirs.append(str(d))
     return dirs
 
@@ -553,45 +595,125 @@ def test_multi_checkpoint_shares_one_adapter(tiny_models, tmp_path):
     assert noise < 0.1 * signal and signal > 0.05 * scale, (noise, signal, scale)
 
 
-def test_multi_checkpoint_views_swap_base_weights_in_one_model(tiny_models, tmp_path):
-    """Multi-checkpoint training runs every view through one model whose base parameters are
-    swapped: view k gives exactly the outputs of checkpoint k's own model with the adapter."""
-    from peft import PeftModel, get_peft_model
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
+def _record_stores(monkeypatch) -> list:
+    """Every view store `_ViewWeights` makes from here on (to look at its scratch directory)."""
+    made = []
+    make = V._view_store
+    monkeypatch.setattr(V, "_view_store", lambda hp: made.append(make(hp)) or made[-1])
+    return made
 
-    from selfknow.models import RESIDENCY
+
+def _no_resident_bases():
+    from selfknow.models import RESIDENCY, free_memory
     from selfknow.models.hf import release_bases
 
     release_bases()
+    free_memory()
     RESIDENCY.reset()
-    hp = V.AdapterHParams()
-    views = V._ViewWeights(tiny_models, hp)
-    torch.manual_seed(0)
-    model = get_peft_model(views.model, V._lora_config(views.model, hp))
-    with torch.no_grad():  # a non-zero adapter, so that base and LoRA paths both matter
-        for n, p in model.named_parameters():
-            if "lora_B" in n:
-                p.normal_(0, 0.5)
-    model.save_pretrained(tmp_path / "lora")
+    assert RESIDENCY.resident == 0
+    return RESIDENCY
+
+
+@pytest.mark.parametrize("family, dtype", [("gpt2", "float32"), ("llama", "bfloat16")])
+def test_multi_checkpoint_views_swap_base_weights_in_one_model(family, dtype, request, tmp_path,
+                                                               monkeypatch):
+    """Multi-checkpoint training runs every view through one model whose base parameters are
+    swapped: view k gives exactly the outputs of checkpoint k's own model with the adapter.
+    On a CPU job the views wait in scratch files, so one base is resident at a time."""
+    from peft import PeftModel, get_peft_model
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    dirs = request.getfixturevalue({"gpt2": "tiny_models", "llama": "tiny_llamas"}[family])
+    stores = _record_stores(monkeypatch)
+    residency = _no_resident_bases()
+    hp = V.AdapterHParams(dtype=dtype)
     ids = torch.tensor([[5, 17, 33, 2, 90], [7, 7, 40, 11, 3]])
-    fresh = []
-    for d in tiny_models:
-        alone = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(d), tmp_path / "lora").eval()
-        with torch.no_grad():
-            fresh.append(alone(input_ids=ids).logits)
-    assert not torch.allclose(fresh[0], fresh[1])
-    model.eval()
-    for k in (1, 0, 1, 1, 0):
-        views.use(k)
-        with torch.no_grad():
-            assert torch.equal(model(input_ids=ids).logits, fresh[k])
-    # on the CPU the parked view shares the job's memory: both count as resident
-    assert (RESIDENCY.loads, RESIDENCY.peak) == (2, 2)
-    other = tmp_path / "wide"  # same tokenizer, narrower layers
+    with V._ViewWeights(dirs, hp) as views:
+        assert (residency.loads, residency.resident, residency.peak) == (3, 1, 1)
+        scratch = stores[0].dir
+        assert sorted(f.name for f in scratch.iterdir()) == [f"view{k}.safetensors" for k in range(3)]
+        torch.manual_seed(0)
+        model = get_peft_model(views.model, V._lora_config(views.model, hp))
+        with torch.no_grad():  # a non-zero adapter, so that base and LoRA paths both matter
+            for n, p in model.named_parameters():
+                if "lora_B" in n:
+                    p.normal_(0, 0.5)
+        model.save_pretrained(tmp_path / "lora")
+        fresh = []
+        for k, d in enumerate(dirs):
+            base = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, dtype))
+            # the stored view: the parameters from_pretrained gave, by name, in their dtype
+            stored = load_file(scratch / f"view{k}.safetensors")
+            params = dict(base.named_parameters())
+            assert stored.keys() == params.keys()
+            assert all(stored[n].dtype == p.dtype == getattr(torch, dtype) and torch.equal(stored[n], p)
+                       for n, p in params.items())
+            alone = PeftModel.from_pretrained(base, tmp_path / "lora").eval()
+            with torch.no_grad():
+                fresh.append(alone(input_ids=ids).logits)
+        assert not torch.allclose(fresh[0], fresh[1]) and not torch.allclose(fresh[1], fresh[2])
+        model.eval()
+        for k in (2, 0, 1, 1, 2, 0, 2):
+            views.use(k)
+            with torch.no_grad():
+                assert torch.equal(model(input_ids=ids).logits, fresh[k])
+        assert residency.peak == 1
+    assert not scratch.exists()
+
+
+def test_views_of_different_architectures_fail_and_leave_no_scratch(tiny_models, tmp_path, monkeypatch):
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    other = tmp_path / "narrow"  # same tokenizer, narrower layers
     GPT2LMHeadModel(GPT2Config(vocab_size=480, n_positions=256, n_embd=32, n_layer=2, n_head=2)).save_pretrained(other)
     AutoTokenizer.from_pretrained(tiny_models[0]).save_pretrained(other)
-    with pytest.raises(ValueError, match="differ in architecture"):
-        V._ViewWeights([tiny_models[0], str(other)], hp)
+    stores = _record_stores(monkeypatch)
+    # the last view is stored before the narrow one is loaded
+    with pytest.raises(ValueError, match=f"differ in architecture: {other} and {tiny_models[1]}"):
+        V._ViewWeights([tiny_models[0], str(other), tiny_models[1]], V.AdapterHParams())
+    assert len(stores) == 1 and not stores[0].dir.exists()
+
+
+def _three_views(dirs) -> dict:
+    """Three checkpoints' examples on the same 32 questions, with different labels."""
+    d = _marker_data(32, 9)
+    return {"c0": (dirs[0], d), "c1": (dirs[1], d.assign(correct=~d["correct"], answer="maple")),
+            "c2": (dirs[2], V.randomise_labels(d, 3))}
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_multi_checkpoint_training_from_scratch_files_equals_host_parked_views(family, request, tmp_path,
+                                                                              monkeypatch):
+    """A CPU job's views wait in scratch files (one base resident, one load per view); the
+    same training with the views parked in host memory (the GPU path's store, here on the
+    CPU: every view's weights alive at once, as CPU jobs held them before) gives bitwise the
+    same adapter and per-step losses."""
+    from safetensors.torch import load_file
+
+    dirs = request.getfixturevalue({"gpt2": "tiny_models", "llama": "tiny_llamas"}[family])
+    data = _three_views(dirs)
+    hp = V.AdapterHParams(lr=5e-3, epochs=2)
+    stores = _record_stores(monkeypatch)
+    residency = _no_resident_bases()
+    V.train_adapter(data, tmp_path / "files", seed=0, hparams=hp)
+    assert (residency.loads, residency.peak) == (3, 1)
+    assert len(stores) == 1 and isinstance(stores[0], V._FileViews) and not stores[0].dir.exists()
+    monkeypatch.setattr(V, "_view_store", lambda hp: V._HostViews())
+    V.train_adapter(data, tmp_path / "host", seed=0, hparams=hp)
+    wf, wh = (load_file(tmp_path / n / "adapter_model.safetensors") for n in ("files", "host"))
+    assert wf.keys() == wh.keys() and all(torch.equal(wf[k], wh[k]) for k in wf)
+    lf, lh = (json.loads((tmp_path / n / V.TRAINING_LOG_FILE).read_text())["steps"] for n in ("files", "host"))
+    assert len(lf) == 4 and lf == lh
+    # the three views' bases differ, and each step saw all three
+    assert all(len(set(s["loss_by_checkpoint"].values())) == 3 for s in lf)
+
+
+def test_scratch_views_are_deleted_when_training_fails(tiny_models, tmp_path, monkeypatch):
+    stores = _record_stores(monkeypatch)
+    with pytest.raises(ValueError, match="exceeds the limit 20"):
+        V.train_adapter(_three_views(tiny_models), tmp_path / "ad", seed=0, hparams={"max_length": 20})
+    assert len(stores) == 1 and not stores[0].dir.exists() and not (tmp_path / "ad").exists()
 
 
 def test_gcm_trains_an_adapter_with_the_gcm_prompt(tiny_models, tmp_path):

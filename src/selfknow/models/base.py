@@ -95,6 +95,11 @@ class LM(abc.ABC):
             raise ValueError(f"unknown budget stage {stage!r}; known: {', '.join(BUDGET_STAGES)}")
         return int(self.token_budgets.get(stage, default))
 
+    def release(self) -> None:
+        """Free the model weights this LM holds in the process (a later call loads them
+        again), so that the job's next model does not sit beside them; a backend that holds
+        none has nothing to free."""
+
     @abc.abstractmethod
     def generate(
         self,

@@ -27,7 +27,7 @@ over checkpoints so the effective learning rate is unaffected"; authors' train_c
 one shuffle of the union of question ids; a batch is 16 questions and contains *every*
 checkpoint's examples for those questions, each run through its own base weights carrying the
 one shared adapter (one model whose base parameters are swapped per checkpoint,
-`_ViewWeights`, so a GPU holds one base and the adapter's gradients add up); the
+`_ViewWeights`, so a job holds one base and the adapter's gradients add up); the
 batch loss is sum(weight x BCE) / (questions in batch x checkpoints). Within a
 (checkpoint, question) the example weights sum to 1: generation probabilities renormalised over
 the kept candidates (multi-answer), and split evenly over data sources (pooled data).
@@ -60,7 +60,7 @@ import pandas as pd
 
 from selfknow.models.base import LM
 from selfknow.models.hf import last_position_logits, shard_kwargs
-from selfknow.models.registry import track_base
+from selfknow.models.registry import free_memory, track_base
 from selfknow.schema import defaults
 
 from .prompts import PROMPT_BODIES, confidence_prompt
@@ -395,67 +395,127 @@ def _lora_config(model, hp: AdapterHParams):
 
 
 class _ViewWeights:
-    """The base models of several checkpoints of one architecture as one model on the device
-    (multi-checkpoint training, module doc). Every view's base parameters are loaded once and
-    parked in host memory (pinned when the device is a GPU); `use(k)` puts view k's into the
-    model, the LoRA layers untouched: a pointer swap on the CPU, a host-to-device copy on a
-    GPU (each parameter to its own GPU when `hp.gpus` > 1 shards the base). A GPU then holds
-    one base however many views train the adapter (host memory holds them all; on a CPU job
-    that is the same memory, counted as such by `track_base`). One view parks nothing."""
+    """The base models of several checkpoints ("views") of one architecture as one model on
+    the device (multi-checkpoint training, module doc): `use(k)` copies view k's base
+    parameters into the model's own, the LoRA layers untouched, so a job holds one base
+    however many views train the adapter. The views are loaded one at a time, the last first,
+    so that view 0's model, the one that stays, is never alive beside another; each view's
+    parameters are stored by name exactly as `from_pretrained` gave them (dtype included).
+
+    Where the views wait depends on the device. A GPU job parks them in host memory
+    (`_HostViews`) and copies host-to-device (each parameter to its own GPU when `hp.gpus` > 1
+    shards the base): the device memory is what one base must fit. On a CPU job the host
+    memory is the device memory, so the views go to safetensors files in a scratch directory
+    (`_FileViews`, under TMPDIR) and are read back through the OS page cache. One view stores
+    nothing. Close it (or use it as a context manager) to delete the scratch directory."""
 
     def __init__(self, model_dirs: Sequence[str], hp: AdapterHParams):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        on_gpu = hp.device != "cpu"
-        sharded = on_gpu and hp.gpus > 1
+        sharded = hp.device != "cpu" and hp.gpus > 1
         self.tokenizers = [AutoTokenizer.from_pretrained(d) for d in model_dirs]
-        self.parked: list[_Parked] = []
-        for k, d in enumerate(model_dirs):
-            shard = shard_kwargs(d, hp.gpus) if sharded and k == 0 else {}
-            model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, hp.dtype), **shard)
-            params = dict(model.named_parameters())
-            buffers = {n: b for n, b in model.named_buffers()}
-            if k == 0:
-                self.model, self.slots, self.buffers = model, list(params.values()), buffers
-                self.names = list(params)
-                track_base(model)
-            else:
-                ref = dict(zip(self.names, self.slots))
-                if params.keys() != ref.keys() or any(params[n].shape != ref[n].shape for n in ref) \
-                        or buffers.keys() != self.buffers.keys() \
-                        or any(not torch.equal(buffers[n].cpu(), self.buffers[n].cpu()) for n in buffers):
-                    raise ValueError(f"checkpoints differ in architecture: {d} and {model_dirs[0]}; "
-                                     "multi-checkpoint training needs one architecture")
-            if len(model_dirs) == 1:
-                tensors = []
-            else:
-                tensors = [p.detach().cpu().pin_memory() if on_gpu else p.detach() for p in params.values()]
-            self.parked.append(_Parked(tensors))
-            if k and not on_gpu:  # parked in the memory the model computes in
-                track_base(self.parked[-1])
-            del model, params
-        if not sharded:
-            self.model.to(hp.device)
+        self.store = _view_store(hp) if len(model_dirs) > 1 else None
         self.current = 0
+        ref = None
+        try:
+            for k in reversed(range(len(model_dirs))):
+                d = model_dirs[k]
+                shard = shard_kwargs(d, hp.gpus) if sharded and k == 0 else {}
+                model = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, hp.dtype), **shard)
+                track_base(model)
+                params = dict(model.named_parameters())
+                shapes = {n: p.shape for n, p in params.items()}
+                buffers = {n: b.detach().cpu() for n, b in model.named_buffers()}
+                if ref is None:
+                    ref = (d, shapes, buffers)
+                elif shapes != ref[1] or buffers.keys() != ref[2].keys() \
+                        or any(not torch.equal(b, ref[2][n]) for n, b in buffers.items()):
+                    raise ValueError(f"checkpoints differ in architecture: {d} and {ref[0]}; "
+                                     "multi-checkpoint training needs one architecture")
+                if self.store is not None:
+                    self.store.put(k, params)
+                if k:
+                    del model, params
+                    free_memory()  # this view's weights, before the next view's load
+        except BaseException:
+            self.close()
+            raise
+        if not sharded:
+            model.to(hp.device)
+        self.model = model
+        self.slots = dict(model.named_parameters())
 
     def use(self, k: int) -> None:
         """Give the model view `k`'s base parameters."""
-        if k == self.current:
-            return
-        for p, t in zip(self.slots, self.parked[k].tensors):
-            if p.device == t.device:
-                p.data = t
-            else:
-                p.data.copy_(t, non_blocking=True)
-        self.current = k
+        if k != self.current:
+            self.store.load_into(k, self.slots)
+            self.current = k
+
+    def close(self) -> None:
+        """Drop the stored views (the scratch directory of a CPU job)."""
+        if self.store is not None:
+            self.store.close()
+
+    def __enter__(self) -> "_ViewWeights":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-class _Parked:
-    """One view's base parameters in host memory."""
+class _HostViews:
+    """Views' base parameters parked in host memory, pinned when CUDA is there (host-to-GPU
+    copies then run asynchronously)."""
 
-    def __init__(self, tensors: list):
-        self.tensors = tensors
+    def __init__(self):
+        import torch
+
+        self.pin = torch.cuda.is_available()
+        self.parked: dict[int, dict] = {}
+
+    def put(self, k: int, params: Mapping) -> None:
+        self.parked[k] = {n: p.detach().cpu().pin_memory() if self.pin else p.detach().clone()
+                          for n, p in params.items()}
+
+    def load_into(self, k: int, slots: Mapping) -> None:
+        for n, p in slots.items():
+            p.data.copy_(self.parked[k][n], non_blocking=True)
+
+    def close(self) -> None:
+        self.parked.clear()
+
+
+class _FileViews:
+    """Views' base parameters in one safetensors file each, in a scratch directory that
+    `close` deletes; a load reads a file tensor by tensor through the OS page cache."""
+
+    def __init__(self):
+        self.dir = Path(tempfile.mkdtemp(prefix="selfknow-views-"))
+
+    def _path(self, k: int) -> Path:
+        return self.dir / f"view{k}.safetensors"
+
+    def put(self, k: int, params: Mapping) -> None:
+        from safetensors.torch import save_file
+
+        save_file({n: p.detach().contiguous() for n, p in params.items()}, self._path(k))
+
+    def load_into(self, k: int, slots: Mapping) -> None:
+        from safetensors import safe_open
+
+        with safe_open(self._path(k), framework="pt") as f:
+            for n, p in slots.items():
+                p.data.copy_(f.get_tensor(n))
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _view_store(hp: AdapterHParams) -> _HostViews | _FileViews:
+    """Where the views of a multi-checkpoint run wait (`_ViewWeights`): host memory for a
+    GPU job, scratch files for a CPU one."""
+    return _HostViews() if hp.device != "cpu" else _FileViews()
 
 
 def _save_atomic(model, out_dir: Path, extra: Mapping[str, dict]) -> None:
@@ -485,35 +545,17 @@ def _jsonable(o):
 # ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
-def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLike, seed: int,
-                  hparams: AdapterHParams | Mapping | None = None, *,
-                  log: Callable[[str], None] | None = None) -> None:
-    """Train one LoRA confidence adapter shared by the given checkpoints and save it.
-
-    `examples_by_checkpoint`: checkpoint name -> (base model dir, training examples; see
-    `prepare_frame`). One entry = single-checkpoint (or one respective) training; several =
-    multi-checkpoint training (module doc). Writes `out_dir` atomically: peft's adapter files,
-    `confidence_readout.json` (the read-out used) and `training_log.json` (per-step loss and
-    learning rate, per-checkpoint losses, seconds, sizes, hyper-parameters, seed).
-    Deterministic given `seed` (LoRA init, question shuffle) and the thread count.
-    """
+def _fit(views: _ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[str], seed: int,
+         hp: AdapterHParams, say: Callable[[str], None]) -> tuple:
+    """`train_adapter`'s optimisation: a fresh LoRA adapter on `views.model`, trained on every
+    view's examples (`frames`, in view order); returns (peft model, read-out, per-step log)."""
     import torch
     from peft import get_peft_model
 
-    hp = hparams if isinstance(hparams, AdapterHParams) else AdapterHParams.from_dict(hparams)
-    if not examples_by_checkpoint:
-        raise ValueError("no checkpoints to train on")
-    say = log or (lambda s: None)
-    t0 = time.time()
-    torch.set_num_threads(int(hp.num_threads))
-
-    names = list(examples_by_checkpoint)
-    frames = {n: prepare_frame(n, examples_by_checkpoint[n][1]) for n in names}
-    qids = sorted(set().union(*(set(f["question_id"]) for f in frames.values())))
+    names = list(frames)
     steps_per_epoch = math.ceil(len(qids) / hp.batch_size)
     total_steps = steps_per_epoch * hp.epochs
 
-    views = _ViewWeights([str(examples_by_checkpoint[n][0]) for n in names], hp)
     for p in views.model.parameters():
         p.requires_grad_(False)
     torch.manual_seed(seed)  # the same LoRA initialisation for every method
@@ -573,6 +615,35 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
             if step % 10 == 0 or step == total_steps - 1:
                 say(f"step {step + 1}/{total_steps} lr={lr:.2e} loss={steps[-1]['loss']:.4f}")
             step += 1
+    return model, readout, steps
+
+
+def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLike, seed: int,
+                  hparams: AdapterHParams | Mapping | None = None, *,
+                  log: Callable[[str], None] | None = None) -> None:
+    """Train one LoRA confidence adapter shared by the given checkpoints and save it.
+
+    `examples_by_checkpoint`: checkpoint name -> (base model dir, training examples; see
+    `prepare_frame`). One entry = single-checkpoint (or one respective) training; several =
+    multi-checkpoint training (module doc). Writes `out_dir` atomically: peft's adapter files,
+    `confidence_readout.json` (the read-out used) and `training_log.json` (per-step loss and
+    learning rate, per-checkpoint losses, seconds, sizes, hyper-parameters, seed).
+    Deterministic given `seed` (LoRA init, question shuffle) and the thread count.
+    """
+    import torch
+
+    hp = hparams if isinstance(hparams, AdapterHParams) else AdapterHParams.from_dict(hparams)
+    if not examples_by_checkpoint:
+        raise ValueError("no checkpoints to train on")
+    say = log or (lambda s: None)
+    t0 = time.time()
+    torch.set_num_threads(int(hp.num_threads))
+
+    names = list(examples_by_checkpoint)
+    frames = {n: prepare_frame(n, examples_by_checkpoint[n][1]) for n in names}
+    qids = sorted(set().union(*(set(f["question_id"]) for f in frames.values())))
+    with _ViewWeights([str(examples_by_checkpoint[n][0]) for n in names], hp) as views:
+        model, readout, steps = _fit(views, frames, qids, seed, hp, say)
 
     import peft
     import transformers
@@ -581,7 +652,7 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
         "seed": seed, "hparams": asdict(hp), "checkpoints": names,
         "model_dirs": {n: str(examples_by_checkpoint[n][0]) for n in names},
         "n_questions": len(qids), "n_examples": {n: int(len(f)) for n, f in frames.items()},
-        "total_steps": total_steps, "steps": steps, "seconds": time.time() - t0,
+        "total_steps": len(steps), "steps": steps, "seconds": time.time() - t0,
         "readout": readout.to_json(),
         "versions": {"peft": peft.__version__, "transformers": transformers.__version__,
                      "torch": torch.__version__},
