@@ -4,9 +4,11 @@
 rule knowledge_card:
     input:
         unpack(get_card_inputs),
+        persistent=input_paths(get_card_persistent),
     output:
         **named_table_targets("card", ["self_knowledge"]),
     params:
+        persistent=get_card_persistent,
         models=MODELS,
         last_ckpt=card_last_checkpoints(),
         report=REPORT_SETTINGS,

@@ -20,6 +20,7 @@ rule persistent_sc:
         spec=get_model_spec,
         n_items=get_persistent_n_items,
         n_shots=PC["n_shots"],
+        icl_by_domain=get_persistent_icl_by_domain,
         seed=config["seed"],
         num_beams=PC["num_beams"],
         max_new_tokens=PC["max_new_tokens"],
@@ -44,12 +45,13 @@ rule persistent_sc:
 
 rule persistent_variant:
     input:
-        unpack(get_variant_inputs),
+        sc=input_paths(get_variant_sc),
         model=get_model_files,
     output:
         conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
         adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}"),
     params:
+        sc=get_variant_sc,
         spec=get_model_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
@@ -77,7 +79,7 @@ rule persistent_variant:
 # trains the adapters and scores nothing.
 use rule persistent_variant as persistent_transfer_variant with:
     input:
-        unpack(get_transfer_variant_inputs),
+        sc=input_paths(get_transfer_variant_sc),
         model=get_model_files,
     output:
         conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
@@ -86,6 +88,7 @@ use rule persistent_variant as persistent_transfer_variant with:
     wildcard_constraints:
         seed=str(P_VAR_SEEDS[0]),
     params:
+        sc=get_transfer_variant_sc,
         spec=get_model_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
@@ -109,12 +112,13 @@ use rule persistent_transfer_variant as persistent_variance_adapters with:
 
 rule persistent_gcm:
     input:
-        unpack(get_gcm_inputs),
+        sc=input_paths(get_gcm_sc),
         model=get_gcm_model_files,
     output:
         conf=f"{R}/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.parquet",
         adapter=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/gcm/seed{{seed}}"),
     params:
+        sc=get_gcm_sc,
         gcm_spec=get_gcm_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
@@ -137,12 +141,15 @@ rule persistent_gcm:
 
 rule persistent_metrics:
     input:
-        unpack(get_metrics_inputs),
+        sc=input_paths(get_metrics_sc),
+        confs=get_metrics_confs,
+        gcm=get_metrics_gcm,
     output:
         metrics=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.parquet",
         replicates=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.replicates.npz",
         contrast=f"{R}/persistent/contrast/{{model}}/{{dataset}}/{{evalset}}.parquet",
     params:
+        sc=get_metrics_sc,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         min_contrast=get_min_contrast,
@@ -168,10 +175,12 @@ rule persistent_metrics:
 # label, counted over the SC tables the metrics read, for the table notes.
 rule persistent_judge_counts:
     input:
-        unpack(get_judge_count_inputs),
+        sc=input_paths(get_metrics_sc),
     output:
         f"{R}/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.csv",
     localrule: True
+    params:
+        sc=get_metrics_sc,
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -188,11 +197,12 @@ for _table in persistent_table_names():
         name:
             f"persistent_{_table}"
         input:
-            **persistent_table_inputs(_table),
+            files=paths_of(persistent_table_inputs(_table)),
         output:
             **named_table_targets("persistent", [_table]),
         localrule: True
         params:
+            files=persistent_table_inputs(_table),
             table=_table,
             models=P_MODELS,
             datasets=P_DATASETS,
@@ -239,11 +249,12 @@ for _figure, _d in persistent_transfer_figures():
 
 rule persistent_table7:
     input:
-        **persistent_table7_inputs(),
+        sc=paths_of(persistent_table7_inputs()),
     output:
         **named_table_targets("persistent", ["table7"]),
     localrule: True
     params:
+        sc=persistent_table7_inputs(),
         models=P_MODELS,
         checkpoints={m: checkpoint_names(config, m) for m in P_MODELS},
         n_train=P_NTRAIN,
@@ -262,12 +273,15 @@ rule persistent_table7:
 # error rate of the GCM's backbone (the last checkpoint of `gcm_model`) on the contrast questions.
 rule persistent_figure2:
     input:
-        **persistent_figure2_inputs(),
+        metrics=paths_of(persistent_figure2_metrics()),
+        sc=paths_of(persistent_figure2_sc()),
     output:
         **named_figure_targets("persistent", ["figure2"]),
         **named_table_targets("persistent", ["figure2"]),
     localrule: True
     params:
+        metrics=persistent_figure2_metrics(),
+        sc=persistent_figure2_sc(),
         models=P_MODELS,
         eval_ckpts={m: p_eval_ckpts(m) for m in P_MODELS},
         datasets=P_DATASETS,
@@ -290,10 +304,13 @@ rule persistent_figure2:
 # `equivalence` the surrogate method loads the NLI model, as persistent_metrics does.
 rule persistent_reliability:
     input:
-        unpack(get_reliability_inputs),
+        sc=input_paths(get_reliability_sc),
+        confs=get_reliability_confs,
+        gcm=get_reliability_gcm,
     output:
         **named_figure_targets("persistent", ["reliability"]),
     params:
+        sc=get_reliability_sc,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         train_seed=P_SEEDS[0],

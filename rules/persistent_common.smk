@@ -2,6 +2,13 @@
 # holds the rules). Checkpoints come from the model registry: the first
 # `persistent.train_checkpoints` of a model are its non-oracle training checkpoints, the rest
 # its evaluation checkpoints.
+from selfknow.protocols.persistent.inputs import (
+    EvalFiles,
+    Evaluation,
+    MetricFiles,
+    ScInput,
+    ScTable,
+)
 from selfknow.protocols.persistent.jobs import RELIABILITY_VARIANTS
 from selfknow.protocols.persistent.tables import SECOND_DATASET_TABLES, TABLES
 from selfknow.protocols.persistent.variants import (
@@ -11,6 +18,7 @@ from selfknow.protocols.persistent.variants import (
     TRANSFER_VARIANTS,
     plan_variant,
 )
+from selfknow.stages.items import icl_by_domain
 
 PC = config["persistent"]
 P_MODELS = list(PC["models"])
@@ -54,18 +62,28 @@ def p_gcm(model, dataset, seed):
     return f"{R}/persistent/gcm/{model}/{dataset}/seed{seed}.parquet"
 
 
-def p_metrics(model, dataset, evalset):
-    return f"{R}/persistent/metrics/{model}/{dataset}/{evalset}.parquet"
+def p_metric_files(model, dataset, evalset):
+    base = f"{R}/persistent/metrics/{model}/{dataset}/{evalset}"
+    return MetricFiles(f"{base}.parquet", f"{base}.replicates.npz")
 
 
 def _sc_inputs(model, dataset, train=(), test=(), transfer=()):
-    """Named SC inputs "<role>__<ckpt>[__<split>]" (the scripts turn "__" into ":")."""
-    out = {f"train__{c}": p_sc(model, c, dataset, "train") for c in train}
-    out.update({f"test__{c}": p_sc(model, c, dataset, "test") for c in test})
+    """The SC tables one job of (model, training dataset) reads: the train and test answers of
+    the checkpoints `train` and `test`, both splits of the transfer dataset for `transfer`."""
+    out = {ScInput(MAIN, "train", c): p_sc(model, c, dataset, "train") for c in train}
+    out.update({ScInput(MAIN, "test", c): p_sc(model, c, dataset, "test") for c in test})
     for c in transfer:
         for split in ("train", "test"):
-            out[f"transfer__{c}__{split}"] = p_sc(model, c, P_TRANSFER, split)
+            out[ScInput(TRANSFER, split, c)] = p_sc(model, c, P_TRANSFER, split)
     return out
+
+
+def _main_sc_inputs(model, dataset):
+    """What `persistent_metrics` reads for the main test set: the test answers of the evaluation
+    checkpoints and of the last training checkpoint (the surrogate), the train answers of the
+    training checkpoints (post-hoc calibration)."""
+    tr, ev = p_train_ckpts(model), p_eval_ckpts(model)
+    return _sc_inputs(model, dataset, train=tr, test=ev + tr[-1:])
 
 
 def _plan(model, variant):
@@ -74,19 +92,28 @@ def _plan(model, variant):
 
 
 def get_variant_mem_mb(wildcards):
-    """A variant job holds one base per view of its widest adapter while it trains (the parked
-    checkpoints' weights stay in host memory), one while it scores."""
+    """A variant job holds one base at a time in host memory, except a GPU job (device cuda or
+    auto), whose multi-checkpoint training parks every view of its widest adapter in host
+    memory (`verbalized._ViewWeights`; a CPU job keeps them in scratch files)."""
     from selfknow.models.registry import estimate_mem_mb
 
+    spec = get_model_spec(wildcards)
+    if spec["device"] == "cpu":
+        return estimate_mem_mb(spec)
     # persistent_transfer_variant and persistent_variance_adapters fix the variant to "transfer"
     variant = wildcards.variant if hasattr(wildcards, "variant") else "transfer"
     views = max(len(a.views) for a in _plan(wildcards.model, variant).adapters)
-    return estimate_mem_mb(get_model_spec(wildcards), bases=views)
+    return estimate_mem_mb(spec, bases=views)
 
 
 def get_persistent_sc_items(wildcards):
     return {"questions": f"{R}/items/{wildcards.dataset}/{wildcards.split}.parquet",
             "train": f"{R}/items/{wildcards.dataset}/train.parquet"}
+
+
+def get_persistent_icl_by_domain(wildcards):
+    """Whether each question is shown its own type's in-context examples (BioASQ)."""
+    return icl_by_domain(config["datasets"][wildcards.dataset])
 
 
 def get_persistent_judge(wildcards):
@@ -109,7 +136,7 @@ def get_persistent_n_items(wildcards):
     return PC["n_train"] if wildcards.split == "train" else PC["n_test"]
 
 
-def get_variant_inputs(wildcards):
+def get_variant_sc(wildcards):
     """The SC tables one variant job reads: train answers of its data checkpoints, test
     answers of the checkpoints it scores, and the transfer dataset's for Table 18."""
     plan = _plan(wildcards.model, wildcards.variant)
@@ -117,7 +144,7 @@ def get_variant_inputs(wildcards):
                       plan.test_targets(TRANSFER))
 
 
-def get_transfer_variant_inputs(wildcards):
+def get_transfer_variant_sc(wildcards):
     plan = _plan(wildcards.model, "transfer")
     return _sc_inputs(wildcards.model, wildcards.dataset, plan.train_data, plan.test_targets(MAIN))
 
@@ -137,7 +164,7 @@ def get_min_contrast(wildcards):
     return PC["min_contrast_transfer"]
 
 
-def get_gcm_inputs(wildcards):
+def get_gcm_sc(wildcards):
     return _sc_inputs(wildcards.model, wildcards.dataset, train=p_train_ckpts(wildcards.model),
                       test=p_eval_ckpts(wildcards.model))
 
@@ -160,35 +187,39 @@ def get_gcm_mem_mb(wildcards):
     return estimate_mem_mb(model_spec(config, P_GCM, R))
 
 
-def get_metrics_inputs(wildcards):
+def get_metrics_sc(wildcards):
+    """The SC tables `persistent_metrics` reads (and whose labels `persistent_judge_counts`
+    counts for the table notes)."""
     m, d = wildcards.model, wildcards.dataset
-    tr, ev = p_train_ckpts(m), p_eval_ckpts(m)
     if wildcards.evalset == TRANSFER:
-        files = _sc_inputs(m, d, transfer=ev)
-        files.update({f"variant__{v}__{s}": p_conf(m, d, v, s) for v in TRANSFER_VARIANTS for s in P_SEEDS})
-        return files
-    files = _sc_inputs(m, d, train=tr, test=ev + tr[-1:])
-    files.update({f"variant__{v}__{s}": p_conf(m, d, v, s) for v in TABLE_VARIANTS for s in P_SEEDS})
-    if P_GCM:
-        files.update({f"gcm__{s}": p_gcm(m, d, s) for s in P_SEEDS})
-    return files
+        return _sc_inputs(m, d, transfer=p_eval_ckpts(m))
+    return _main_sc_inputs(m, d)
 
 
-def get_judge_count_inputs(wildcards):
-    """The SC tables that `persistent_metrics` reads, whose labels the table notes count."""
-    return {k: v for k, v in get_metrics_inputs(wildcards).items() if k.startswith(("train__", "test__", "transfer__"))}
+def get_metrics_confs(wildcards):
+    """The variants' confidence tables, every seed."""
+    variants = TRANSFER_VARIANTS if wildcards.evalset == TRANSFER else TABLE_VARIANTS
+    return [p_conf(wildcards.model, wildcards.dataset, v, s) for v in variants for s in P_SEEDS]
 
 
-def get_reliability_inputs(wildcards):
-    """What `persistent_metrics` reads for the main test set, restricted to the methods the
-    reliability diagrams show (`RELIABILITY_VARIANTS`, the GCM) and their first seed."""
-    m, d = wildcards.model, wildcards.dataset
-    tr, ev = p_train_ckpts(m), p_eval_ckpts(m)
-    files = _sc_inputs(m, d, train=tr, test=ev + tr[-1:])
-    files.update({f"variant__{v}": p_conf(m, d, v, P_SEEDS[0]) for v in RELIABILITY_VARIANTS})
-    if P_GCM:
-        files["gcm"] = p_gcm(m, d, P_SEEDS[0])
-    return files
+def get_metrics_gcm(wildcards):
+    if wildcards.evalset == TRANSFER or not P_GCM:
+        return []
+    return [p_gcm(wildcards.model, wildcards.dataset, s) for s in P_SEEDS]
+
+
+def get_reliability_sc(wildcards):
+    return _main_sc_inputs(wildcards.model, wildcards.dataset)
+
+
+def get_reliability_confs(wildcards):
+    """The variants of the methods the reliability diagrams show (`RELIABILITY_VARIANTS`),
+    first seed."""
+    return [p_conf(wildcards.model, wildcards.dataset, v, P_SEEDS[0]) for v in RELIABILITY_VARIANTS]
+
+
+def get_reliability_gcm(wildcards):
+    return [p_gcm(wildcards.model, wildcards.dataset, P_SEEDS[0])] if P_GCM else []
 
 
 def persistent_reliability_files():
@@ -198,18 +229,11 @@ def persistent_reliability_files():
 
 
 def persistent_table_inputs(table):
-    """Named "<kind>__<model>__<dataset>__<evalset>" metric, replicate and contrast files."""
-    evalsets = [TRANSFER] if table in ("table10", "table18") else [MAIN]
-    files = {}
-    for m in P_MODELS:
-        for d in P_DATASETS:
-            for e in evalsets:
-                base = f"{R}/persistent/metrics/{m}/{d}/{e}"
-                files[f"metrics__{m}__{d}__{e}"] = f"{base}.parquet"
-                files[f"replicates__{m}__{d}__{e}"] = f"{base}.replicates.npz"
-                files[f"contrast__{m}__{d}__{e}"] = f"{R}/persistent/contrast/{m}/{d}/{e}.parquet"
-                files[f"judge__{m}__{d}__{e}"] = f"{R}/persistent/judge/{m}/{d}/{e}.csv"
-    return files
+    """The metric, contrast-size and judge-count files of every evaluation a table reads."""
+    e = TRANSFER if table in ("table10", "table18") else MAIN
+    return {Evaluation(m, d, e): EvalFiles(*p_metric_files(m, d, e), f"{R}/persistent/contrast/{m}/{d}/{e}.parquet",
+                                           f"{R}/persistent/judge/{m}/{d}/{e}.csv")
+            for m in P_MODELS for d in P_DATASETS}
 
 
 def persistent_ckpt_order():
@@ -239,15 +263,10 @@ def persistent_accuracy_datasets():
 
 
 def persistent_table7_inputs():
-    """Every checkpoint's SC table, named "<model>__<ckpt>__<dataset>__<split>": the test split
-    of the training datasets, both splits of the transfer dataset (which its metrics pool)."""
-    files = {}
-    for m in P_MODELS:
-        for c in checkpoint_names(config, m):
-            for d in persistent_accuracy_datasets():
-                for split in ("train", "test") if d == P_TRANSFER else ("test",):
-                    files[f"{m}__{c}__{d}__{split}"] = p_sc(m, c, d, split)
-    return files
+    """Every checkpoint's SC tables: the test split of the training datasets, both splits of the
+    transfer dataset (which its metrics pool)."""
+    return {ScTable(m, c, d, split): p_sc(m, c, d, split) for m in P_MODELS for c in checkpoint_names(config, m)
+            for d in persistent_accuracy_datasets() for split in (("train", "test") if d == P_TRANSFER else ("test",))}
 
 
 def p_gcm_backbone_ckpt():
@@ -255,20 +274,22 @@ def p_gcm_backbone_ckpt():
     return checkpoint_names(config, P_GCM)[-1] if P_GCM else ""
 
 
-def persistent_figure2_inputs():
-    """Named "metrics__<model>__<dataset>", "replicates__...", the evaluation checkpoints'
-    test SC tables "test__<model>__<ckpt>__<dataset>", and the GCM backbone's own test SC
-    table per training dataset, "backbone__<dataset>"."""
+def persistent_figure2_metrics():
+    """The main evaluation's metric files of every (model, training dataset); none without a
+    GCM (no Figure 2)."""
     if not P_GCM:
         return {}
-    files = {}
-    for d in P_DATASETS:
-        files[f"backbone__{d}"] = p_sc(P_GCM, p_gcm_backbone_ckpt(), d, "test")
-        for m in P_MODELS:
-            files[f"metrics__{m}__{d}"] = p_metrics(m, d, MAIN)
-            files[f"replicates__{m}__{d}"] = f"{R}/persistent/metrics/{m}/{d}/{MAIN}.replicates.npz"
-            files.update({f"test__{m}__{c}__{d}": p_sc(m, c, d, "test") for c in p_eval_ckpts(m)})
-    return files
+    return {Evaluation(m, d, MAIN): p_metric_files(m, d, MAIN) for d in P_DATASETS for m in P_MODELS}
+
+
+def persistent_figure2_sc():
+    """The test SC tables of the GCM backbone and of every model's evaluation checkpoints, on
+    every training dataset; none without a GCM."""
+    if not P_GCM:
+        return {}
+    keys = [ScTable(P_GCM, p_gcm_backbone_ckpt(), d, "test") for d in P_DATASETS]
+    keys += [ScTable(m, c, d, "test") for d in P_DATASETS for m in P_MODELS for c in p_eval_ckpts(m)]
+    return {k: p_sc(*k) for k in keys}
 
 
 def persistent_table_files():

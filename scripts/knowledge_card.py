@@ -6,14 +6,12 @@ from selfknow.runlog import job_log
 
 cfg = snakemake.config
 inp = dict(snakemake.input.items())
-persistent = {k.split("__", 1)[1]: (v, inp[f"persistent_reps__{k.split('__', 1)[1]}"])
-              for k, v in inp.items() if k.startswith("persistent_points__")}
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "knowledge_card") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=[s for s in ("lcae", "ladder", "persistent") if s in cfg],
                           models=list(snakemake.params.models))
     summary.update(card_job(list(snakemake.params.models), dict(snakemake.params.last_ckpt),
                             lcae_persons=inp.get("lcae_persons"), lcae_stage3=inp.get("lcae_stage3"),
-                            ladder_main=inp.get("ladder_main"), persistent=persistent,
+                            ladder_main=inp.get("ladder_main"), persistent=snakemake.params.persistent,
                             csv=snakemake.output.self_knowledge_csv, md=snakemake.output.self_knowledge_md,
                             provenance=prov))

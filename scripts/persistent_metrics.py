@@ -3,12 +3,8 @@ from selfknow.protocols.persistent.jobs import metrics_job
 from selfknow.runlog import job_log
 
 p, w, out = snakemake.params, snakemake.wildcards, snakemake.output
-items = dict(snakemake.input.items())
-sc_paths = {k.replace("__", ":"): v for k, v in items.items() if k.split("__")[0] in ("train", "test", "transfer")}
 with job_log(snakemake.log[0], f"persistent_metrics {w.model} {w.dataset} {w.evalset}") as summary:
-    summary.update(metrics_job(list(p.eval_ckpts), list(p.train_ckpts), sc_paths,
-                               [v for k, v in items.items() if k.startswith("variant__")],
-                               [v for k, v in items.items() if k.startswith("gcm__")],
-                               out.metrics, out.replicates, out.contrast, evalset=w.evalset,
+    summary.update(metrics_job(list(p.eval_ckpts), list(p.train_ckpts), p.sc, list(snakemake.input.confs),
+                               list(snakemake.input.gcm), out.metrics, out.replicates, out.contrast, evalset=w.evalset,
                                min_contrast=p.min_contrast, n_boot=p.n_boot, n_boot_ece=p.n_boot_ece, seed=p.seed,
                                equivalence=p.equivalence))

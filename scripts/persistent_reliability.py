@@ -4,15 +4,12 @@ from selfknow.report.provenance import job_provenance
 from selfknow.runlog import job_log
 
 p, w, out, cfg = snakemake.params, snakemake.wildcards, snakemake.output, snakemake.config
-items = dict(snakemake.input.items())
-sc_paths = {k.replace("__", ":"): v for k, v in items.items() if k.split("__")[0] in ("train", "test")}
 gcm_model = cfg["persistent"].get("gcm_model")
 with job_log(snakemake.log[0], f"persistent_reliability {w.model} {w.dataset}") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["persistent"], datasets=[w.dataset],
                           models=list(dict.fromkeys([w.model] + ([gcm_model] if gcm_model else []))))
-    summary.update(reliability_job(list(p.eval_ckpts), list(p.train_ckpts), sc_paths,
-                                   [v for k, v in items.items() if k.startswith("variant__")],
-                                   [v for k, v in items.items() if k == "gcm"], out.reliability,
+    summary.update(reliability_job(list(p.eval_ckpts), list(p.train_ckpts), p.sc, list(snakemake.input.confs),
+                                   list(snakemake.input.gcm), out.reliability,
                                    title=f"Reliability: {w.model} on {w.dataset} (evaluation checkpoints pooled, "
                                          f"training seed {p.train_seed})",
                                    seed=p.seed, equivalence=p.equivalence, provenance=prov))

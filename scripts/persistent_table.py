@@ -6,12 +6,11 @@ from selfknow.runlog import job_log
 
 p, out, cfg = snakemake.params, snakemake.output, snakemake.config
 pc = cfg["persistent"]
-files = {tuple(k.split("__")): v for k, v in snakemake.input.items()}
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], f"persistent_table {p.table}") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["persistent"],
                           models=[*pc["models"], *([pc["gcm_model"]] if pc.get("gcm_model") else [])],
                           datasets=[*pc["datasets"], *([pc["transfer_dataset"]] if pc.get("transfer_dataset") else [])])
-    summary.update(table_job(p.table, files, list(p.models), list(p.datasets), p.transfer,
+    summary.update(table_job(p.table, p.files, list(p.models), list(p.datasets), p.transfer,
                              out[f"{p.table}_csv"], out[f"{p.table}_md"], min_contrast=p.min_contrast,
                              min_contrast_transfer=p.min_contrast_transfer, provenance=prov))

@@ -5,14 +5,9 @@ from selfknow.report.tables import set_decimals
 from selfknow.runlog import job_log
 
 p, out, cfg = snakemake.params, snakemake.output, snakemake.config
-# inputs named "<model>__<checkpoint>__<dataset>__<split>"
-sc_paths = {}
-for key, path in snakemake.input.items():
-    model, ckpt, dataset, _split = key.split("__")
-    sc_paths.setdefault((model, ckpt, dataset), []).append(path)
 set_decimals(p.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "persistent_table7") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["persistent"], models=list(p.models),
                           datasets=list(p.datasets))
-    summary.update(table7_job(sc_paths, list(p.models), {m: list(c) for m, c in p.checkpoints.items()}, p.n_train,
+    summary.update(table7_job(p.sc, list(p.models), {m: list(c) for m, c in p.checkpoints.items()}, p.n_train,
                               list(p.datasets), out.table7_csv, out.table7_md, transfer=p.transfer, provenance=prov))

@@ -59,3 +59,31 @@ class ScriptedLM(LM):
         if self._next is None:
             return np.full((len(prompts), len(candidates)), -np.log(len(candidates)))
         return np.array([list(self._next(p, candidates)) for p in prompts], dtype=float)
+
+
+def sc_job_prompts(tmp_path, monkeypatch, splits: dict, *, n_shots: int, icl_by_domain: bool,
+                   label: str = "Prompt") -> dict[str, str]:
+    """question -> the prompt the persistent beam-search job (`sc_job`) sends for each test
+    question of `splits` (`build_items`' train and test frames), with a scripted model."""
+    import pandas as pd
+
+    from selfknow.protocols.persistent.jobs import sc_job
+    from selfknow.records import write_parquet
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for split, df in splits.items():
+        write_parquet(df, tmp_path / f"{split}.parquet")
+    seen: list[str] = []
+
+    def beams(prompt: str) -> list[tuple[str, float]]:
+        seen.append(prompt)
+        return [(" x", 0.0)]
+
+    monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
+    sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
+           str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"), split="test", n_items=len(splits["test"]),
+           n_shots=n_shots, icl_by_domain=icl_by_domain, seed=0, num_beams=1, max_new_tokens=4,
+           equivalence="normalised", prompt_label=label, cache_dir=str(tmp_path / "cache"),
+           judge={"correctness": "exact"})
+    assert len(seen) == len(splits["test"])
+    return dict(zip(pd.read_parquet(tmp_path / "beams.parquet")["question"], seen))

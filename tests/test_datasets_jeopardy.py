@@ -8,10 +8,11 @@ import pytest
 from selfknow.stages.datasets import jeopardy
 from selfknow.stages.datasets.source import ItemError
 from selfknow.stages.generation import fixed_shots
-from selfknow.stages.items import build_items, sample_items
+from selfknow.stages.items import build_items, icl_by_domain, sample_items
 from selfknow.protocols.persistent.prompts import select_icl_examples
 
 from conftest import SHARED
+from fakes import sc_job_prompts
 
 # datasets.Dataset.shuffle(seed=17) on 16 rows: shuffled position p holds row PERM16[p]
 # (test_datasets_source checks this against numpy and `datasets`)
@@ -140,3 +141,16 @@ def test_local_copy_route_gives_train_file_with_icl_first_and_prompts_use_them(t
     with pytest.raises(ItemError, match="reserve 2 in-context examples; 5 are asked for"):
         select_icl_examples(train, 5, seed=0)
     assert list(sample_items(train, None, seed=0).item_id) == ["jeopardy-0", "jeopardy-2"]
+
+
+def test_every_question_is_prompted_with_the_same_reserved_examples(tmp_path, monkeypatch):
+    # the test questions' categories (HISTORY, SCIENCE) are those of the two examples: each
+    # question still gets both, in order, as the authors' one ICL block
+    pd.DataFrame(hub_rows()).to_parquet(tmp_path / "train.parquet")
+    spec = {**SPEC, "path": str(tmp_path)}
+    splits = build_items("jeopardy", spec, seed=0)
+    assert list(splits["test"].domain) == ["HISTORY", "SCIENCE"] and not icl_by_domain(spec)
+    block = "Prompt: [HISTORY] 'He crossed the Rubicon'\nAnswer: Caesar\n\nPrompt: [SCIENCE] 'H2O'\nAnswer: water\n\n"
+    prompts = sc_job_prompts(tmp_path / "job", monkeypatch, splits, n_shots=2, icl_by_domain=icl_by_domain(spec))
+    assert prompts == {"[HISTORY] 'Year the Wall fell'": block + "Prompt: [HISTORY] 'Year the Wall fell'\nAnswer:",
+                       "[SCIENCE] 'Fe'": block + "Prompt: [SCIENCE] 'Fe'\nAnswer:"}

@@ -19,6 +19,7 @@ from selfknow.protocols.persistent import jobs as J
 from selfknow.protocols.persistent import tables as T
 from selfknow.protocols.persistent import variance as VAR
 from selfknow.protocols.persistent import variants as V
+from selfknow.protocols.persistent.inputs import EvalFiles, Evaluation, MetricFiles, ScInput, ScTable
 from fakes import ScriptedLM
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,7 +117,7 @@ def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
     monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: lm)
     out = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"), split="test", n_items=3,
-                   n_shots=2, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
+                   n_shots=2, icl_by_domain=False, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
                    prompt_label="Question", cache_dir=str(tmp_path / "cache"), judge={"correctness": "exact"})
     sc = pd.read_parquet(tmp_path / "sc.parquet")
     assert out["items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
@@ -145,8 +146,8 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
     monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
     monkeypatch.setattr("selfknow.stages.jobs.load_judge", lambda spec, cache_dir, labels: judge)
     spec = {"name": "judge-lm", "backend": "hf", "chat": True}
-    run = dict(split="test", n_items=4, n_shots=0, seed=0, num_beams=2, max_new_tokens=8, equivalence="normalised",
-               prompt_label="Question", cache_dir=str(tmp_path / "cache"))
+    run = dict(split="test", n_items=4, n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=8,
+               equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"))
     exact = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                      str(tmp_path / "b0.parquet"), str(tmp_path / "exact.parquet"), judge={"correctness": "exact"}, **run)
     out = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
@@ -163,10 +164,14 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
         i = p.split("Question: Question ")[1][0]
         assert p.endswith(f"Question {i}?\nGround-truth answer: a{i}\nCandidate answers:\n1. the a{i} thing\n2. wrong")
     assert (out["refused"], out["unparsable"], out["R"], out["W"], out["unlabelled"]) == (1, 1, 3, 2, 3)
-    counts = J.judge_count_job({"test__C1": str(tmp_path / "llm.parquet"), "exact": str(tmp_path / "exact.parquet")},
+    counts = J.judge_count_job({ScInput("main", "test", "C1"): str(tmp_path / "llm.parquet"),
+                                ScInput("transfer", "train", "C2"): str(tmp_path / "exact.parquet")},
                                str(tmp_path / "counts.csv"))
     assert counts == {"tables": 2, "refused": 1, "unparsable": 1}
-    note = T.judge_note(pd.read_csv(tmp_path / "counts.csv").iloc[:1])
+    rows = pd.read_csv(tmp_path / "counts.csv")
+    assert rows[["dataset", "split", "checkpoint"]].values.tolist() == [["main", "test", "C1"],
+                                                                       ["transfer", "train", "C2"]]
+    note = T.judge_note(rows.iloc[:1])
     assert "1 refused, 1 unparsable" in note and "3 unlabelled (counted wrong, as N)" in note
 
 
@@ -321,6 +326,43 @@ def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a
     assert "excludes 0.5 for all 8 (method, model, dataset) results" in notes
 
 
+def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfall():
+    """Three checkpoints whose later ones know more: every contrast question of the used pairs
+    (0,1), (0,2), (1,2) counted by hand. On d1 oracle training tracks correctness and
+    non-oracle training is noise, so oracle is above (no explanation); on d2 the two swap, and
+    the note gives the improvement share, the end-correct baseline and both Δ0b, each equal to
+    the metric file's own value."""
+    rng = np.random.default_rng(5)
+    y = np.zeros((3, 400))
+    y[0, :80] = 1
+    y[1, :160] = 1
+    y[1, 390:] = 1                          # 10 regressions of checkpoint 1 -> 2
+    y[2, :240] = 1
+    files, contrast = {}, {}
+    for d in ("d1", "d2"):
+        good = np.clip(0.6 * y + 0.4 * rng.random((3, 400)), 0, 1)[None]
+        noise = rng.random((1, 3, 400))
+        m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 400, axis=1)[None], "sc": good,
+             "nonoracle": noise if d == "d1" else good, "oracle": good if d == "d1" else noise}
+        points, reps, _ = J.compute_metrics(y, m, min_contrast=50, n_boot=300, n_boot_ece=0, seed=2)
+        files[("M", d, d)] = T.MetricFile(points, reps)
+        contrast[("M", d, d)] = J.contrast_size_frame(y, ["A", "B", "C"], 50)
+    # by hand: (A,B) 90 improvements (items 80-159, 390-399); (A,C) 160 (80-239); (B,C) 80 (160-239)
+    # and 10 regressions (390-399)
+    assert T.improvement_share(contrast[("M", "d1", "d1")]) == (90 + 160 + 80, 90 + 160 + 90)
+    note = T.oracle_check(files, contrast)
+    f1, f2 = files[("M", "d1", "d1")], files[("M", "d2", "d2")]
+    d1 = f1.point("oracle", "contrast_auc") - f1.point("nonoracle", "contrast_auc")
+    lo, hi = np.quantile(f1.reps("oracle", "contrast_auc") - f1.reps("nonoracle", "contrast_auc"), [0.025, 0.975])
+    assert d1 > 0 and lo > 0
+    assert f"M, d1: {d1:+.3f} [{lo:+.3f}, {hi:+.3f}]" in note
+    why = note.split("not shown above non-oracle training (the paper's §4.1 finding), ", 1)[1]
+    assert "d1" not in why and why.startswith("on d2 (M) 330 of the 340 contrast questions (97 %) are improvements")
+    assert f"end-correct baseline reaches {f2.point('end_correct', 'contrast_auc'):.3f}" in why
+    assert (f"{f2.point('nonoracle', 'delta0_b'):.3f} (non-oracle) and "
+            f"{f2.point('oracle', 'delta0_b'):.3f} (oracle)") in why
+
+
 def test_contrast_size_table_marks_unused_pairs():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
     df = T.contrast_size_table({"M": J.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)
@@ -344,15 +386,16 @@ def test_write_table_and_figure3_from_synthetic_files(tmp_path):
         pd.DataFrame(rows).to_parquet(p["metrics"])
         np.savez(p["replicates"], **{f"eq1|{m}|{k}": np.full(10, 0.5) for m in methods for k in METRICS})
         J.contrast_size_frame(np.array([[1, 0, 1], [0, 1, 1]]), ["A", "B"], 1).to_parquet(p["contrast"])
-    files = {(kind, "M", "d", e): T.metrics_paths(R, "M", "d", e)[kind]
-             for kind in ("metrics", "replicates", "contrast") for e in ("main", "transfer")}
+    files = {Evaluation("M", "d", e): EvalFiles(*(T.metrics_paths(R, "M", "d", e)[k]
+                                                  for k in ("metrics", "replicates", "contrast")), f"{R}/judge_{e}.csv")
+             for e in ("main", "transfer")}
     counts = {"main": {"judge": "exact match", "questions": 3, "refused": 0, "unparsable": 0, "no candidates": 0,
                        "candidates": 6, "R": 2, "W": 4, "N": 0, "unlabelled": 0},
               "transfer": {"judge": "judge-lm", "questions": 5, "refused": 1, "unparsable": 2, "no candidates": 0,
                            "candidates": 9, "R": 3, "W": 2, "N": 1, "unlabelled": 3}}
     for e, row in counts.items():
-        files[("judge", "M", "d", e)] = f"{R}/judge_{e}.csv"
-        pd.DataFrame([{"sc": "test__C1", **row}]).to_csv(files[("judge", "M", "d", e)], index=False)
+        pd.DataFrame([{"dataset": "main", "split": "test", "checkpoint": "C1", **row}]).to_csv(
+            files[Evaluation("M", "d", e)].judge, index=False)
     for name in ("table1", "table4", "table8", "table10", "table12", "table14", "table18"):
         out = T.table_job(name, files, ["M"], ["d"], "t", f"{R}/{name}.csv", f"{R}/{name}.md", min_contrast=1,
                           min_contrast_transfer=1)
@@ -394,24 +437,24 @@ def _reliability_inputs(tmp_path, n: int = 60) -> tuple[dict, list, list]:
             correct = rng.random(n) < 0.5
             conf = np.clip(0.3 + 0.4 * correct + rng.normal(0, 0.15, n), 0.01, 0.99)
             pred = [f"a{k}" if ok else f"w{k}{c}" for k, ok in enumerate(correct)]
-            frames[f"{split}:{c}"] = _sc_frame(ids, conf.tolist(), correct.tolist(), pred)
+            frames[(split, c)] = _sc_frame(ids, conf.tolist(), correct.tolist(), pred)
             path = tmp_path / "sc" / f"{split}_{c}.parquet"
-            write_parquet(frames[f"{split}:{c}"], path)
-            sc_paths[f"{split}:{c}"] = str(path)
+            write_parquet(frames[(split, c)], path)
+            sc_paths[ScInput("main", split, c)] = str(path)
     last = TR[-1]
     variant_paths = []
     for variant, pairs in (("nonoracle_multi", [(c, c) for c in EV] + [(last, c) for c in EV] + [(last, last)]),
                            ("oracle_multi", [(c, c) for c in EV])):
         rows = []
         for scorer, target in pairs:
-            t = frames[f"test:{target}"]
+            t = frames[("test", target)]
             rows.append(pd.DataFrame({"variant": variant, "seed": 0, "adapter": "multi", "scorer": scorer,
                                       "target": target, "dataset": "main", "item_id": t["item_id"],
                                       "answer": t["prediction"], "correct": t["correct"],
                                       "confidence": np.clip(t["confidence"] + rng.normal(0, 0.05, n), 0, 1)}))
         variant_paths.append(str(tmp_path / f"{variant}.parquet"))
         write_parquet(pd.concat(rows, ignore_index=True), variant_paths[-1])
-    gcm = pd.concat([frames[f"{split}:{c}"][["item_id", "correct", "confidence"]].assign(seed=0, target=c, split=split)
+    gcm = pd.concat([frames[(split, c)][["item_id", "correct", "confidence"]].assign(seed=0, target=c, split=split)
                      for split, ckpts in (("test", EV), ("train", TR)) for c in ckpts], ignore_index=True)
     write_parquet(gcm, tmp_path / "gcm.parquet")
     return sc_paths, variant_paths, [str(tmp_path / "gcm.parquet")]
@@ -536,10 +579,10 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
     R = tmp_path
     sc = {(c, d): _sc_file(R / f"{c}_{d}.parquet", EVAL[c] * (1 if d == "a" else 0))
           for c in ("A", "B", "C") for d in ("a", "b")}
-    paths = {("M", c, d): [sc[(c, d)]] for c in ("A", "B", "C") for d in ("a", "b")}
-    paths.update({("M", c, "t"): [_sc_file(R / f"{c}_t_{s}.parquet", _correct([1, 0] if s == "train" else [1, 1],
-                                                                               [f"{s}1", f"{s}2"]))
-                                  for s in ("train", "test")] for c in ("A", "B", "C")})
+    paths = {ScTable("M", c, d, "test"): sc[(c, d)] for c in ("A", "B", "C") for d in ("a", "b")}
+    paths.update({ScTable("M", c, "t", s): _sc_file(R / f"{c}_t_{s}.parquet",
+                                                    _correct([1, 0] if s == "train" else [1, 1], [f"{s}1", f"{s}2"]))
+                  for c in ("A", "B", "C") for s in ("train", "test")})
     out = T.table7_job(paths, ["M"], {"M": ["A", "B", "C"]}, 1, ["a", "b", "t"], str(R / "table7.csv"),
                        str(R / "table7.md"), transfer="t")
     t7 = pd.read_csv(R / "table7.csv")
@@ -552,12 +595,12 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
         _gap_metric_file(0.5 + np.arange(41) / 100, np.full(41, 0.5)).points.to_parquet(f"{base}.parquet")
         np.savez(f"{base}.npz", **{"eq1|oracle|contrast_auc": 0.5 + np.arange(41) / 100,
                                    "eq1|gcm|contrast_auc": np.full(41, 0.5)})
-        metric_paths[("M", d)] = (f"{base}.parquet", f"{base}.npz")
+        metric_paths[Evaluation("M", d, "main")] = MetricFiles(f"{base}.parquet", f"{base}.npz")
     # backbone: checkpoint A's answers; on a, B and C differ on q4 only, which A gets right; on b
     # every checkpoint is wrong everywhere, so there is no contrast set and no error rate
-    out = T.figure2_job(metric_paths, {("M", c, d): sc[(c, d)] for c, d in sc}, {d: sc[("A", d)] for d in "ab"},
-                        ["M"], {"M": ["B", "C"]}, ["a", "b"], str(R / "f2.png"), str(R / "f2.csv"), str(R / "f2.md"),
-                        min_contrast=1, backbone="bb", title="Figure 2")
+    out = T.figure2_job(metric_paths, {ScTable("M", c, d, "test"): sc[(c, d)] for c, d in sc}, ["M"],
+                        {"M": ["B", "C"]}, ["a", "b"], str(R / "f2.png"), str(R / "f2.csv"), str(R / "f2.md"),
+                        min_contrast=1, backbone_model="M", backbone_ckpt="A", title="Figure 2")
     f2 = pd.read_csv(R / "f2.csv")
     assert out == {"points": 2, "nan_cells": 1}
     assert f2.loc[0, ["backbone_error_rate", "contrast_questions", "pairs"]].tolist() == [0.0, 1, 1]
@@ -649,7 +692,7 @@ def _write_sc(tmp, ckpts, split, n=12):
         df["group_correct"] = [[c2, False] for c2 in corr]
         p = tmp / f"{c}_{split}.parquet"
         df.to_parquet(p)
-        paths[f"{split}:{c}"] = str(p)
+        paths[ScInput("main", split, c)] = str(p)
     return paths
 
 
@@ -675,12 +718,21 @@ def test_variant_job_trains_scores_and_saves_hidden_states(tmp_path, tiny_model)
     assert t19["mean_rho"].between(-1, 1).all()
 
 
-def test_variant_job_switches_adapters_on_one_resident_base(tmp_path, tiny_model):
-    """3 adapters x 3 scorers: the log reports one base load per training run and per scorer
-    and never two bases alive at once; every confidence equals that of a freshly loaded
-    model carrying the adapter alone."""
+def _logged_residency(log_path: Path) -> tuple[int, int]:
     import re
 
+    line = log_path.read_text().strip().splitlines()[-1]
+    assert " done in " in line
+    return tuple(map(int, re.search(r"base_loads=(\d+) peak_resident_bases=(\d+)", line).groups()))
+
+
+# transfer: 3 single-view adapters x 3 scorers; oracle_multi: one adapter on the 2 evaluation
+# checkpoints (multi-checkpoint training), scored by each
+@pytest.mark.parametrize("variant, loads, pairs", [("transfer", 3 + 3, 9), ("oracle_multi", 2 + 2, 2)])
+def test_variant_job_switches_adapters_on_one_resident_base(variant, loads, pairs, tmp_path, tiny_model):
+    """The log reports one base load per training view and per scorer and never two bases
+    alive at once; every confidence equals that of a freshly loaded model carrying the
+    adapter alone."""
     from selfknow.models import load_lm
     from selfknow.models.hf import release_bases
     from selfknow.protocols.persistent.verbalized import predict_confidence
@@ -691,15 +743,12 @@ def test_variant_job_switches_adapters_on_one_resident_base(tmp_path, tiny_model
     release_bases()
     log_path = tmp_path / "variant.log"
     with job_log(str(log_path), "variant") as summary:
-        summary.update(J.variant_job("transfer", tiny_model, tr, EV, sc, str(tmp_path / "ad"),
+        summary.update(J.variant_job(variant, tiny_model, tr, EV, sc, str(tmp_path / "ad"),
                                      str(tmp_path / "conf.parquet"), seed=0, cache_dir=str(tmp_path / "cache")))
-    line = log_path.read_text().strip().splitlines()[-1]
-    assert "variant done" in line
-    loads, peak = map(int, re.search(r"base_loads=(\d+) peak_resident_bases=(\d+)", line).groups())
-    assert (loads, peak) == (3 + 3, 1)  # 3 single-view trainings, then 3 scorers
+    assert _logged_residency(log_path) == (loads, 1)
     conf = pd.read_parquet(tmp_path / "conf.parquet")
-    assert len(conf) == 9 * 8 and conf.groupby(["adapter", "scorer"]).ngroups == 9
-    test = {c: pd.read_parquet(sc[f"test:{c}"]) for c in ck}
+    assert len(conf) == pairs * 8 and conf.groupby(["adapter", "scorer"]).ngroups == pairs
+    test = {c: pd.read_parquet(sc[ScInput("main", "test", c)]) for c in ck}
     for (adapter, scorer), got in conf.groupby(["adapter", "scorer"]):
         release_bases()
         lm = load_lm(tiny_model, scorer, cache_dir=None, adapter=str(tmp_path / "ad" / adapter))
@@ -707,6 +756,46 @@ def test_variant_job_switches_adapters_on_one_resident_base(tmp_path, tiny_model
         want = predict_confidence(lm, t["question"].tolist(), t["prediction"].tolist(), batch_size=32)
         np.testing.assert_array_equal(got["confidence"].to_numpy(), want)
     release_bases()
+
+
+def test_sc_job_frees_the_answering_model_before_an_hf_judge_loads(tmp_path, tiny_model, monkeypatch):
+    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+
+    from selfknow.models.hf import release_bases
+    from selfknow.models.registry import load_lm
+    from selfknow.runlog import job_log
+
+    # the real loader: a test that patches selfknow.models.load_lm while selfknow.stages.jobs is
+    # first imported leaves its fake bound there
+    monkeypatch.setattr("selfknow.stages.jobs.load_lm", load_lm)
+
+    _items(3).to_parquet(tmp_path / "test.parquet")
+    _items(4, "train").to_parquet(tmp_path / "train.parquet")
+    judge_dir = tmp_path / "judge"  # the tiny model's tokenizer with room for the judge's prompt
+    GPT2LMHeadModel(GPT2Config.from_pretrained(tiny_model["path"], n_positions=1024)).save_pretrained(judge_dir)
+    AutoTokenizer.from_pretrained(tiny_model["path"]).save_pretrained(judge_dir)
+    judge = {"correctness": "llm", "spec": {"name": "judge", "backend": "hf", "path": str(judge_dir)},
+             "labels": "generate", "multi_reference": False}
+    release_bases()
+    with job_log(str(tmp_path / "sc.log"), "sc") as summary:
+        summary.update(J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), tiny_model, "C3",
+                                str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"), split="test",
+                                n_items=3, n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=4,
+                                equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"),
+                                judge=judge))
+    assert summary["judge_calls"] == 3
+    assert _logged_residency(tmp_path / "sc.log") == (2, 1)  # the checkpoint, then the judge
+    release_bases()
+
+
+@pytest.mark.parametrize("cuda, device", [(False, "cpu"), (True, "cuda")])
+def test_adapter_training_resolves_an_auto_device_as_the_job_does(cuda, device, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert J._hparams({"device": "auto", "gpu": int(cuda)}, 2, {"epochs": 3}) == {
+        "num_threads": 2, "device": device, "gpus": int(cuda), "epochs": 3}
+    assert J._hparams({"device": "cuda:1", "gpu": 1, "dtype": "bfloat16"}, 1)["device"] == "cuda:1"
 
 
 # --------------------------------------------------------------------------------------------

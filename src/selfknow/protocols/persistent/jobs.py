@@ -31,6 +31,7 @@ from selfknow.stages.judge import exact_match, judge_candidates, judge_reference
 from selfknow.records import read_parquet, write_csv, write_parquet
 
 from . import variants as V
+from .inputs import ScInput
 
 log = logging.getLogger("selfknow.persistent")
 
@@ -96,7 +97,11 @@ def base_model_dir(spec: dict, checkpoint: str | None) -> str:
 
 
 def _hparams(spec: dict, threads: int, extra: Mapping | None = None) -> dict:
-    hp = {"num_threads": int(threads), "device": spec.get("device", "cpu"), "gpus": int(spec.get("gpu", 0))}
+    """`train_adapter`'s settings for a model entry's job: its device ("auto" resolved to the
+    job's GPU or the CPU, as `side_device`), GPUs, dtype, and `extra` (config `persistent.adapter`)."""
+    device = spec.get("device", "cpu")
+    hp = {"num_threads": int(threads), "device": side_device(spec) if device == "auto" else device,
+          "gpus": int(spec.get("gpu", 0))}
     if spec.get("dtype") in ("bfloat16", "float16", "float32"):
         hp["dtype"] = spec["dtype"]
     hp.update(extra or {})
@@ -111,6 +116,16 @@ def read_sc(path: str | Path) -> pd.DataFrame:
     if df.empty:  # a split without questions stores no dtypes; concatenated splits need them
         df = df.astype({"correct": bool, "confidence": float})
     return df
+
+
+def pooled_transfer(sc: Mapping[ScInput, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    """Checkpoint -> the transfer dataset's SC tables of `sc`, its splits concatenated in the
+    order given (§A.3: the transfer evaluation pools both splits)."""
+    frames: dict[str, list[pd.DataFrame]] = {}
+    for k, d in sc.items():
+        if k.dataset == V.TRANSFER:
+            frames.setdefault(k.checkpoint, []).append(d)
+    return {c: pd.concat(f, ignore_index=True) for c, f in frames.items()}
 
 
 def training_examples(sc: pd.DataFrame, n_answers: int) -> pd.DataFrame:
@@ -177,16 +192,16 @@ def judge_counts(sc: pd.DataFrame) -> dict:
             "unlabelled": sum(v is None for v in labels)}
 
 
-def judge_count_job(sc_paths: Mapping[str, str], out: str) -> dict:
-    """One row per SC table (`sc_paths`: name -> path) with its `judge_counts`, for the
-    table notes: every refused or unparsable judgment is counted there."""
+def judge_count_job(sc_paths: Mapping[ScInput, str], out: str) -> dict:
+    """One row per SC table (its `ScInput` fields, then its `judge_counts`), for the table
+    notes: every refused or unparsable judgment is counted there."""
     rows = []
-    for name, path in sc_paths.items():
+    for key, path in sc_paths.items():
         sc = read_parquet(path)
         missing = [c for c in JUDGE_COLUMNS if c not in sc.columns]
         if missing:
             raise ValueError(f"{path}: SC table without its judge labels (lacks {missing}); rebuild it")
-        rows.append({"sc": name, **judge_counts(sc)})
+        rows.append({**key._asdict(), **judge_counts(sc)})
     df = pd.DataFrame(rows)
     write_csv(df, out)
     return {"tables": len(df), "refused": int(df["refused"].sum()), "unparsable": int(df["unparsable"].sum())}
@@ -197,12 +212,14 @@ BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob"]
 
 
 def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_out: str,
-           sc_out: str, *, split: str, n_items: int, n_shots: int, seed: int, num_beams: int,
-           max_new_tokens: int, equivalence: str, prompt_label: str, cache_dir: str,
+           sc_out: str, *, split: str, n_items: int, n_shots: int, icl_by_domain: bool, seed: int,
+           num_beams: int, max_new_tokens: int, equivalence: str, prompt_label: str, cache_dir: str,
            judge: Mapping, threads: int = 1) -> dict:
     """Beam search (`num_beams`, stop at the first newline) on a seeded sample of `n_items`
     questions of one split, resumable by chunks; then SC grouping (§3.1.1, §A.6) and the labels
-    of every candidate group (`judge_sc`). `judge`: {"correctness": "exact"}, or
+    of every candidate group (`judge_sc`). The `n_shots` in-context examples come from the
+    train items (`prompts.question_shots`; with `icl_by_domain`, those of each question's own
+    domain, BioASQ's question type). `judge`: {"correctness": "exact"}, or
     {"correctness": "llm", "spec": the judge model's spec, "labels": "generate" | "constrained",
     "multi_reference": bool} (config `judge`). Writes the long beam table and the SC table."""
     import torch
@@ -212,17 +229,17 @@ def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_
     from selfknow.models import load_lm
     from selfknow.resumable import map_chunks
 
-    from .prompts import qa_prompt, select_icl_examples
+    from .prompts import qa_prompts, question_shots
     from .self_consistency import self_consistency_frame
 
     torch.set_num_threads(int(threads))
     t0 = time.time()
     items = sample_items(read_parquet(items_path), n_items, seed)
-    shots = select_icl_examples(read_parquet(train_path), n_shots, seed) if n_shots else []
+    shots = question_shots(read_parquet(train_path), items["domain"], n_shots, seed, by_domain=icl_by_domain)
     lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
 
     def beams_for(chunk: pd.DataFrame) -> pd.DataFrame:
-        prompts = [qa_prompt(q, shots, label=prompt_label) for q in chunk["question"]]
+        prompts = qa_prompts(chunk["question"], chunk["domain"], shots, label=prompt_label)
         res = lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=("\n",))
         rows = [(i, q, b, beam.text, beam.logprob) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
                 for b, beam in enumerate(bs)]
@@ -234,6 +251,7 @@ def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_
     if beams.empty:  # a split without questions (BioASQ has no train split): the table's columns
         beams = pd.DataFrame(columns=BEAM_TABLE)
     t_beams = time.time() - t0
+    lm.release()  # done with it: its weights go before the NLI model's and the judge's load
     sc = self_consistency_frame(beams, make_equivalence(equivalence, num_threads=threads, device=side_device(spec)))
     if judge["correctness"] == "llm":
         judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"])
@@ -275,20 +293,20 @@ def adapter_examples(plan: V.AdapterPlan, train_sc: Mapping[str, pd.DataFrame], 
 
 
 def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str],
-                sc_paths: Mapping[str, str], adapters_dir: str, out: str | None, *, seed: int,
+                sc_paths: Mapping[ScInput, str], adapters_dir: str, out: str | None, *, seed: int,
                 cache_dir: str, threads: int = 1, pair_mode: str = "consecutive",
                 hparams: Mapping | None = None, hidden_out: str | None = None,
                 variance_items: int = 0) -> dict:
     """Train every adapter of `variant` (seed `seed`) and score every planned
     (adapter, scorer, target) triple; write the long confidence table (`CONF_COLUMNS`).
 
-    `sc_paths`: "train:<ckpt>", "test:<ckpt>" and, for the transfer scorings,
-    "transfer:<ckpt>" (one or more comma-free keys "transfer:<ckpt>:<split>") -> SC tables.
+    `sc_paths`: the SC tables of the training dataset's train and test splits and, for the
+    transfer scorings, of the transfer dataset (its splits pooled per checkpoint).
     With `hidden_out` (the `transfer` variant) also save, per checkpoint's own adapter, the
     hidden states on the first `variance_items` test questions (sorted ids) for Table 19.
     With `out` None nothing is scored (adapters and hidden states only).
 
-    Memory: adapters train one after another (a multi-checkpoint one holds one base on a GPU,
+    Memory: adapters train one after another (a multi-checkpoint one holds one base,
     `verbalized._ViewWeights`); the scorings run grouped by scoring checkpoint, each loaded
     once with its adapters switched on it and released before the next one's."""
     import torch
@@ -298,15 +316,12 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
     from .verbalized import predict_confidence, train_adapter
 
     torch.set_num_threads(int(threads))
-    with_transfer = any(k.startswith("transfer:") for k in sc_paths)
+    with_transfer = any(k.dataset == V.TRANSFER for k in sc_paths)
     plan = V.plan_variant(variant, train_ckpts, eval_ckpts, with_transfer=with_transfer, pair_mode=pair_mode)
-    train_sc = {k.split(":", 1)[1]: read_sc(p) for k, p in sc_paths.items() if k.startswith("train:")}
-    test_sc = {k.split(":", 1)[1]: read_sc(p) for k, p in sc_paths.items() if k.startswith("test:")}
-    transfer_sc: dict[str, list[pd.DataFrame]] = {}
-    for k, p in sc_paths.items():
-        if k.startswith("transfer:"):
-            transfer_sc.setdefault(k.split(":")[1], []).append(read_sc(p))
-    answers = {V.MAIN: test_sc, V.TRANSFER: {c: pd.concat(f, ignore_index=True) for c, f in transfer_sc.items()}}
+    sc = {k: read_sc(p) for k, p in sc_paths.items()}
+    train_sc = {k.checkpoint: d for k, d in sc.items() if k.dataset == V.MAIN and k.split == "train"}
+    test_sc = {k.checkpoint: d for k, d in sc.items() if k.dataset == V.MAIN and k.split == "test"}
+    answers = {V.MAIN: test_sc, V.TRANSFER: pooled_transfer(sc)}
     hp = _hparams(spec, threads, hparams)
     t0 = time.time()
     adapter_dirs = {}
@@ -393,7 +408,7 @@ def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd
 # GCM
 # ----------------------------------------------------------------------------------------------
 def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str],
-            sc_paths: Mapping[str, str], adapter_dir: str, out: str, *, seed: int, cache_dir: str,
+            sc_paths: Mapping[ScInput, str], adapter_dir: str, out: str, *, seed: int, cache_dir: str,
             threads: int = 1, hparams: Mapping | None = None) -> dict:
     """GCM (§3.1.1, `baselines.train_gcm`): a digit-confidence adapter on another model (the
     last checkpoint of `gcm_spec`), shown only question and candidate answer, trained on the
@@ -409,7 +424,7 @@ def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str
     torch.set_num_threads(int(threads))
     sc = {k: read_sc(p) for k, p in sc_paths.items()}
     t0 = time.time()
-    frames = {c: training_examples(sc[f"train:{c}"], 1) for c in train_ckpts}
+    frames = {c: training_examples(sc[ScInput(V.MAIN, "train", c)], 1) for c in train_ckpts}
     train_gcm(frames, base_model_dir(gcm_spec, None), adapter_dir, seed, _hparams(gcm_spec, threads, hparams),
               log=log.info)
     t_train = time.time() - t0
@@ -418,7 +433,7 @@ def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str
     rows = []
     for split, ckpts in (("test", eval_ckpts), ("train", train_ckpts)):
         for c in ckpts:
-            t = sc[f"{split}:{c}"]
+            t = sc[ScInput(V.MAIN, split, c)]
             conf = predict_confidence(lm, t["question"].tolist(), t["prediction"].fillna("").tolist())
             rows.append(pd.DataFrame({"seed": seed, "target": c, "split": split, "item_id": t["item_id"].to_numpy(),
                                       "correct": t["correct"].to_numpy(), "confidence": conf}))
@@ -558,26 +573,26 @@ def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_con
     return pd.DataFrame(rows), reps, pairs
 
 
-def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc: Mapping[str, pd.DataFrame],
+def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc: Mapping[ScInput, pd.DataFrame],
                           variant_frames: Sequence[pd.DataFrame], gcm_frames: Sequence[pd.DataFrame],
                           equivalence: str = "normalised") -> tuple[np.ndarray, np.ndarray, dict]:
-    """`assemble_methods` on the main dataset's test split: `sc` keyed "test:<c>" (the
-    evaluation checkpoints and the last training checkpoint, the surrogate) and "train:<c>"
-    (the training checkpoints, for post-hoc calibration)."""
+    """`assemble_methods` on the main dataset's test split: `sc` holds the test answers of the
+    evaluation checkpoints and of the last training checkpoint (the surrogate) and the train
+    answers of the training checkpoints (for post-hoc calibration)."""
     ev, tr = list(eval_ckpts), list(train_ckpts)
-    eval_sc = {c: sc[f"test:{c}"] for c in ev}
-    return assemble_methods(eval_sc, ev, train_sc={c: sc[f"train:{c}"] for c in tr},
-                            surrogate_sc=sc[f"test:{tr[-1]}"], variant_frames=variant_frames,
+    eval_sc = {c: sc[ScInput(V.MAIN, "test", c)] for c in ev}
+    return assemble_methods(eval_sc, ev, train_sc={c: sc[ScInput(V.MAIN, "train", c)] for c in tr},
+                            surrogate_sc=sc[ScInput(V.MAIN, "test", tr[-1])], variant_frames=variant_frames,
                             gcm_frames=gcm_frames, dataset=V.MAIN, equivalence=make_equivalence(equivalence))
 
 
-def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[str, str],
+def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[ScInput, str],
                 variant_paths: Sequence[str], gcm_paths: Sequence[str], out_metrics: str,
                 out_replicates: str, out_contrast: str, *, evalset: str, min_contrast: int, n_boot: int,
                 n_boot_ece: int, seed: int, equivalence: str = "normalised") -> dict:
     """Metrics of every method for one (model, training dataset, evaluation set): the main
-    dataset's test split (`evalset="main"`) or the transfer dataset (both of its splits).
-    `sc_paths` keys as in `variant_job` ("test:<c>", "train:<c>", "transfer:<c>:<split>")."""
+    dataset's test split (`evalset="main"`) or the transfer dataset (both of its splits);
+    `sc_paths` as in `variant_job`."""
     from selfknow.records import atomic_path
 
     t0 = time.time()
@@ -588,9 +603,8 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
         items, y, methods = assemble_main_methods(ev, tr, sc, variant_frames, [read_parquet(p) for p in gcm_paths],
                                                   equivalence)
     elif evalset == V.TRANSFER:
-        eval_sc = {c: pd.concat([d for k, d in sc.items() if k.startswith(f"transfer:{c}:")], ignore_index=True)
-                   for c in ev}
-        items, y, methods = assemble_methods(eval_sc, ev, variant_frames=variant_frames, dataset=V.TRANSFER)
+        items, y, methods = assemble_methods(pooled_transfer(sc), ev, variant_frames=variant_frames,
+                                             dataset=V.TRANSFER)
     else:
         raise ValueError(f"evalset must be {V.MAIN!r} or {V.TRANSFER!r}, got {evalset!r}")
     sizes = contrast_size_frame(y, ev, min_contrast)
@@ -643,17 +657,16 @@ def reliability_frame(y: np.ndarray, methods: Mapping[str, np.ndarray],
     return pd.concat(frames, ignore_index=True)
 
 
-def reliability_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[str, str],
+def reliability_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[ScInput, str],
                     variant_paths: Sequence[str], gcm_paths: Sequence[str], png: str, *, title: str,
                     seed: int, equivalence: str = "normalised", n_bins: int = 10, n_boot: int = 200,
                     provenance: dict | None = None) -> dict:
     """Reliability diagrams of one (model, training dataset) on the full main test set: the
-    confidences `metrics_job` assembles (`assemble_main_methods`; same inputs, `sc_paths` keyed
-    "test:<c>" and "train:<c>"), one panel per method of `RELIABILITY_PANELS` present (first
-    training seed; answers pooled over the evaluation checkpoints), each with `n_bins` binned
-    points and the SmoothECE curve with its `n_boot`-resample band (`report.figures.
-    reliability_grid`, bootstrap seeded by `seed`). Writes the PNG (and, with `provenance`,
-    its sidecar)."""
+    confidences `metrics_job` assembles (`assemble_main_methods`; same inputs), one panel per
+    method of `RELIABILITY_PANELS` present (first training seed; answers pooled over the
+    evaluation checkpoints), each with `n_bins` binned points and the SmoothECE curve with its
+    `n_boot`-resample band (`report.figures.reliability_grid`, bootstrap seeded by `seed`).
+    Writes the PNG (and, with `provenance`, its sidecar)."""
     from selfknow.report.figures import reliability_grid
     from selfknow.stats.smooth_ece import smooth_ece
 

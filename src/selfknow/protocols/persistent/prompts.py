@@ -1,9 +1,11 @@
 """Prompts of the persistent-calibration protocol (persistent §3.1, §A.4, §A.7).
 
-- QA: 5 fixed in-context examples drawn once from the train split with a seed, each
-  "{label}: {question}\\nAnswer: {answer}", separated by blank lines, then the test question
-  and "Answer:". The authors' code labels questions "Prompt:"; the offline mini world trains its
-  models on "Question:", so the label is a parameter (`label="Prompt"` for the paper config).
+- QA: 5 fixed in-context examples, each "{label}: {question}\\nAnswer: {answer}", separated by
+  blank lines, then the test question and "Answer:". A paper dataset's are the ones its loader
+  reserves (BioASQ: those of the question's own type, factoid or list), the mini world's a
+  seeded draw from the train split. The authors' code labels questions "Prompt:"; the offline
+  mini world trains its models on "Question:", so the label is a parameter (`label="Prompt"`
+  for the paper config).
 - Verbalized confidence (§A.7, wording as printed in the paper and the authors' code):
   "Rate your confidence on a scale of 0-9, where 0 is completely uncertain and 9 is completely
   certain.\\n\\nQuestion: {q}\\nCandidate answer: {a}\\nConfidence:" — the digit read-out
@@ -14,14 +16,17 @@
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
 import pandas as pd
 
-from selfknow.stages.items import reserved_icl_examples
+from selfknow.stages.items import has_reserved_icl, reserved_icl_examples
 
 N_ICL = 5
+
+#: the in-context examples of a sample's questions: one list for all, or one per question domain
+Shots = Union[list[tuple[str, str]], dict[str, list[tuple[str, str]]]]
 
 VERBALIZED_INSTRUCTION = ("Rate your confidence on a scale of 0-9, where 0 is completely "
                           "uncertain and 9 is completely certain.")
@@ -59,6 +64,31 @@ def select_icl_examples(train: pd.DataFrame, n: int = N_ICL, seed: int = 17, *,
         if len(out) == n:
             return out
     raise ValueError(f"train split has only {len(out)} distinct answered questions; need {n}")
+
+
+def question_shots(train: pd.DataFrame, domains: Sequence[str], n: int = N_ICL, seed: int = 17, *,
+                   by_domain: bool) -> Shots:
+    """The in-context examples of questions of `domains`: with `by_domain` (a dataset whose
+    loader reserves them per question type, `selfknow.stages.items.icl_by_domain`) each
+    domain's first `n` reserved examples, {domain: examples}; otherwise one list for all
+    (`select_icl_examples`), which is also what train items without reserved examples give
+    (the plan's stand-ins). No examples when `n` is 0."""
+    if not n:
+        return []
+    if by_domain and has_reserved_icl(train):
+        return {d: reserved_icl_examples(train, n, d) for d in sorted(set(map(str, domains)))}
+    return select_icl_examples(train, n, seed)
+
+
+def qa_prompts(questions: Sequence[str], domains: Sequence[str], shots: Shots, *,
+               label: str = "Question") -> list[str]:
+    """`qa_prompt` of each question with `shots`: the shared list, or (a dict) its domain's."""
+    if isinstance(shots, dict):
+        missing = sorted(set(map(str, domains)) - set(shots))
+        if missing:
+            raise ValueError(f"no in-context examples of domain(s) {missing}; have {sorted(shots)}")
+        return [qa_prompt(q, shots[str(d)], label=label) for q, d in zip(questions, domains)]
+    return [qa_prompt(q, shots, label=label) for q in questions]
 
 
 def qa_prompt(question: str, icl_examples: Sequence[tuple[str, str]], *,

@@ -18,6 +18,8 @@ import pandas as pd
 
 from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
 
+from .inputs import EvalFiles, Evaluation, MetricFiles, ScTable
+
 METRIC_LABELS = {"delta0_b": "Δ0b", "delta0": "Δ0", "delta_b": "Δb", "delta": "Δ",
                  "contrast_auc": "contrast AUC", "contrast_brier": "contrast BS", "contrast_ece": "contrast ECE",
                  "full_auc": "full AUC", "full_brier": "full BS", "full_ece": "full ECE"}
@@ -150,6 +152,50 @@ def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple,
     return (f"Chance check: {len(flagged)} of the {checked} (method, model, dataset) results are not shown better "
             f"than chance on full-set AUC (point [{level} percentile bootstrap interval]); their other cells are no "
             "evidence of a working estimator: " + "; ".join(flagged) + ".")
+
+
+def improvement_share(contrast: pd.DataFrame) -> tuple[int, int]:
+    """(improvements, questions) over the used contrast sets of `contrast_size_frame`: each used
+    pair once, earlier checkpoint first, an improvement being the later checkpoint right."""
+    fwd = contrast[contrast["used"] & (contrast["row_index"] < contrast["col_index"])]
+    return int(fwd["row_wrong_col_right"].sum()), int(fwd["size"].sum())
+
+
+def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.DataFrame]) -> str:
+    """Table 1's note on its central claim (§4.1): oracle training above non-oracle training on
+    contrast AUC. Per (model, dataset) the paired difference with its `CHANCE_LEVEL` percentile
+    interval; where oracle is not shown above, the numbers that tell why: how many contrast
+    questions are improvements (the later checkpoint right), what contrast AUC the end-correct
+    baseline (confidence rising with the checkpoint, the same for every question) reaches on
+    them, and the class-balanced Δ0b of both, which weighs improvements and regressions equally."""
+    alpha = (1 - CHANCE_LEVEL) / 2
+    shown, explained = [], []
+    for key, f in files.items():
+        model, dataset, _ = key
+        diff = f.point("oracle", "contrast_auc") - f.point("nonoracle", "contrast_auc")
+        reps = [f.reps(m, "contrast_auc") for m in ("oracle", "nonoracle")]
+        if any(r is None for r in reps):
+            shown.append(f"{model}, {dataset}: {diff:+.3f} (no replicates)")
+            continue
+        lo, hi = np.nanquantile(np.asarray(reps[0]) - np.asarray(reps[1]), [alpha, 1 - alpha])
+        shown.append(f"{model}, {dataset}: {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        if lo > 0:
+            continue
+        up, n = improvement_share(contrast[key])
+        d0b = {m: f.point(m, "delta0_b") for m in ("nonoracle", "oracle")}
+        explained.append(
+            f"on {dataset} ({model}) {up} of the {n} contrast questions ({100 * up / max(n, 1):.0f} %) are improvements, so "
+            f"contrast AUC rewards a confidence that rises with the checkpoint whatever the question: the "
+            f"end-correct baseline reaches {f.point('end_correct', 'contrast_auc'):.3f} and Δ0b "
+            f"{f.point('end_correct', 'delta0_b'):.3f}; the class-balanced Δ0b, which discounts that, is "
+            f"{d0b['nonoracle']:.3f} (non-oracle) and {d0b['oracle']:.3f} (oracle)")
+    level = f"{CHANCE_LEVEL:.0%}".replace("%", " %")
+    text = (f" Oracle minus non-oracle training, contrast AUC [paired {level} percentile bootstrap interval]: "
+            + "; ".join(shown) + ".")
+    if explained:
+        text += (" Where oracle training is not shown above non-oracle training (the paper's §4.1 finding), "
+                 + "; ".join(explained) + ".")
+    return text
 
 
 def _full_cols() -> list[Col]:
@@ -396,17 +442,16 @@ def judge_note(counts: pd.DataFrame) -> str:
             f"{t['unlabelled']} unlabelled (counted wrong, as N).")
 
 
-def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], datasets: Sequence[str],
+def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
               transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
               provenance: dict | None = None) -> dict:
-    """Write one table (`TABLES`) from `metrics_job` outputs: `files` maps
-    (kind, model, dataset, evalset) -> path, kind "metrics" | "replicates" | "contrast" |
-    "judge" (`jobs.judge_count_job`); with `provenance`, its sidecar too
+    """Write one table (`TABLES`) from the `metrics_job` and `jobs.judge_count_job` outputs
+    `files` of each evaluation; with `provenance`, its sidecar too
     (`selfknow.report.provenance`)."""
     from selfknow.report.tables import write_table
 
     def judged(keys) -> str:
-        return judge_note(pd.concat([pd.read_csv(files[("judge", *k)]) for k in keys], ignore_index=True))
+        return judge_note(pd.concat([pd.read_csv(files[Evaluation(*k)].judge) for k in keys], ignore_index=True))
 
     if name in ("table8", "table9", "table10"):
         d, evalset, mc = ({"table8": (datasets[0], "main", min_contrast),
@@ -415,7 +460,7 @@ def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], data
         if d is None:
             raise ValueError("table9 needs a second persistent dataset")
         shown = transfer if evalset == "transfer" else d
-        sizes = {m: pd.read_parquet(files[("contrast", m, d, evalset)]) for m in models}
+        sizes = {m: pd.read_parquet(files[Evaluation(m, d, evalset)].contrast) for m in models}
         df = contrast_size_table(sizes, mc)
         n = int(next(iter(sizes.values()))["n_items"].iloc[0])
         write_table(df, csv, md, title=f"Table {name[5:]}: {shown} contrast-set sizes per pair of evaluation checkpoints",
@@ -428,9 +473,12 @@ def table_job(name: str, files: Mapping[tuple, str], models: Sequence[str], data
     for m in models:
         for d in datasets:
             evalset, shown = ("transfer", transfer) if name == "table18" else ("main", d)
-            loaded[(m, d, shown)] = load_metric_file(files[("metrics", m, d, evalset)],
-                                                     files[("replicates", m, d, evalset)])
+            f = files[Evaluation(m, d, evalset)]
+            loaded[(m, d, shown)] = load_metric_file(f.metrics, f.replicates)
     values, marks, title, notes = method_table(name, loaded, models, datasets, transfer)
+    if name == "table1":
+        notes += oracle_check(loaded, {(m, d, d): pd.read_parquet(files[Evaluation(m, d, "main")].contrast)
+                                       for m in models for d in datasets})
     notes += judged([(m, d, "transfer" if name == "table18" else "main") for m in models for d in datasets])
     write_table(values, csv, md, title=title, notes=notes, marks=marks, provenance=provenance)
     numeric = values.select_dtypes("number")
@@ -465,15 +513,18 @@ def _correct_by_item(paths: Sequence[str]) -> pd.Series:
     return df.set_index("item_id")["correct"].astype(float)
 
 
-def table7_job(sc_paths: Mapping[tuple[str, str, str], Sequence[str]], models: Sequence[str],
+def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
                checkpoints: Mapping[str, Sequence[str]], n_train: int, datasets: Sequence[str], csv: str, md: str,
                *, transfer: str, provenance: dict | None = None) -> dict:
-    """Table 7 from the SC tables: `sc_paths[(model, checkpoint, dataset)]` lists the splits
-    read (the training datasets' test split; both splits of the `transfer` dataset, which the
-    transfer metrics pool)."""
+    """Table 7 from the SC tables `sc_paths` of every (model, checkpoint, dataset), their
+    splits pooled (the training datasets' test split; both splits of the `transfer` dataset,
+    which the transfer metrics pool)."""
     from selfknow.report.tables import write_table
 
-    correct = {k: _correct_by_item(v) for k, v in sc_paths.items()}
+    splits: dict[tuple[str, str, str], list[str]] = {}
+    for k, path in sc_paths.items():
+        splits.setdefault((k.model, k.checkpoint, k.dataset), []).append(path)
+    correct = {k: _correct_by_item(v) for k, v in splits.items()}
     df = accuracy_table(correct, models, checkpoints, n_train, datasets)
     sizes = {d: sorted({int(correct[(m, c, d)].size) for m in models for c in checkpoints[m]}) for d in datasets}
     n = "; ".join(f"{d}: {', '.join(map(str, v))} questions" + (" (train and test splits)" if d == transfer else "")
@@ -486,34 +537,33 @@ def table7_job(sc_paths: Mapping[tuple[str, str, str], Sequence[str]], models: S
     return {"rows": len(df)}
 
 
-def figure2_job(metric_paths: Mapping[tuple[str, str], tuple[str, str]],
-                eval_sc: Mapping[tuple[str, str, str], str], backbone_sc: Mapping[str, str],
+def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mapping[ScTable, str],
                 models: Sequence[str], eval_ckpts: Mapping[str, Sequence[str]], datasets: Sequence[str],
-                png: str, csv: str, md: str, *, min_contrast: int, backbone: str, title: str,
-                provenance: dict | None = None) -> dict:
+                png: str, csv: str, md: str, *, min_contrast: int, backbone_model: str, backbone_ckpt: str,
+                title: str, provenance: dict | None = None) -> dict:
     """Figure 2 and its data table: per (model, training dataset) `gcm_headroom_row` from the
-    metric files `metric_paths[(model, dataset)] = (metrics, replicates)`, the evaluation
-    checkpoints' test SC tables `eval_sc[(model, checkpoint, dataset)]` and the GCM backbone's
-    `backbone_sc[dataset]`."""
+    metric files of its main evaluation, the test SC tables of its evaluation checkpoints and
+    of the GCM backbone (`backbone_ckpt` of `backbone_model`), all in `sc_paths`."""
     from selfknow.report.figures import gcm_headroom
     from selfknow.report.tables import write_table
 
     rows = []
     for d in datasets:
-        bb = _correct_by_item([backbone_sc[d]])
+        bb = _correct_by_item([sc_paths[ScTable(backbone_model, backbone_ckpt, d, "test")]])
         for m in models:
             ev = list(eval_ckpts[m])
-            correct = {c: _correct_by_item([eval_sc[(m, c, d)]]) for c in ev}
+            correct = {c: _correct_by_item([sc_paths[ScTable(m, c, d, "test")]]) for c in ev}
             rows.append({"model": m, "dataset": d,
-                         **gcm_headroom_row(load_metric_file(*metric_paths[(m, d)]), correct, ev, bb, min_contrast)})
+                         **gcm_headroom_row(load_metric_file(*metric_paths[Evaluation(m, d, "main")]), correct,
+                                            ev, bb, min_contrast)})
     df = pd.DataFrame(rows)
     gcm_headroom(df, png, title=title, provenance=provenance)
     level = f"{GAP_LEVEL:.0%}".replace("%", " %")
     write_table(df, csv, md, title=title,
-                notes=(f"Backbone error rate: 1 − accuracy of {backbone}'s own top answer on the questions of the "
-                       f"contrast sets of at least {min_contrast} questions. AUC gap: contrast-set AUC of oracle "
-                       f"training minus the GCM's (Table 17), with the {level} percentile interval of the paired "
-                       "bootstrap replicates (§A.8)."), provenance=provenance)
+                notes=(f"Backbone error rate: 1 − accuracy of {backbone_model} ({backbone_ckpt})'s own top answer on "
+                       f"the questions of the contrast sets of at least {min_contrast} questions. AUC gap: "
+                       f"contrast-set AUC of oracle training minus the GCM's (Table 17), with the {level} "
+                       "percentile interval of the paired bootstrap replicates (§A.8)."), provenance=provenance)
     return {"points": len(df), "nan_cells": int(df.select_dtypes("number").isna().sum().sum())}
 
 

@@ -8,7 +8,9 @@ with more than `max_list_answers` (10) answer groups are dropped. A factoid ques
 final punctuation or "?" gets a "?"; a list question gets a final "." if it has no final
 punctuation, then " Just output one of the answers.". The first `n_icl` (5) questions of each
 type are that type's in-context examples (domain "factoid" / "list"; a list example's answer
-is its first reference), the rest is the test split (§A.4: 1690 factoid + 1029 list).
+is its first reference), shown to the questions of that type only
+(`selfknow.stages.items.icl_by_domain`); the rest is the test split (§A.4: 1690 factoid + 1029
+list).
 """
 from __future__ import annotations
 
