@@ -49,6 +49,18 @@ if "ladder" in config:
 
     include: "rules/ladder_common.smk"
     include: "rules/ladder.smk"
+    include: "rules/ladder_heldout.smk"
+    include: "rules/ladder_appendix.smk"
+
+    if "cross_task" in config["ladder"]:
+
+        include: "rules/ladder_crosstask_common.smk"
+        include: "rules/ladder_crosstask.smk"
+
+    if "extension" in config["ladder"]:
+
+        include: "rules/ladder_extension_common.smk"
+        include: "rules/ladder_extension.smk"
 
 
 if "ladder_import_dir" in config:

@@ -13,6 +13,10 @@ from selfknow.config import (
     validate_config,
 )
 
+# Typed named inputs. Where a script must know which input file is which, one function returns
+# a key -> path mapping; `input` takes its paths, `params` the mapping itself.
+from selfknow.protocols.persistent.inputs import input_paths, paths_of
+
 try:
     _CHECKED = validate_config(config, source=", ".join(map(str, workflow.configfiles)) or "config")
 except ConfigError as err:
@@ -155,6 +159,8 @@ def all_table_files():
         files += persistent_table_files()
     if "ladder" in config:
         files += ladder_table_files()
+        if "cross_task" in config["ladder"]:
+            files += ladder_crosstask_table_files()
     if "ladder_import_dir" in config:
         files += table_targets("ladder", ["import_aggregates"])
     if any(k in config for k in ("lcae", "ladder", "persistent")):
@@ -222,11 +228,13 @@ def get_card_inputs(wildcards):
         out["lcae_stage3"] = f"{R}/lcae/stage3.parquet"
     if "ladder" in config:
         out["ladder_main"] = f"{R}/tables/ladder/main.csv"
-    for m in PERSISTENT_MODELS:
-        base = f"{R}/persistent/metrics/{m}/{config['persistent']['datasets'][0]}/main"
-        out[f"persistent_points__{m}"] = f"{base}.parquet"
-        out[f"persistent_reps__{m}"] = f"{base}.replicates.npz"
     return out
+
+
+def get_card_persistent(wildcards):
+    """Model -> the persistent metric files of its main evaluation on the first training dataset
+    (`p_metric_files`, rules/persistent_common.smk, which a config with persistent models includes)."""
+    return {m: p_metric_files(m, config["persistent"]["datasets"][0], MAIN) for m in PERSISTENT_MODELS}
 
 
 def card_last_checkpoints():

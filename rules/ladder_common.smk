@@ -1,7 +1,10 @@
-# LADDER (SPEC §2) input functions and constants; the rules are in rules/ladder.smk.
+# LADDER (SPEC §2) input functions and constants; the rules are in rules/ladder*.smk.
 from selfknow.protocols.ladder.jobs import SCORE_PARTS
 from selfknow.protocols.ladder.tables import FIGURES as LADDER_FIGURES
 from selfknow.protocols.ladder.tables import TABLES as LADDER_TABLES
+from selfknow.protocols.ladder.appendix import FIGURES as LADDER_APPENDIX_FIGURES
+from selfknow.protocols.ladder.appendix import PARTS as LADDER_APPENDIX_PARTS
+from selfknow.protocols.ladder.appendix import TABLES as LADDER_APPENDIX_TABLES
 
 LAD = config["ladder"]
 LADDER_MODELS = list(LAD["models"])
@@ -71,4 +74,40 @@ def ladder_figure_targets():
 
 def ladder_table_files():
     """Every LADDER table and figure target, for all_table_files()."""
-    return table_targets("ladder", LADDER_TABLES) + [f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES]
+    files = table_targets("ladder", [*LADDER_TABLES, "table34"])  # Table 34: rules/ladder_heldout.smk
+    files += [f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES]
+    files += ladder_appendix_files()  # rules/ladder_appendix.smk
+    if "extension" in LAD:
+        files += table_targets("ladder", ["table32"])
+    return files
+
+
+# Table 34 (rules/ladder_heldout.smk)
+def get_ladder_table34_inputs(wildcards):
+    """The offline analogue's inputs: every LADDER model's sessions and prompted profiles (its
+    ZS prior). None for the ReAct trajectories: like a paper dataset read by the items rule, the
+    local copy is read by the job, not tracked as an input."""
+    if "react_dataset" in LAD:
+        return {}
+    return {"turns": [f"{R}/ladder/sessions/{m}/main.parquet" for m in LADDER_MODELS],
+            "profiles": [f"{R}/ladder/prompted/{m}/profiles.parquet" for m in LADDER_MODELS]}
+
+
+def get_ladder_react_spec(wildcards):
+    """The ReAct trajectories' dataset spec, or None for the offline analogue."""
+    return dict(config["datasets"][LAD["react_dataset"]]) if "react_dataset" in LAD else None
+
+
+# Table 18, Table 33, Figures 9 and 11 (rules/ladder_appendix.smk)
+def get_ladder_appendix_inputs(wildcards):
+    """Table 18's optimisation part of every model, Table 33's run configurations (each
+    model's main and alternative-user sessions) and the score parts Figures 9 and 11 read."""
+    return {"optimisation": [f"{R}/ladder/scores/{m}/optimisation.parquet" for m in LADDER_MODELS],
+            "runs": [f"{R}/ladder/sessions/{m}/{k}.parquet" for m in LADDER_MODELS for k in ("main", "alt_user")],
+            **{p: [f"{R}/ladder/scores/{m}/{p}.parquet" for m in LADDER_MODELS] for p in LADDER_APPENDIX_PARTS}}
+
+
+def ladder_appendix_files():
+    """The appendix tables and figures, for ladder_table_files()."""
+    return (table_targets("ladder", LADDER_APPENDIX_TABLES)
+            + [f"{R}/figures/ladder/{f}.png" for f in LADDER_APPENDIX_FIGURES])

@@ -60,9 +60,9 @@ def test_empty_checkpoint_list(cfg):
 
 
 def test_dataset_papers_do_not_define(cfg):
-    cfg["datasets"]["gsm8k"] = {"loader": "gsm8k"}
+    cfg["datasets"]["squad"] = {"loader": "squad"}
     msg = _err(cfg)
-    assert "datasets.gsm8k.loader" in msg
+    assert "datasets.squad.loader" in msg
 
 
 def test_typo_key(cfg):
@@ -104,6 +104,56 @@ def test_domain_shard_only_on_world_qa(cfg):
 def test_openai_needs_base_url(cfg):
     cfg["models"].append({"name": "api", "backend": "openai", "model": "gpt"})
     assert "needs 'base_url'" in _err(cfg)
+
+
+def test_a_completions_mode_api_model_is_a_base_model_to_the_protocols_and_its_backend(cfg):
+    from selfknow.config import is_chat
+    from selfknow.models import load_lm
+    from selfknow.protocols.lcae.jobs import stage2_repeats_shared
+
+    api = {"name": "api", "backend": "openai", "model": "gpt", "base_url": "http://127.0.0.1:9/v1"}
+    cfg["models"] += [api, {**api, "name": "base-api", "mode": "completions"},
+                      {**api, "name": "resp", "mode": "responses"}, {**api, "name": "said", "chat": True}]
+    models = {m["name"]: m for m in validate_config(cfg, "cfg.yaml")["models"]}
+    assert [is_chat(models[n]) for n in ("api", "base-api", "resp", "said")] == [True, False, True, True]
+    assert not is_chat(models["smollm2"] | {"chat": False}) and is_chat(models["smollm2"])
+    # an entry the schema has not filled yet reads the schema's default mode, chat; hf: raw unless told
+    assert is_chat({"name": "x", "backend": "openai"}) and not is_chat({"name": "x", "backend": "hf"})
+    for name in ("api", "base-api"):
+        lm = load_lm(dict(models[name]), cache_dir=None)
+        assert lm.chat_default is is_chat(models[name])
+    # the base API model's raw prompt goes to the completions endpoint, as the protocols send it
+    endpoint, body = lm.request_body("Question: x\nAnswer:", chat=lm._use_chat(False), system=None,
+                                     max_tokens=4, temperature=0.0, stop=None, sample_index=0)
+    assert endpoint == "/completions" and body["prompt"] == "Question: x\nAnswer:"
+    # LCAE: a base model's Stage-2 assessment reads log-likelihoods, so its repeats are one request
+    assert stage2_repeats_shared(models["base-api"], 0.0) and not stage2_repeats_shared(models["api"], 0.0)
+
+
+def test_a_base_api_model_in_ladder_or_lcae_needs_prompt_log_probabilities(cfg):
+    base = {"name": "api", "backend": "openai", "model": "gpt", "base_url": "http://x/v1", "mode": "completions"}
+    cfg["models"].append(base)
+    cfg["ladder"]["models"].append("api")
+    k = len(cfg["ladder"]["models"]) - 1
+    assert (f"cfg.yaml: ladder.models[{k}]: model 'api' (openai) has no log-probabilities for LADDER's cloze "
+            f"answers (option log-likelihoods): set 'echo_logprobs: true'") in _err(copy.deepcopy(cfg))
+    base["echo_logprobs"] = True
+    validate_config(copy.deepcopy(cfg), "cfg.yaml")
+    cfg["lcae"]["examinee_models"].append("api")
+    k = len(cfg["lcae"]["examinee_models"]) - 1
+    assert (f"cfg.yaml: lcae.examinee_models[{k}]: model 'api' (openai) has no log-probabilities for LCAE's "
+            f"tree-of-thought branches (lcae.strategies: tot): an OpenAI-compatible API exposes no beams"
+            ) in _err(copy.deepcopy(cfg))
+    cfg["lcae"]["strategies"] = ["standard", "cot"]
+    validate_config(cfg, "cfg.yaml")
+
+
+@pytest.mark.parametrize("entry, said", [
+    ({"mode": "completions", "chat": True}, "'chat: true' contradicts 'mode: completions'"),
+    ({"chat": False}, "'chat: false' contradicts 'mode: chat'")])
+def test_an_api_models_chat_must_agree_with_its_endpoint(cfg, entry, said):
+    cfg["models"].append({"name": "api", "backend": "openai", "model": "gpt", "base_url": "http://x/v1", **entry})
+    assert f"cfg.yaml: models[{len(cfg['models']) - 1}]: {said}" in _err(cfg)
 
 
 def test_gcm_model_must_have_weights(cfg):

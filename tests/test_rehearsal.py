@@ -17,9 +17,10 @@ import pandas as pd
 import pytest
 
 from selfknow.stages.items import build_items
+from selfknow.protocols.ladder.heldout import react_records
 from selfknow.stages.judge import judge_candidates
 from selfknow.models import load_lm
-from selfknow.rehearsal import hub
+from selfknow.rehearsal import data, hub
 from selfknow.rehearsal.harness import api_endpoint, build_stand_ins, environment, load_config
 from selfknow.rehearsal.server import StandInServer
 
@@ -29,7 +30,7 @@ REHEARSAL = ("config/paper.yaml", "config/rehearsal.yaml")
 #: what the rehearsal may change: sizes, and where resources come from (`path`, `models`)
 SIZE_KEYS = {
     "results", "models",
-    "datasets.*.path", "datasets.*.train_range", "datasets.*.test_range",
+    "datasets.*.path", "datasets.*.possible_answer_path", "datasets.*.train_range", "datasets.*.test_range",
     "judge.audit_items", "judge.audit_bootstrap",
     "persistent.models", "persistent.n_train", "persistent.n_test", "persistent.min_contrast",
     "persistent.min_contrast_transfer", "persistent.num_beams", "persistent.max_new_tokens", "persistent.seeds",
@@ -37,7 +38,9 @@ SIZE_KEYS = {
     "persistent.bootstrap_ece_replicates",
     "ladder.models", "ladder.n_sessions", "ladder.n_turns", "ladder.llm_user_sessions", "ladder.session_bootstrap",
     "ladder.cluster_bootstrap", "ladder.items_per_domain", "ladder.lsa_query_sessions", "ladder.noise_repeats",
-    "ladder.random_partitions",
+    "ladder.random_partitions", "ladder.extension.models",
+    *(f"ladder.extension.{t}.{k}" for t in ("gsm8k", "humaneval", "bfcl") for k in ("n_items", "max_new_tokens")),
+    "ladder.cross_task.models", "ladder.cross_task.items_per_domain", "ladder.cross_task.max_new_tokens",
     "lcae.n_items", "lcae.examinee_models", "lcae.repeats", "lcae.max_new_tokens",
 }
 #: model entry keys that are about the machine (devices, memory, concurrency), not the protocol
@@ -66,7 +69,8 @@ def test_only_sizes_and_stand_ins_differ_from_the_paper_config(configs):
     paper, rehearsal = (dict(_flat(c)) for c in configs)
     changed = {k for k in paper.keys() | rehearsal.keys() if paper.get(k) != rehearsal.get(k)}
     assert {_pattern(k) for k in changed} <= SIZE_KEYS, sorted(k for k in changed if _pattern(k) not in SIZE_KEYS)
-    for panel in ("persistent.models", "ladder.models", "lcae.examinee_models"):
+    for panel in ("persistent.models", "ladder.models", "ladder.extension.models", "ladder.cross_task.models",
+                  "lcae.examinee_models"):
         assert set(rehearsal[panel]) <= set(paper[panel]), panel
 
 
@@ -146,6 +150,10 @@ def test_every_dataset_fixture_passes_its_loader_at_the_rehearsal_sizes(stand_in
     config, _ = stand_ins
     sizes = {}
     for name, spec in config["datasets"].items():
+        if spec["loader"] == "react":  # recorded trajectories, not items: Table 34 reads them itself
+            records, zero_shot = react_records(name, spec)
+            sizes[name] = (len(records), len(zero_shot))
+            continue
         items = build_items(name, spec, config["seed"])
         df = pd.concat(items.values())
         sizes[name] = df.split.value_counts().to_dict()
@@ -153,6 +161,11 @@ def test_every_dataset_fixture_passes_its_loader_at_the_rehearsal_sizes(stand_in
     assert sizes["jeopardy"] == {"icl": 5, "train": 58, "test": 80}
     assert sizes["mmlu"] == {"test": 500}
     assert sizes["medxpertqa"] == {"test": config["lcae"]["n_items"] + 10}
+    per = config["ladder"]["cross_task"]["items_per_domain"] + 2  # rows per category (the suite's and one more) / task
+    assert sizes["mmlu_pro"] == {"test": per * (len(config["ladder"]["cross_task"]["suites"]["mmlu_pro"]["domains"]) + 1)}
+    assert sizes["bbh_word_sorting"] == {"test": per}
+    assert sizes["gsm8k"] == sizes["humaneval"] == sizes["bfcl_simple"] == {"test": data.EXTENSION_ROWS}
+    assert sizes["react"] == (80, 8)  # 2 configurations x 4 subjects x 10 questions; one prior per subject
     assert sizes["bioasq"]["icl"] == 10 and sizes["bioasq"]["test"] >= config["persistent"]["n_test"]
 
 

@@ -94,6 +94,10 @@ def test_the_catalog_and_the_caption_files_agree():
     expected |= {f"ladder/{t}" for t in ("controls", "tiers", "prefix", "heldout", "simulators", "pooled_pairs",
                                          "answers")}
     expected |= {f"ladder/figure{i}" for i in (4, 5, 6, 7)}
+    # the remaining analyses (issue #17)
+    expected |= {f"ladder/{t}" for t in ("crosstask_mmlu_pro", "crosstask_bbh", "table18", "table32", "table33",
+                                         "table34", "figure9", "figure11")}
+    expected |= {"persistent/table7", "persistent/figure2", "persistent/figure4", "lcae/table1_squared"}
     assert expected <= set(CATALOG)
 
 

@@ -65,6 +65,18 @@ TINY_FIGURES = {
     "figures/ladder/figure6.png": {"axes": 1, "series": [[]], "images": [[[1, 15]]], "texts": [15]},
     # Figure 7, `reliability_bins`: the diagonal and one series per LADDER model
     "figures/ladder/figure7.png": {"axes": 1, "series": [["perfect calibration", "wm-small"]]},
+    # Figure 9, `bar_panels`: accuracy, ECE and NoMemory CBF, one unnamed bar series per panel
+    "figures/ladder/figure9.png": {"axes": 3, "series": [[], [], []],
+                                   "titles": ["(a) answer accuracy", "(b) recorded-confidence ECE",
+                                              "(c) NoMemory session CBF"]},
+    # Figure 11, `bar_panels`: R4 with its branches (ladder.prompted_sessions 1 gives LSA a
+    # session), the session scores of ladder.appendix.FIG11_SESSION, the pooled FIG11_POOLED
+    "figures/ladder/figure11.png": {"axes": 3,
+                                    "series": [["NoMemory", "ZS", "LSA", "R4", "best of two"],
+                                               ["NoMemory", "ZS", "Global", "Dawid-Skene", "GLAD"],
+                                               ["Global", "Dawid-Skene", "GLAD"]],
+                                    "titles": ["(a) R4, sessions with an LSA profile", "(b) mean session CBF",
+                                               "(c) pooled CBF, observed labels"]},
     # LCAE Figure 2, `ability_lcae_ce`: one point per Standard-prompting examinee of Stage 3 with a
     # price (lcae.examinee_models x checkpoints: smollm2's one, wm-small's 4 world checkpoints), one
     # legend series per model in name order, the checkpoints named where a model has several
@@ -193,6 +205,7 @@ def tiny_figure_problems(results: Path, expected: dict = TINY_FIGURES) -> list[s
 def test_the_tiny_figure_table_follows_config_test_yaml():
     """TINY_FIGURES names every figure the tiny config builds, and its numbers are the config's."""
     from selfknow.config import checkpoint_names
+    from selfknow.protocols.ladder.appendix import FIG11_POOLED, FIG11_SESSION
     from selfknow.protocols.ladder.jobs import LEVELS
     from selfknow.protocols.ladder.tables import FIG5_ESTIMATORS
     from selfknow.protocols.persistent.jobs import RELIABILITY_PANELS as PANELS
@@ -210,6 +223,8 @@ def test_the_tiny_figure_table_follows_config_test_yaml():
     assert t["ladder/figure6.png"]["images"] == [[[len(lad["models"]), len(LEVELS) + 1]]]
     assert t["ladder/figure6.png"]["texts"] == [cells]
     assert t["ladder/figure7.png"]["series"] == [["perfect calibration", *lad["models"]]]
+    assert lad["prompted_sessions"] >= 1  # LSA profiles, hence R4, in Figure 11 (a)
+    assert t["ladder/figure11.png"]["series"][1:] == [FIG11_SESSION, FIG11_POOLED]
     priced = sorted(m for m in lc["examinee_models"] if m in lc["prices"])
     assert t["lcae/figure2.png"]["series"] == [priced]
     assert t["lcae/figure2.png"]["texts"] == [sum(len(checkpoint_names(cfg, m)) for m in priced

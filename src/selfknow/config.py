@@ -14,12 +14,12 @@ from typing import Any
 import jsonschema
 import yaml
 
-from selfknow.schema import fill_defaults, load_schema, strict
+from selfknow.schema import fill_defaults, load_schema, strict, subschema
 
 #: datasets whose items the workflow builds itself (no `path`/`hub_id` needed)
 WORLD_LOADERS = {"world_qa", "world_qa_heldout", "world_mcq"}
 #: loaders that read a local file the user supplies
-FILE_LOADERS = {"bioasq"}
+FILE_LOADERS = {"bioasq", "bfcl", "react"}
 
 
 class ConfigError(ValueError):
@@ -78,6 +78,8 @@ _LOGPROB_HELP = {
     "beams": "an OpenAI-compatible API exposes no beams; use an hf model",
     "next_token": "set 'logprobs: true' if its server returns top_logprobs, or use an hf model",
     "label_scores": "only the hf backend scores label tokens after its rendered prompt",
+    "loglikelihood": "set 'echo_logprobs: true' if its completions server returns prompt log-probabilities "
+                     "with echo (vLLM), or use an hf model",
 }
 
 
@@ -85,14 +87,27 @@ def _logprob_kinds(m: dict) -> set[str]:
     """The kinds of log-probabilities a model entry's backend gives (`_LOGPROB_HELP`)."""
     if m["backend"] == "hf":
         return set(_LOGPROB_HELP)
-    return {"next_token"} if m.get("logprobs") else set()
+    return {k for k, on in (("next_token", m["logprobs"]), ("loglikelihood", m["echo_logprobs"])) if on}
 
 
 def _check_logprob_methods(cfg: dict, source: str) -> None:
     """Stop at load, not mid-run, when a method that reads log-probabilities is given a model
-    that has none. (LADDER and LCAE run every instruct and API model through generated text;
-    only base LMs, all hf, answer or assess by log-likelihoods there.)"""
+    that has none. (LADDER and LCAE run every instruct model through generated text; a base
+    model, `is_chat` false, answers and assesses by log-likelihoods there, and LCAE's
+    tree-of-thought strategy branches over its beams.)"""
+    models = {m["name"]: m for m in cfg["models"]}
     uses = []
+    if "ladder" in cfg:
+        uses += [(f"ladder.models[{i}]", name, "LADDER's cloze answers (option log-likelihoods)", "loglikelihood")
+                 for i, name in enumerate(cfg["ladder"]["models"]) if not is_chat(models[name])]
+    if "lcae" in cfg:
+        for i, name in enumerate(cfg["lcae"]["examinee_models"]):
+            if not is_chat(models[name]):
+                uses.append((f"lcae.examinee_models[{i}]", name, "LCAE's base-model answers and assessments "
+                             "(option and digit log-likelihoods)", "loglikelihood"))
+                if "tot" in cfg["lcae"]["strategies"]:
+                    uses.append((f"lcae.examinee_models[{i}]", name, "LCAE's tree-of-thought branches "
+                                 "(lcae.strategies: tot)", "beams"))
     if "persistent" in cfg:
         for i, name in enumerate(cfg["persistent"]["models"]):
             uses += [(f"persistent.models[{i}]", name, "self-consistency over beam search", "beams"),
@@ -102,7 +117,6 @@ def _check_logprob_methods(cfg: dict, source: str) -> None:
     if "llm_judge" in judge and ("constrained" in judge["audit_labels"] or (
             judge["correctness"] == "llm" and judge["labels"] == "constrained")):
         uses.append(("judge.llm_judge", judge["llm_judge"], "constrained judge labels", "label_scores"))
-    models = {m["name"]: m for m in cfg["models"]}
     for key, name, method, kind in uses:
         if kind not in _logprob_kinds(models[name]):
             raise ConfigError(f"{source}: {key}: model '{name}' ({models[name]['backend']}) has no "
@@ -125,6 +139,10 @@ def check_model_entry(m: dict, where: str, error: type[ConfigError] = ConfigErro
         if m["logprobs"] and m["mode"] == "responses":
             raise error(f"{where}: 'logprobs: true' needs 'mode: chat' or 'mode: completions' "
                         f"(log-probabilities are read from those answers)")
+        if "chat" in m and m["chat"] != (m["mode"] != "completions"):
+            # the endpoint fixes the prompt form: messages (chat, responses) or a raw prompt
+            raise error(f"{where}: 'chat: {str(m['chat']).lower()}' contradicts 'mode: {m['mode']}' "
+                        f"(chat prompts need mode chat or responses, raw prompts mode completions)")
         return
     every_ckpt_local = bool(names) and all("path" in c for c in m["checkpoints"])
     if "source" not in m and ("path" in m) == ("hub_id" in m) and not every_ckpt_local:
@@ -199,9 +217,41 @@ def _check_references(cfg: dict, source: str) -> None:
         for i, n in enumerate(lad["models"]):
             need_model(f"ladder.models[{i}]", n)
         need_dataset("ladder.dataset", lad["dataset"])
+        if "react_dataset" in lad:
+            need_dataset("ladder.react_dataset", lad["react_dataset"])
+            if cfg["datasets"][lad["react_dataset"]]["loader"] != "react":
+                raise ConfigError(f"{source}: ladder.react_dataset: dataset '{lad['react_dataset']}' has loader "
+                                  f"{cfg['datasets'][lad['react_dataset']]['loader']!r}; Table 34 needs loader react")
         for k in ("llm_user_model", "prompted_model"):
             if k in lad:
                 need_model(f"ladder.{k}", lad[k])
+        if "extension" in lad:
+            ext = lad["extension"]
+            for i, n in enumerate(ext["models"]):
+                need_model(f"ladder.extension.models[{i}]", n)
+            for task in ("gsm8k", "humaneval", "bfcl"):
+                key, name = f"ladder.extension.{task}.dataset", ext[task]["dataset"]
+                need_dataset(key, name)
+                loader = cfg["datasets"][name]["loader"]
+                if loader not in (task, f"synthetic_{task}"):
+                    raise ConfigError(f"{source}: {key}: dataset '{name}' has loader {loader!r}; the {task} task "
+                                      f"needs loader {task} or synthetic_{task}")
+        if "cross_task" in lad:
+            ct = lad["cross_task"]
+            for i, n in enumerate(ct["models"]):
+                need_model(f"ladder.cross_task.models[{i}]", n)
+                if ct["prior"] == "l1" and n not in lad["models"]:
+                    raise ConfigError(f"{source}: ladder.cross_task.models[{i}]: prior 'l1' reads the L1 prior of "
+                                      f"'{n}', which is not in ladder.models")
+            # what each suite's items may be: the benchmark's own rows, or the world's analogue
+            allowed = {"mmlu_pro": ("mmlu_pro", "world_mcq"), "bbh": ("bbh", "world_qa", "world_qa_heldout")}
+            for suite, sc in ct["suites"].items():
+                for i, name in enumerate(sc["datasets"]):
+                    need_dataset(f"ladder.cross_task.suites.{suite}.datasets[{i}]", name)
+                loaders = sorted({cfg["datasets"][n]["loader"] for n in sc["datasets"]})
+                if len(loaders) != 1 or loaders[0] not in allowed[suite]:
+                    raise ConfigError(f"{source}: ladder.cross_task.suites.{suite}.datasets: loaders {loaders}; "
+                                      f"the suite needs one loader of {list(allowed[suite])}")
     if "lcae" in cfg:
         lc = cfg["lcae"]
         need_dataset("lcae.dataset", lc["dataset"])
@@ -222,9 +272,15 @@ def load_config(path: str | Path) -> dict:
 
 
 def is_chat(spec: dict) -> bool:
-    """Whether a model is prompted through its chat template: an API model always, a local
-    one when its entry says `chat: true`."""
-    return spec["backend"] == "openai" or bool(spec.get("chat"))
+    """Whether a model is prompted through its chat template (an instruct model) or with raw
+    prompts (a base model, to LADDER and LCAE too): its entry's `chat` when set; otherwise an
+    openai model unless its `mode` (default: the schema's) is the raw-prompt `completions`
+    endpoint, and never an hf model. Both backends take their default from here."""
+    if "chat" in spec:
+        return bool(spec["chat"])
+    if spec["backend"] != "openai":
+        return False
+    return (spec["mode"] if "mode" in spec else subschema("models.*.mode")["default"]) != "completions"
 
 
 def model_entry(cfg: dict, name: str) -> dict:

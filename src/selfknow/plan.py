@@ -25,8 +25,10 @@ How the requests are found, stage by stage:
   log-likelihoods and replies are a seeded coin), LADDER's LLM user is counted as one request
   per turn (identical turns share one at most), LADDER's prompted levels as one per session
   (LSA, GT-SelfStats and their controls) and one per turn after the third (query confidence),
-  the persistent judge as one request per question (`labels: generate`) or per beam
-  (`constrained`, an upper bound on the candidate groups).
+  LADDER's extension tasks as two per item (the answer and its confidence), its cross-task
+  priors by the job's own answering and prior code (no prior request with `prior: l1`), the
+  persistent judge as one request per question (`labels: generate`) or per beam (`constrained`,
+  an upper bound on the candidate groups).
 - The persistent protocol's counts follow the variant plans the rules resolve
   (`plan_variant`): one request per (adapter, scoring checkpoint, answering checkpoint, test
   question), an upper bound, since the same answer of two checkpoints read by one scorer is one
@@ -59,13 +61,19 @@ CHARS_PER_TOKEN = 4
 TRAIN_PASSES = 3
 #: a stage's order: requests two stages share are counted under the first
 STAGES = ("generate", "persistent_sc", "persistent_judge", "persistent_variants", "persistent_gcm",
-          "judge_audit", "ladder_answers", "ladder_user", "ladder_prompted", "lcae_stage1",
+          "judge_audit", "ladder_answers", "ladder_user", "ladder_prompted", "ladder_crosstask", "ladder_extension", "lcae_stage1",
           "lcae_stage2")
+#: instruction tokens of an extension-task prompt besides the item (prompts/extension_*.txt)
+EXTENSION_PROMPT_TOKENS = 40
 #: placeholder text lengths (characters) of a hub dataset not yet on disk: question, answer,
 #: each option (MCQ), options per item; rough means read off the datasets' published samples
 TYPICAL_CHARS = {
     "triviaqa": (80, 12, 0, 0), "jeopardy": (90, 14, 0, 0), "bioasq": (110, 20, 0, 0),
     "mmlu": (260, 1, 40, 4), "medxpertqa": (1100, 1, 45, 10),
+    # MMLU-Pro and BBH: rough guesses, not read off a sample
+    "mmlu_pro": (260, 1, 30, 10), "bbh": (500, 6, 0, 0),
+    # LADDER's extension tasks: rough guesses, not read off a sample
+    "gsm8k": (240, 4, 0, 0), "humaneval": (450, 200, 0, 0), "bfcl": (120, 60, 0, 0),
 }
 
 
@@ -232,7 +240,7 @@ class Items:
     def get(self, name: str) -> dict[str, pd.DataFrame | None]:
         if name in self._cache:
             return self._cache[name]
-        from selfknow.stages.items import build_items
+        from selfknow.stages.items import SYNTHETIC_LOADERS, build_items
         from selfknow.records import read_parquet
 
         spec = self.cfg["datasets"][name]
@@ -242,6 +250,9 @@ class Items:
         elif spec["loader"].startswith("world_"):
             out = build_items(name, dict(spec), self.cfg["seed"], self._world_dir())
             self.basis[name] = "items built from the world"
+        elif spec["loader"] in SYNTHETIC_LOADERS:
+            out = build_items(name, dict(spec), self.cfg["seed"])
+            self.basis[name] = "generated items"
         else:
             sizes = {s: _configured_size(spec, s) for s in ("train", "test")}
             out = {s: None if n is None else placeholder_items(name, spec, s, n) for s, n in sizes.items()}
@@ -307,6 +318,10 @@ class Planner:
             self.judge_audit()
             if "ladder" in self.cfg:
                 self.ladder()
+                if "cross_task" in self.cfg["ladder"]:
+                    self.crosstask()
+                if "extension" in self.cfg["ladder"]:
+                    self.extension()
             if "lcae" in self.cfg:
                 self.lcae()
         finally:
@@ -389,15 +404,16 @@ class Planner:
         """Beam search on one split's sample (persistent_sc); returns the sample's size and the
         prompt tokens of reading a confidence on each of its answers."""
         from selfknow.stages.judge import max_judge_tokens
-        from selfknow.protocols.persistent.prompts import qa_prompt, select_icl_examples
+        from selfknow.protocols.persistent.prompts import qa_prompts, question_shots
+        from selfknow.stages.items import icl_by_domain
 
         pc, judge = self.cfg["persistent"], self.cfg["judge"]
         base = self.R / "persistent"
         done = _exists(base / "sc" / m / c / ds / f"{split}.parquet", base / "beams" / m / c / ds / f"{split}.parquet")
         items = self.items.sample(ds, split, pc["n_train"] if split == "train" else pc["n_test"], self.seed)
-        shots = (select_icl_examples(self._train_frame(ds, pc["n_shots"]), pc["n_shots"], self.seed)
-                 if pc["n_shots"] else [])
-        prompts = [qa_prompt(q, shots, label=pc["prompt_label"]) for q in items["question"]]
+        shots = question_shots(self._train_frame(ds, pc["n_shots"]), items["domain"], pc["n_shots"], self.seed,
+                               by_domain=icl_by_domain(self.cfg["datasets"][ds]))
+        prompts = qa_prompts(items["question"], items["domain"], shots, label=pc["prompt_label"])
         self.lm(m, c, "persistent_sc", done).beam_search(prompts, num_beams=pc["num_beams"],
                                                          max_new_tokens=pc["max_new_tokens"], stop=("\n",))
         if judge["correctness"] == "llm":
@@ -504,6 +520,55 @@ class Planner:
                             profiles * lad["prompted_max_new_tokens"] + queries * 10, done=done)
             self.ledger.note(pm, "ladder_prompted", "one request per profile asked and per query turn "
                                                     "(every session assumed to have eligible domains)")
+
+    # -- LADDER cross-task priors (rules/ladder_crosstask.smk)
+    def crosstask(self) -> None:
+        from selfknow.protocols.ladder.crosstask import answer_suite, sample_suite
+        from selfknow.protocols.ladder.prompted import zs_prior
+
+        lad = self.cfg["ladder"]
+        ct = lad["cross_task"]
+        for suite, sc in ct["suites"].items():
+            spec = self.cfg["datasets"][sc["datasets"][0]]
+            frames = [self.items.get(d)[sc["split"]] for d in sc["datasets"]]
+            if any(f is None for f in frames):  # hub rows not on disk: stand-ins of each category / task
+                pool = pd.concat([placeholder_items(f"{suite}:{d}", spec, sc["split"], ct["items_per_domain"])
+                                  .assign(domain=d) for d in sc["domains"]], ignore_index=True)
+            else:
+                pool = sample_suite(pd.concat(frames, ignore_index=True), sc["domains"], ct["items_per_domain"],
+                                    self.seed, f"ladder.cross_task.suites.{suite}")
+            for m in ct["models"]:
+                out = self.R / "ladder" / "crosstask" / suite / m
+                done = _exists(out / "answers.parquet", out / "prior.parquet")
+                chat = is_chat(model_entry(self.cfg, m))
+                lm = self.lm(m, checkpoint_names(self.cfg, m)[-1], "ladder_crosstask", done)
+                answer_suite(lm, pool, spec["loader"], chat=chat, max_new_tokens=ct["max_new_tokens"])
+                if ct["prior"] == "l1":  # read from LADDER's prompted profiles: no request
+                    continue
+                pm = m if chat else lad["prompted_model"]
+                plm = lm if pm == m else PlanLM(self.ledger, model_entry(self.cfg, pm), checkpoint_names(self.cfg, pm)[-1],
+                                                "ladder_crosstask", done=done)
+                zs_prior(plm, list(sc["domains"]), model=m, mode=lad["prompted_mode"],
+                         max_new_tokens=lad["prompted_max_new_tokens"], chat=is_chat(model_entry(self.cfg, pm)))
+
+    # -- LADDER extension tasks (rules/ladder_extension.smk)
+    def extension(self) -> None:
+        from selfknow.protocols.ladder.extension import TASKS
+
+        ext = self.cfg["ladder"]["extension"]
+        asked = {t: self.items.sample(ext[t]["dataset"], "test", ext[t]["n_items"] if "n_items" in ext[t] else None,
+                                      self.seed) for t in TASKS}
+        for m in ext["models"]:
+            done = _exists(self.R / "ladder" / "extension" / m / "records.parquet")
+            self.ledger.job(m, "ladder_extension", done)
+            for t, items in asked.items():
+                n, answer = len(items), ext[t]["max_new_tokens"]
+                prompt = sum(tokens(q) for q in items["question"]) + n * EXTENSION_PROMPT_TOKENS
+                # step 2 repeats step 1's prompt with the answer in it
+                self.ledger.add(m, "ladder_extension", 2 * n, 2 * prompt + n * (answer + EXTENSION_PROMPT_TOKENS),
+                                n * (answer + ext["confidence_max_new_tokens"]), done=done)
+        self.ledger.note(ext["models"][0], "ladder_extension", "two requests per item: the answer and its confidence "
+                                                               "(BFCL's function documents not counted)")
 
     # -- LCAE (rules/lcae.smk)
     def lcae(self) -> None:

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from selfknow.config import is_chat
 from selfknow.models.base import (LM, Beam, CallStats, Generation, constrained_schemas,
                                   structured_output)
 from selfknow.models.cache import CachedCalls, PartialFailure, hash_files
@@ -561,7 +562,7 @@ class HFLM(LM):
         self.name = spec["name"]
         self.stats = CallStats()
         self.batch_size = int(spec["batch_size"])
-        self.chat_default = bool(spec.get("chat", False))
+        self.chat_default = is_chat(spec)
         self.structured_output = structured_output(spec)
         self.dtype_name = spec["dtype"]
         if self.sharded and self.dtype_name not in ("bfloat16", "float16"):

@@ -42,6 +42,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from selfknow.config import is_chat
 from selfknow.models.base import (LM, CallStats, Generation, LogprobsUnavailable,
                                   constrained_schemas, structured_output)
 from selfknow.models.cache import CachedCalls, PartialFailure
@@ -134,7 +135,7 @@ class OpenAILM(LM):
         self.top_logprobs = int(spec["top_logprobs"])
         self.has_logprobs = bool(spec["logprobs"])
         self.echo_logprobs = bool(spec["echo_logprobs"])
-        self.chat_default = bool(spec.get("chat", self.mode != "completions"))
+        self.chat_default = is_chat(spec)
         self.options = request_options(spec)
         self.structured_output = structured_output(spec)
         key_env = spec.get("api_key_env")

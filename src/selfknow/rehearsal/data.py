@@ -21,8 +21,12 @@ import numpy as np
 from selfknow.stages.datasets.jeopardy import PAPER_CATEGORIES
 from selfknow.stages.datasets.source import hf_shuffle_order
 from selfknow.stages.datasets.triviaqa import BLACKLIST
+from selfknow.stages.tasks.bbh import TASK_FORMS
 from selfknow.records import write_text
+from selfknow.stages.tasks import analogues
 
+#: rows of each extension-task stand-in (at least the rehearsal's `ladder.extension.*.n_items`)
+EXTENSION_ROWS = 8
 _SYLLABLES = ("ka", "lo", "mi", "ren", "tu", "vos", "dar", "el", "qui", "sor", "na", "bel",
               "tor", "ix", "fen", "ul", "gra", "mon", "pe", "zal")
 _TEMPLATES = ("Which city is the capital of {w}?", "Who wrote the book {w}?",
@@ -203,10 +207,77 @@ def medxpertqa(out: Path, seed: int, n: int) -> None:
     _write_jsonl(rows, out / "test.jsonl")
 
 
+def react(out: Path, seed: int) -> None:
+    """`test.jsonl`: recorded ReAct trajectories of two configurations (model x ReAct
+    configuration), the same 10 questions per subject in each, success drawn at a
+    per-subject rate; `zero_shot.jsonl`: each configuration's zero-shot profile."""
+    words = Words(seed)
+    subjects = ("bridge", "comparison", "numeric", "temporal")
+    questions = {s: [words.question() for _ in range(10)] for s in subjects}
+    rows, priors = [], []
+    for model, config in (("stand-in-a", "react"), ("stand-in-b", "react")):
+        for k, subject in enumerate(subjects):
+            rate = 0.2 + 0.2 * k
+            priors.append({"model": model, "config": config, "domain": subject,
+                           "p_hat": round(float(words.rng.uniform(0.3, 0.9)), 2)})
+            for i, q in enumerate(questions[subject]):
+                ok = bool(words.rng.random() < rate)
+                answer = words.phrase(1)
+                rows.append({"id": f"{subject}-{i}", "domain": subject, "question": q, "success": ok,
+                             "answer": answer if ok else None, "model": model, "config": config,
+                             "steps": [{"thought": "I should look it up.", "action": f"search[{words.word()}]",
+                                        "observation": words.phrase(6)},
+                                       {"thought": "I have the answer.", "action": f"finish[{answer}]",
+                                        "observation": None}]})
+    _write_jsonl(rows, out / "test.jsonl")
+    _write_jsonl(priors, out / "zero_shot.jsonl")
+
+
+def mmlu_pro(out: Path, seed: int, categories: list[str], n: int) -> None:
+    """`test.jsonl`: `n` rows of each category the cross-task suite asks about and of one it does
+    not, eight options padded with "N/A" to ten as on the hub (the loader drops the padding)."""
+    words = Words(seed)
+    rows = []
+    for _ in range(n):
+        for category in [*categories, "other"]:
+            idx = int(words.rng.integers(8))
+            rows.append({"question_id": len(rows), "question": words.question(),
+                         "options": words.options(8, 1) + ["N/A", "N/A"], "answer": "ABCDEFGHIJ"[idx],
+                         "answer_index": idx, "cot_content": "", "category": category, "src": f"ori_mmlu-{category}"})
+    _write_jsonl(rows, out / "test.jsonl")
+
+
+#: BBH label tasks whose labels are not Yes/No
+_BBH_LABELS = {"boolean_expressions": ("True", "False"), "formal_fallacies": ("valid", "invalid")}
+
+
+def bbh(task: str, path: Path, seed: int, n: int) -> None:
+    """`path`: `n` rows (input, target) of the BBH task `task`, each target in the task's answer
+    form (`selfknow.stages.tasks.bbh.TASK_FORMS`)."""
+    words = Words(seed)
+    rows = []
+    for _ in range(n):
+        form = TASK_FORMS[task]
+        if form == "choice":
+            target = f"({'ABCD'[int(words.rng.integers(4))]})"
+        elif form == "label":
+            target = str(words.rng.choice(_BBH_LABELS.get(task, ("Yes", "No"))))
+        elif form == "number":
+            target = str(int(words.rng.integers(2, 20)))
+        elif form == "words":
+            target = " ".join(sorted(words.phrase(4).lower().split()))
+        else:
+            target = ") ]"
+        rows.append({"input": words.question(), "target": target})
+    _write_jsonl(rows, path)
+
+
 def build(config: dict) -> list[Path]:
     """Write a fixture at the `path:` of every dataset of `config` and return the paths. Sizes
     follow the config: the ranges of TriviaQA and Jeopardy, the persistent test size for
-    BioASQ, `lcae.n_items` for MedXpertQA."""
+    BioASQ, `lcae.n_items` for MedXpertQA; LADDER's extension tasks (GSM8K, HumanEval, BFCL)
+    get EXTENSION_ROWS rows of the offline analogues, in each benchmark's row schema; MMLU-Pro
+    and BBH two rows more per category / task than the cross-task suite asks."""
     seed = config["seed"]
     written = []
     for k, (name, spec) in enumerate(sorted(config["datasets"].items())):
@@ -223,6 +294,22 @@ def build(config: dict) -> list[Path]:
             mmlu(spec, out, seed + k)
         elif loader == "medxpertqa":
             medxpertqa(out, seed + k, config["lcae"]["n_items"] + 10)
+        elif loader == "react":
+            react(out, seed + k)
+        elif loader == "mmlu_pro":
+            suite = config["ladder"]["cross_task"]["suites"]["mmlu_pro"]
+            mmlu_pro(out, seed + k, suite["domains"], config["ladder"]["cross_task"]["items_per_domain"] + 2)
+        elif loader == "bbh":
+            bbh(spec["config_name"], out, seed + k, config["ladder"]["cross_task"]["items_per_domain"] + 2)
+        elif loader == "gsm8k":
+            _write_jsonl(analogues.gsm8k_rows(EXTENSION_ROWS, seed + k), out / "test.jsonl")
+        elif loader == "humaneval":
+            _write_jsonl(analogues.humaneval_rows(EXTENSION_ROWS, seed + k), out / "test.jsonl")
+        elif loader == "bfcl":
+            questions, answers = analogues.bfcl_rows(EXTENSION_ROWS, seed + k)
+            _write_jsonl(questions, out)
+            _write_jsonl(answers, Path(spec["possible_answer_path"]))
+            written.append(Path(spec["possible_answer_path"]))
         else:
             raise ValueError(f"datasets.{name}: no rehearsal stand-in for loader {loader!r}")
         written.append(out)

@@ -654,3 +654,37 @@ def gcm_headroom(df: pd.DataFrame, path: str | Path, *, title: str,
                for m in models], models, fontsize=7, frameon=False, loc="lower right", title="model",
               title_fontsize=7)
     return save(fig, path, provenance=provenance)
+
+
+# --- LADDER Figures 9 and 11: bars per model, one panel per quantity -----------------------------
+
+def bar_panels(df: pd.DataFrame, path: str | Path, *, title: str, ylabels: dict | None = None,
+               provenance: dict | None = None) -> FigureSummary:
+    """Panels stacked vertically (in order of first appearance of `panel`), each with one group
+    of bars per model (models in the panel's order) and one bar per series, a series keeping
+    its colour across panels; a legend when a panel has more than one series (series "" is a
+    single unnamed one). NaN values draw no bar. `df`: panel, model, series, value; `ylabels`:
+    panel -> y-axis label (default: the panel's name after its "(a) " tag)."""
+    _require(df, ["panel", "model", "series", "value"], "bar_panels")
+    panels = list(pd.unique(df["panel"]))
+    colour = {s: OKABE_ITO[k % len(OKABE_ITO)] for k, s in enumerate(pd.unique(df["series"]))}
+    fig, axes = _pyplot().subplots(len(panels), 1, figsize=(8, 2.3 * len(panels)), squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        d = df[df["panel"] == panel]
+        models, series = list(pd.unique(d["model"])), list(pd.unique(d["series"]))
+        width = 0.8 / len(series)
+        for k, s in enumerate(series):
+            v = d[d["series"] == s].set_index("model")["value"].reindex(models).to_numpy(float)
+            x = np.arange(len(models)) - 0.4 + width * (k + 0.5)
+            ok = np.isfinite(v)
+            ax.bar(x[ok], v[ok], width=width, color=colour[s], edgecolor="black", linewidth=0.4,
+                   label=str(s) if s != "" else None)
+        ax.set_xticks(range(len(models)), [str(m) for m in models], rotation=20, ha="right", fontsize=7)
+        ax.set_title(str(panel), fontsize=9, loc="left")
+        ax.set_xlabel("model")
+        ax.set_ylabel((ylabels or {}).get(panel, str(panel).split(") ", 1)[-1]))
+        if len(series) > 1:
+            ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return save(fig, path, provenance=provenance)

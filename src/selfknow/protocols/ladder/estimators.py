@@ -262,31 +262,70 @@ def _labelled(s: Stream, upto: int | None = None):
     return has
 
 
-def _ds_fit(dom_codes, states, labels, n_dom):
-    """Per-domain prevalence by Dawid-Skene with per-state 2x2 confusion matrices."""
+@dataclass(frozen=True)
+class LatentBudget:
+    """The EM budget of the latent-reliability fits: EM iterations and stopping tolerance
+    (GLAD also bounds its conjugate-gradient M-step)."""
+
+    max_iter: int
+    tol: float
+    m_step_max_iter: int = 25
+    m_step_tol: float = 1e-3
+
+
+#: the fixed budgets every table uses (Table 18 compares them with optimised fits)
+DS_BUDGET = LatentBudget(max_iter=200, tol=1e-8)
+GLAD_BUDGET = LatentBudget(max_iter=100, tol=1e-6, m_step_max_iter=25, m_step_tol=1e-3)
+#: GLAD's initial abilities and their Gaussian prior means: logit of R_OUT0 / R_IN0 (state 0 /
+#: 1 = out of / in expertise)
+GLAD_ALPHA0 = np.log(np.array([R_OUT0, R_IN0]) / (1 - np.array([R_OUT0, R_IN0])))
+#: the +1 (Beta(2, 2) prior) smoothing of the latent fits' domain prevalences, as EM-Joint's
+PREVALENCE_SMOOTHING = 1.0
+
+
+def ds_em(dom_codes, states, labels):
+    """Dawid-Skene with per-domain prevalence and per-state 2x2 confusion matrices, by EM from
+    p = 0.5 and symmetric r_in / r_out within DS_BUDGET. Returns (the codes of the domains with labels, in the
+    order of the result's prior groups; the fit)."""
     used, g = np.unique(dom_codes, return_inverse=True)
     err0 = np.empty((2, 2, 2))
     for st, r in ((0, R_OUT0), (1, R_IN0)):
         err0[st] = [[r, 1 - r], [1 - r, r]]  # [observed, true]
     res = dawid_skene(np.arange(labels.size), states, labels, 2, n_workers=2, prior_groups=g,
                       init_priors=np.array([0.5, 0.5]), init_errors=err0,
-                      prior_smoothing=1.0, error_smoothing=0.0, max_iter=200, tol=1e-8)
+                      prior_smoothing=PREVALENCE_SMOOTHING, error_smoothing=0.0,
+                      max_iter=DS_BUDGET.max_iter, tol=DS_BUDGET.tol)
+    return used, res
+
+
+def glad_em(dom_codes, states, labels):
+    """GLAD-style: state abilities α_s, per-domain difficulty β_d and prevalence, by EM from
+    α = GLAD_ALPHA0, β = 0, p = 0.5 within GLAD_BUDGET. Returns (domain codes with labels, the
+    fit)."""
+    used, g = np.unique(dom_codes, return_inverse=True)
+    res = glad(np.arange(labels.size), states, labels, 2, n_workers=2,
+               difficulty_groups=g, prior_groups=g, learn_priors=True, prior_smoothing=PREVALENCE_SMOOTHING,
+               init_alpha=GLAD_ALPHA0, init_beta=0.0, alpha_prior_mean=GLAD_ALPHA0, beta_prior_mean=0.0,
+               max_iter=GLAD_BUDGET.max_iter, tol=GLAD_BUDGET.tol,
+               m_step_max_iter=GLAD_BUDGET.m_step_max_iter, m_step_tol=GLAD_BUDGET.m_step_tol)
+    return used, res
+
+
+def prevalence_profile(used, priors, n_dom: int) -> np.ndarray:
+    """Clipped P(correct) of each domain with labels (rows of `priors`), 0.5 elsewhere."""
     out = np.full(n_dom, 0.5)
-    out[used] = np.clip(res.priors[:, 1], CLIP, 1 - CLIP)
+    out[used] = np.clip(np.asarray(priors)[:, 1], CLIP, 1 - CLIP)
     return out
+
+
+def _ds_fit(dom_codes, states, labels, n_dom):
+    used, res = ds_em(dom_codes, states, labels)
+    return prevalence_profile(used, res.priors, n_dom)
 
 
 def _glad_fit(dom_codes, states, labels, n_dom):
-    """Per-domain prevalence by GLAD: state abilities α_s, per-domain difficulty β_d."""
-    used, g = np.unique(dom_codes, return_inverse=True)
-    a0 = np.log(np.array([R_OUT0, R_IN0]) / (1 - np.array([R_OUT0, R_IN0])))
-    res = glad(np.arange(labels.size), states, labels, 2, n_workers=2,
-               difficulty_groups=g, prior_groups=g, learn_priors=True, prior_smoothing=1.0,
-               init_alpha=a0, init_beta=0.0, alpha_prior_mean=a0, beta_prior_mean=0.0,
-               max_iter=100, tol=1e-6, m_step_max_iter=25, m_step_tol=1e-3)
-    out = np.full(n_dom, 0.5)
-    out[used] = np.clip(res.priors[:, 1], CLIP, 1 - CLIP)
-    return out
+    used, res = glad_em(dom_codes, states, labels)
+    return prevalence_profile(used, res.priors, n_dom)
 
 
 def _latent(s: Stream, fit, query: bool = True) -> EstimatorOutput:

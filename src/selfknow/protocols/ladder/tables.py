@@ -194,7 +194,9 @@ NOTES = {
     "r4": ("R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
            "(outcome-informed selection); held-out: selection on the train half, value = 1 − "
            "MAE on the test half. best_of_two is a reference, not a predictor."),
-    "heldout": "Profiles from each domain's train-half questions predict test-half accuracy (MAE, lower is better).",
+    "heldout": ("Profiles from the decoded feedback on each domain's train-half questions predict test-half "
+                "accuracy (MAE, lower is better); R4's held-out variant (§E.10) selects on their train-half CBF. "
+                "Table 34 (table34) is the held-out prediction from recorded outcomes."),
     "pooled_pairs": ("Pooled CBF(Global) − CBF(other) with paired question-cluster bootstrap, "
                      "estimators refitted on each resample."),
 }

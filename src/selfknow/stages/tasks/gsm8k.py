@@ -56,6 +56,6 @@ def process(rows: list[dict], name: str, where: str, split: str) -> pd.DataFrame
     return frame(items)
 
 
-def load(name: str, spec: dict, split: str) -> pd.DataFrame:
+def load(name: str, spec: dict, split: str = "test") -> pd.DataFrame:
     rows, where = read_rows(name, spec, split)
     return process(rows, name, where, split)

@@ -5,7 +5,8 @@ Record format, one JSON object per line (or a parquet row): `id`, `domain` (the 
 held-out split is made within), `question`, `steps` (a non-empty list of {`thought`, `action`,
 `observation`}; the final step's observation may be null, e.g. after `finish[...]`) and
 `success` (true/false). Optional: `answer` (the final answer), `model`, `config` (the ReAct
-configuration the record belongs to).
+configuration the record belongs to). Table 34 also reads the zero-shot profiles stated before
+the trajectories from `zero_shot.jsonl` beside `test.jsonl` (`selfknow.protocols.ladder.heldout`).
 """
 from __future__ import annotations
 

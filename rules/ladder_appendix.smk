@@ -1,0 +1,48 @@
+# LADDER appendix items built from the LADDER jobs' outputs, no model call (protocols/ladder/
+# appendix.py): Table 18 (clean-label optimisation of GLAD-style and Dawid-Skene), Table 33
+# (the lite protocol), Figures 9 and 11.
+
+
+localrules:
+    ladder_appendix,
+
+
+rule ladder_optimisation:
+    input:
+        turns=rules.ladder_sessions.output.main,
+    output:
+        f"{R}/ladder/scores/{{model}}/optimisation.parquet",
+    params:
+        seed=config["seed"],
+        optimisation=LAD["optimisation"],
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/ladder/optimisation/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/ladder/optimisation/{{model}}.tsv"
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    script:
+        "../scripts/ladder_optimisation.py"
+
+
+rule ladder_appendix:
+    input:
+        unpack(get_ladder_appendix_inputs),
+    output:
+        **named_table_targets("ladder", LADDER_APPENDIX_TABLES),
+        **named_figure_targets("ladder", LADDER_APPENDIX_FIGURES),
+    params:
+        report=REPORT_SETTINGS,
+        lite_budgets=LAD["lite_budgets"],
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/ladder/appendix.log",
+    benchmark:
+        f"{R}/benchmarks/ladder/appendix.tsv"
+    script:
+        "../scripts/ladder_appendix.py"

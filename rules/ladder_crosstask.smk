@@ -1,0 +1,61 @@
+# LADDER's cross-task priors (paper §E.1, Tables 14 and 15): per suite (MMLU-Pro categories,
+# BBH tasks) and answering model, its answers and its zero-shot prior; then one table per suite.
+# Input functions and constants: rules/ladder_crosstask_common.smk.
+
+localrules:
+    ladder_crosstask_tables,
+
+
+rule ladder_crosstask:
+    input:
+        pool=get_crosstask_items,
+        model=get_crosstask_model_files,
+        l1=get_crosstask_l1,
+    output:
+        answers=f"{R}/ladder/crosstask/{{suite}}/{{model}}/answers.parquet",
+        prior=f"{R}/ladder/crosstask/{{suite}}/{{model}}/prior.parquet",
+    wildcard_constraints:
+        suite="|".join(CT_SUITES),
+    params:
+        spec=get_model_spec,
+        prompt_spec=get_crosstask_prompt_spec,
+        loader=get_crosstask_loader,
+        suite=get_crosstask_suite,
+        items_per_domain=CT["items_per_domain"],
+        max_new_tokens=CT["max_new_tokens"],
+        prior_mode=LAD["prompted_mode"],
+        prior_max_new_tokens=LAD["prompted_max_new_tokens"],
+        seed=config["seed"],
+        cache=f"{R}/cache",
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/ladder/crosstask/{{suite}}/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/ladder/crosstask/{{suite}}/{{model}}.tsv"
+    resources:
+        mem_mb=get_model_mem_mb,
+        runtime=120,
+        gpu=get_model_gpus,
+    script:
+        "../scripts/ladder_crosstask.py"
+
+
+rule ladder_crosstask_tables:
+    input:
+        unpack(get_crosstask_outputs),
+    output:
+        **named_table_targets("ladder", CT_TABLES),
+    params:
+        suites={s: dict(CT["suites"][s]) for s in CT_SUITES},
+        loaders={s: crosstask_loader(s) for s in CT_SUITES},
+        unparsed=CT["unparsed"],
+        prior=CT["prior"],
+        report=REPORT_SETTINGS,
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/ladder/crosstask_tables.log",
+    script:
+        "../scripts/ladder_crosstask_tables.py"

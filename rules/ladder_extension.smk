@@ -1,0 +1,52 @@
+# LADDER's extension tasks (§F.1-F.2, Table 32): per answering model, GSM8K, HumanEval and BFCL
+# in the single-shot two-step protocol (answer, then confidence), then the table over models.
+# Input functions and constants: rules/ladder_extension_common.smk.
+
+
+rule ladder_extension:
+    input:
+        unpack(get_extension_items),
+        model=get_model_files,
+    output:
+        f"{R}/ladder/extension/{{model}}/records.parquet",
+    params:
+        spec=get_model_spec,
+        datasets=extension_task_setting("dataset"),
+        n_items=extension_task_setting("n_items"),
+        max_new_tokens=extension_task_setting("max_new_tokens"),
+        confidence_max_new_tokens=EXT["confidence_max_new_tokens"],
+        sandbox=EXT["sandbox"],
+        seed=config["seed"],
+        cache=f"{R}/cache",
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/ladder/extension/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/ladder/extension/{{model}}.tsv"
+    resources:
+        mem_mb=get_model_mem_mb,
+        runtime=120,
+        gpu=get_model_gpus,
+    script:
+        "../scripts/ladder_extension.py"
+
+
+rule ladder_table32:
+    input:
+        extension_record_files(),
+    output:
+        **named_table_targets("ladder", ["table32"]),
+    localrule: True
+    params:
+        datasets=extension_task_setting("dataset"),
+        loaders=extension_loaders(),
+        sign_tolerance_pp=EXT["sign_tolerance_pp"],
+        report=REPORT_SETTINGS,
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/ladder/table32.log",
+    script:
+        "../scripts/ladder_table32.py"

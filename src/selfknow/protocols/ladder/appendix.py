@@ -1,0 +1,139 @@
+"""LADDER appendix tables and figures built from outputs the LADDER jobs already wrote (no
+model call): Table 18 (clean-label optimisation of GLAD-style and Dawid-Skene, §E.1), Table 33
+(the lite protocol, §F.3), Figure 9 (accuracy, recorded-confidence ECE and NoMemory CBF
+across the panel, §D.4) and Figure 11 (R4 and the reliability-aware estimators, §E.10).
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import pandas as pd
+
+from selfknow.records import read_parquet
+
+from .lite import lite_runs, lite_table
+from .tables import _read, r4_from_scores
+
+TABLES = ("table18", "table33", "table33_runs")
+FIGURES = ("figure9", "figure11")
+#: the score parts (jobs.SCORE_PARTS) Figures 9 and 11 read
+PARTS = ("sessions", "answers", "heldout", "controls")
+#: Figure 11's estimators at the session and the pooled scoring unit (paper §E.10: the
+#: reliability-aware estimators against the prior, the constant and the global mean)
+FIG11_SESSION = ["NoMemory", "ZS", "Global", "Dawid-Skene", "GLAD"]
+FIG11_POOLED = ["Global", "Dawid-Skene", "GLAD"]
+FIG11_R4 = ["NoMemory", "ZS", "LSA", "R4", "best_of_two"]
+
+
+def optimisation_table(opt: pd.DataFrame) -> pd.DataFrame:
+    """Table 18: per model, estimator and setting (fixed budget / optimised), the session means
+    of clean-label CBF, signed bias and log-likelihood per label, the share of sessions whose
+    fit stopped on its tolerance, the mean iterations and the sessions."""
+    g = opt.groupby(["model", "estimator", "setting"], sort=False)
+    out = g[["CBF", "bias", "loglik", "n_iter"]].mean()
+    out["converged"] = g["converged"].mean()
+    out["n_sessions"] = g["session_id"].nunique()
+    return out.reset_index()[["model", "estimator", "setting", "CBF", "bias", "loglik", "converged",
+                              "n_iter", "n_sessions"]]
+
+
+def run_name(turns: pd.DataFrame) -> str:
+    """A run configuration's name: its model and simulated user ("rules" or the LLM user)."""
+    return f"{turns['model'].iloc[0]} / user {turns['user_model'].astype(str).iloc[0]}"
+
+
+def figure9_frame(main_sessions: pd.DataFrame, answers: pd.DataFrame) -> pd.DataFrame:
+    """Figure 9's bars (panel, model, series, value): per model, ordered by answer accuracy,
+    the answer accuracy, the recorded confidence's ECE and NoMemory's mean session CBF."""
+    nm = main_sessions[main_sessions["estimator"] == "NoMemory"].groupby("model")["CBF"].mean()
+    a = answers.set_index("model").sort_values("accuracy")
+    rows = []
+    for panel, values in (("(a) answer accuracy", a["accuracy"]),
+                          ("(b) recorded-confidence ECE", a["ECE"]),
+                          ("(c) NoMemory session CBF", nm.reindex(a.index))):
+        rows += [{"panel": panel, "model": m, "series": "", "value": float(v)} for m, v in values.items()]
+    return pd.DataFrame(rows)
+
+
+def figure11_frame(sessions: pd.DataFrame, heldout: pd.DataFrame, controls: pd.DataFrame) -> pd.DataFrame:
+    """Figure 11's bars (panel, model, series, value): (a) R4 with its branches and the
+    best-of-two reference on the sessions with an LSA profile (the observed rows of the r4
+    table); (b) mean session CBF of the reliability-aware estimators against NoMemory, ZS and
+    Global; (c) their pooled CBF on the observed labels (the matched-input control)."""
+    r4 = r4_from_scores(sessions, heldout)
+    r4 = r4[(r4["setting"] == "observed") & (r4["model"] != "mean")]
+    a = r4.melt(id_vars="model", value_vars=FIG11_R4, var_name="series")
+    a["series"] = a["series"].replace({"best_of_two": "best of two"})
+    b = (sessions[sessions["estimator"].isin(FIG11_SESSION)].groupby(["model", "estimator"])["CBF"].mean()
+         .reset_index().rename(columns={"estimator": "series", "CBF": "value"}))
+    pooled = controls[(controls["scope"] == "pooled") & (controls["condition"] == "observed")
+                      & controls["estimator"].isin(FIG11_POOLED)]
+    c = pooled.groupby(["model", "estimator"])["CBF"].mean().reset_index().rename(
+        columns={"estimator": "series", "CBF": "value"})
+    parts = []
+    for panel, d, order in (("(a) R4, sessions with an LSA profile", a, FIG11_R4),
+                            ("(b) mean session CBF", b, FIG11_SESSION),
+                            ("(c) pooled CBF, observed labels", c, FIG11_POOLED)):
+        rank = {s.replace("_", " "): i for i, s in enumerate(order)}
+        d = d.assign(_o=d["series"].map(rank)).sort_values(["_o", "model"], kind="stable").drop(columns="_o")
+        parts.append(d.assign(panel=panel)[["panel", "model", "series", "value"]])
+    return pd.concat(parts, ignore_index=True)
+
+
+NOTES = {
+    "table18": ("Clean labels: the true outcome of every turn is its label. fixed budget = the "
+                "estimator as every other table fits it (EM from p = 0.5, r_in 0.75, r_out 0.55; "
+                "GLAD-style 100 EM iterations with Gaussian priors on abilities and difficulties, "
+                "Dawid-Skene 200); optimised = L-BFGS-B on the fit's objective from the EM fit "
+                "and ladder.optimisation.restarts seeded random starts, the best kept; GLAD-style "
+                "keeps its Gaussian priors unless ladder.optimisation.glad_priors is false, then "
+                "its likelihood is maximised). loglik = marginal "
+                "log-likelihood of the labels per label (higher is better); converged = share "
+                "of sessions whose fit stopped on its tolerance; n_iter = mean EM (fixed) or "
+                "L-BFGS-B (optimised) iterations of the kept fit."),
+    "table33": ("Each run configuration (a model's session file with one simulated user) is "
+                "summarised on its first T records (sessions in order) by NoMemory's session-mean "
+                "ECE of the recorded confidence and CBF; the correlations are taken across the "
+                "configurations with at least the full budget of records (the paper: 23 recorded "
+                "configurations). With fewer than three such configurations, or a constant "
+                "summary, a correlation is undefined and left empty; table33_runs lists each "
+                "configuration's summaries."),
+    "table33_runs": "The run configurations of Table 33: records and NoMemory ECE / CBF on the first T records (empty: fewer records than T).",
+}
+
+
+def write_appendix(opt_paths: Sequence[str], run_paths: Sequence[str], parts: Mapping[str, Sequence[str]],
+                   tables: Mapping[str, str], figures: Mapping[str, str], *, budgets: Sequence[int],
+                   provenance: dict | None = None) -> dict:
+    """Read every model's optimisation part (`opt_paths`), every run configuration's session
+    turns (`run_paths`) and the score parts `parts` (sessions, answers, heldout, controls),
+    and write TABLES to `tables["<name>_csv"]` / `tables["<name>_md"]` and FIGURES to
+    `figures[name]` (with sidecars when `provenance` is given)."""
+    from selfknow.report.figures import bar_panels
+    from selfknow.report.tables import write_table
+
+    P = {k: _read(v) for k, v in parts.items()}
+    runs = {}
+    for p in run_paths:
+        turns = read_parquet(p)
+        if len(turns):
+            runs[run_name(turns)] = turns
+    runs_df = lite_runs(runs, budgets)
+    built = {"table18": optimisation_table(_read(opt_paths)),
+             "table33": lite_table(runs_df, budgets),
+             "table33_runs": runs_df}
+    titles = {"table18": "LADDER Table 18: clean-label GLAD-style and Dawid-Skene, fixed budget vs optimised",
+              "table33": f"LADDER Table 33: lite protocol, T={budgets[0]} vs T={budgets[1]} records",
+              "table33_runs": "LADDER Table 33: run configurations"}
+    for name in TABLES:
+        write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"], title=titles[name],
+                    notes=NOTES[name], provenance=provenance)
+    f9 = figure9_frame(P["sessions"], P["answers"])
+    bar_panels(f9, figures["figure9"], ylabels=dict(zip(pd.unique(f9["panel"]), ("accuracy", "ECE", "CBF"))),
+               title="Figure 9: answer accuracy, recorded-confidence ECE and NoMemory CBF per model",
+               provenance=provenance)
+    f11 = figure11_frame(P["sessions"], P["heldout"], P["controls"])
+    bar_panels(f11, figures["figure11"], ylabels={p: "CBF" for p in pd.unique(f11["panel"])},
+               title="Figure 11: R4 and the reliability-aware estimators per model", provenance=provenance)
+    return {"tables": len(TABLES), "figures": len(FIGURES), "runs": len(runs),
+            "lite_n": int(built["table33"]["n_configurations"].max())}
