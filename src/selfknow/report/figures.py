@@ -74,7 +74,9 @@ def _axes_summary(ax) -> AxesSummary:
     collections = [c for c in ax.collections if _collection_size(c) > 0]
     images = [im for im in ax.images if np.size(im.get_array()) > 0]
     patches = [p for p in ax.patches if p.get_visible()]
-    return AxesSummary(title=ax.get_title(), xlabel=ax.get_xlabel(), ylabel=ax.get_ylabel(), series=list(labels),
+    # a panel title may sit at the left ("(a) ...") or right instead of the centre
+    title = next((t for t in (ax.get_title(loc) for loc in ("center", "left", "right")) if t), "")
+    return AxesSummary(title=title, xlabel=ax.get_xlabel(), ylabel=ax.get_ylabel(), series=list(labels),
                        n_lines=len(lines), n_collections=len(collections), n_images=len(images),
                        n_patches=len(patches), n_texts=len(ax.texts),
                        has_data=bool(lines or collections or images or patches),
