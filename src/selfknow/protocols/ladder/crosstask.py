@@ -40,7 +40,7 @@ from selfknow.stages.tasks import bbh, mmlu_pro
 
 from .answering import answer_by_cloze, format_choices, load_prompt
 from .metrics import profile_metrics
-from .prompted import MODEL_LEVEL, zs_prior
+from .prompted import MODEL_LEVEL, generate_texts, zs_prior
 
 #: the suites (config `ladder.cross_task.suites`) and the paper table each reproduces
 SUITES = {"mmlu_pro": "Table 14", "bbh": "Table 15"}
@@ -65,14 +65,6 @@ def sample_suite(items: pd.DataFrame, domains: Sequence[str], n: int, seed: int,
     return sample_items(kept, n, seed, stratify="domain")
 
 
-def _chat_responses(lm, prompts: list[str], max_new_tokens: int, batch_size: int = 8) -> list[str]:
-    out: list[str] = []
-    for s in range(0, len(prompts), batch_size):
-        out += [g.text for g in lm.generate(prompts[s:s + batch_size], max_new_tokens=max_new_tokens,
-                                            chat=True, temperature=0.0)]
-    return out
-
-
 def _free_correct(loader: str, domain: str, span: str, reference: str, aliases) -> bool:
     if loader == "bbh":
         return bbh.normalise(domain, span) == bbh.normalise(domain, reference)
@@ -87,9 +79,8 @@ def answer_suite(lm, items: pd.DataFrame, loader: str, *, chat: bool, max_new_to
     if loader in MCQ_LOADERS:
         if chat:
             t = load_prompt("crosstask_mcq")
-            responses = _chat_responses(lm, [t.substitute(question=r["question"],
-                                                          choices=format_choices(list(r["choices"])))
-                                             for r in recs], max_new_tokens)
+            prompts = [t.substitute(question=r["question"], choices=format_choices(list(r["choices"]))) for r in recs]
+            responses = generate_texts(lm, prompts, max_new_tokens, batch_size=8, chat=True)
             parsed = [mmlu_pro.extract_answer(x) for x in responses]
         else:
             ans = answer_by_cloze(lm, items)
@@ -98,7 +89,8 @@ def answer_suite(lm, items: pd.DataFrame, loader: str, *, chat: bool, max_new_to
     elif loader in FREE_LOADERS:
         if chat:
             t = load_prompt("crosstask_free")
-            responses = _chat_responses(lm, [t.substitute(question=r["question"]) for r in recs], max_new_tokens)
+            prompts = [t.substitute(question=r["question"]) for r in recs]
+            responses = generate_texts(lm, prompts, max_new_tokens, batch_size=8, chat=True)
             parsed = [bbh.extract_answer(x) for x in responses]
         else:
             gens = lm.generate([cloze_prompt(str(r["question"])) for r in recs], max_new_tokens=BASE_ANSWER_TOKENS,

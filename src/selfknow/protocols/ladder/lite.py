@@ -15,6 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+from scipy.stats import rankdata
 
 from .aggregate import _ordered, score_sessions
 
@@ -45,11 +46,6 @@ def lite_runs(runs: Mapping[str, pd.DataFrame], budgets: Sequence[int]) -> pd.Da
     return pd.DataFrame(rows, columns=["run", "records", *budget_columns(budgets)])
 
 
-def _ranks(x: np.ndarray) -> np.ndarray:
-    """Average ranks (ties share the mean of their ranks), as Spearman's ρ takes them."""
-    return pd.Series(x).rank(method="average").to_numpy(float)
-
-
 def correlations(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, str]:
     """(Pearson r, Spearman ρ, why undefined or "") of the pairs where both are finite."""
     x, y = np.asarray(x, float), np.asarray(y, float)
@@ -60,7 +56,7 @@ def correlations(x: Sequence[float], y: Sequence[float]) -> tuple[float, float, 
     if np.ptp(x) == 0 or np.ptp(y) == 0:
         return np.nan, np.nan, "undefined: a summary is constant across configurations"
     r = float(np.corrcoef(x, y)[0, 1])
-    rho = float(np.corrcoef(_ranks(x), _ranks(y))[0, 1])
+    rho = float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])  # average ranks for ties
     return r, rho, ""
 
 

@@ -138,8 +138,10 @@ def profile_schema(domains: Sequence[str]) -> dict:
             "required": list(domains), "additionalProperties": False}
 
 
-def _generate(lm: LM, prompts: list[str], max_new_tokens: int, batch_size: int,
-              chat: bool, schemas: list[dict] | None = None) -> list[str]:
+def generate_texts(lm: LM, prompts: list[str], max_new_tokens: int, batch_size: int,
+                   chat: bool, schemas: list[dict] | None = None) -> list[str]:
+    """Greedy replies to `prompts`, `batch_size` at a time, each held to its JSON schema when
+    `schemas` is given."""
     out: list[str] = []
     for s in range(0, len(prompts), batch_size):
         gens = lm.generate(prompts[s:s + batch_size], max_new_tokens=max_new_tokens,
@@ -202,12 +204,12 @@ def zs_prior(lm: LM, domains: Sequence[str], *, model: str = "", mode: str = "js
     if mode == "json":
         t = load_prompt("zs_prior").substitute(domain_list=_domain_list(domains),
                                                example_domain=domains[0])
-        reply = _generate(lm, [t], max_new_tokens, 1, chat, [profile_schema(domains)])[0]
+        reply = generate_texts(lm, [t], max_new_tokens, 1, chat, [profile_schema(domains)])[0]
         rows = _rows("zs_prior", model, MODEL_LEVEL, parse_profile(reply, domains, default=default, clip=clip),
                      reply)
     elif mode == "per_domain":
         tm = load_prompt("zs_prior_domain")
-        replies = _generate(lm, [tm.substitute(domain=d.replace("_", " ")) for d in domains],
+        replies = generate_texts(lm, [tm.substitute(domain=d.replace("_", " ")) for d in domains],
                             max_new_tokens, 16, chat)
         rows = _per_domain_rows("zs_prior", model, MODEL_LEVEL, domains, replies, default, clip)
     else:
@@ -261,7 +263,7 @@ def lsa_profiles(lm: LM, turns: pd.DataFrame, *, mode: str = "json",
                  t.substitute(history=lsa_history(g, question_chars, feedback_chars),
                               domain_list=_domain_list(doms), example_domain=doms[0]))
                 for m, sid, g, doms in sessions if doms]
-        replies = _generate(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat,
+        replies = generate_texts(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat,
                             [profile_schema(doms) for _, _, doms, _ in todo])
         for (m, sid, doms, _), reply in zip(todo, replies):
             rows += _rows("lsa", m, sid, parse_profile(reply, doms, default=default, clip=clip),
@@ -277,7 +279,7 @@ def lsa_profiles(lm: LM, turns: pd.DataFrame, *, mode: str = "json",
                     f"   User response: \"{_clip_text(f, feedback_chars)}\""
                     for i, (q, f) in enumerate(zip(gd["question"], gd["feedback_text"]), 1))
                 prompts.append(tm.substitute(domain=d.replace("_", " "), history=hist))
-            replies = _generate(lm, prompts, max_new_tokens, batch_size, chat)
+            replies = generate_texts(lm, prompts, max_new_tokens, batch_size, chat)
             rows += _per_domain_rows("lsa", m, sid, doms, replies, default, clip)
     else:
         raise ValueError(f"unknown mode {mode!r}: 'json' or 'per_domain'")
@@ -313,7 +315,7 @@ def gt_selfstats_profiles(lm: LM, turns: pd.DataFrame, *, mode: str = "json",
                 for r in st.itertuples(index=False))
             todo.append((m, sid, list(st["domain"]),
                          t.substitute(stats=text, example_domain=st["domain"].iloc[0])))
-        replies = _generate(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat,
+        replies = generate_texts(lm, [p for *_, p in todo], max_new_tokens, batch_size, chat,
                             [profile_schema(doms) for _, _, doms, _ in todo])
         for (m, sid, doms, _), reply in zip(todo, replies):
             rows += _rows("gt_selfstats", m, sid,
@@ -324,7 +326,7 @@ def gt_selfstats_profiles(lm: LM, turns: pd.DataFrame, *, mode: str = "json",
             prompts = [tm.substitute(domain=r.domain.replace("_", " "),
                                      n_correct=int(r.n_correct), n_total=int(r.n_total))
                        for r in st.itertuples(index=False)]
-            replies = _generate(lm, prompts, max_new_tokens, batch_size, chat)
+            replies = generate_texts(lm, prompts, max_new_tokens, batch_size, chat)
             rows += _per_domain_rows("gt_selfstats", m, sid, list(st["domain"]), replies,
                                      default, clip)
     else:
@@ -360,7 +362,7 @@ def lsa_query_confidence(lm: LM, turns: pd.DataFrame, *, window: int = 10,
                                                question=_clip_text(r["question"], 200)))
                 where.append(len(rows))
             rows.append(row)
-    replies = _generate(lm, prompts, max_new_tokens, batch_size, chat)
+    replies = generate_texts(lm, prompts, max_new_tokens, batch_size, chat)
     for i, reply in zip(where, replies):
         p, ok = parse_single(reply, clip=clip)
         if ok:
