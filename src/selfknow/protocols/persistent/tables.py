@@ -113,6 +113,18 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
 CHANCE_LEVEL = 0.95
 
 
+def percentile_interval(reps, level: float) -> tuple[float, float]:
+    """The two-sided `level` percentile interval of bootstrap replicates (NaNs ignored)."""
+    alpha = (1 - level) / 2
+    lo, hi = np.nanquantile(np.asarray(reps, dtype=float), [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
+def level_text(level: float) -> str:
+    """A level as the notes print it: "95 %"."""
+    return f"{level:.0%}".replace("%", " %")
+
+
 def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, MetricFile], *,
                  normaliser: str = "eq1") -> str:
     """The table note's chance check: every (method, model, dataset) of the table whose full-set
@@ -120,7 +132,6 @@ def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple,
     `metrics_job`, §A.8) includes 0.5 or lies below it, whose AUC is undefined, or that has no
     replicates, is named with its AUC and interval, so that an estimator at chance is never read
     as a finding."""
-    alpha = (1 - CHANCE_LEVEL) / 2
     seen, flagged, checked = set(), [], 0
     for r in rows:
         for c in cols:
@@ -141,11 +152,11 @@ def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple,
             elif not np.isfinite(point) or not np.isfinite(reps).any():
                 flagged.append(f"{name}: undefined")
             else:
-                lo, hi = np.nanquantile(reps, [alpha, 1 - alpha])
+                lo, hi = percentile_interval(reps, CHANCE_LEVEL)
                 if lo <= 0.5:
                     where = "below chance" if hi < 0.5 else "includes 0.5"
                     flagged.append(f"{name}: {point:.3f} [{lo:.3f}, {hi:.3f}], {where}")
-    level = f"{CHANCE_LEVEL:.0%}".replace("%", " %")
+    level = level_text(CHANCE_LEVEL)
     if not flagged:
         return (f"Chance check: the {level} percentile bootstrap interval of full-set AUC excludes 0.5 for all "
                 f"{checked} (method, model, dataset) results.")
@@ -168,7 +179,6 @@ def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.
     questions are improvements (the later checkpoint right), what contrast AUC the end-correct
     baseline (confidence rising with the checkpoint, the same for every question) reaches on
     them, and the class-balanced Δ0b of both, which weighs improvements and regressions equally."""
-    alpha = (1 - CHANCE_LEVEL) / 2
     shown, explained = [], []
     for key, f in files.items():
         model, dataset, _ = key
@@ -177,7 +187,7 @@ def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.
         if any(r is None for r in reps):
             shown.append(f"{model}, {dataset}: {diff:+.3f} (no replicates)")
             continue
-        lo, hi = np.nanquantile(np.asarray(reps[0]) - np.asarray(reps[1]), [alpha, 1 - alpha])
+        lo, hi = percentile_interval(np.asarray(reps[0]) - np.asarray(reps[1]), CHANCE_LEVEL)
         shown.append(f"{model}, {dataset}: {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]")
         if lo > 0:
             continue
@@ -189,7 +199,7 @@ def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.
             f"end-correct baseline reaches {f.point('end_correct', 'contrast_auc'):.3f} and Δ0b "
             f"{f.point('end_correct', 'delta0_b'):.3f}; the class-balanced Δ0b, which discounts that, is "
             f"{d0b['nonoracle']:.3f} (non-oracle) and {d0b['oracle']:.3f} (oracle)")
-    level = f"{CHANCE_LEVEL:.0%}".replace("%", " %")
+    level = level_text(CHANCE_LEVEL)
     text = (f" Oracle minus non-oracle training, contrast AUC [paired {level} percentile bootstrap interval]: "
             + "; ".join(shown) + ".")
     if explained:
@@ -398,8 +408,7 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
     if ro is not None and rg is not None:
         diff = np.asarray(ro, dtype=float) - np.asarray(rg, dtype=float)
         if np.isfinite(diff).any():
-            alpha = (1 - GAP_LEVEL) / 2
-            lo, hi = (float(v) for v in np.nanquantile(diff, [alpha, 1 - alpha]))
+            lo, hi = percentile_interval(diff, GAP_LEVEL)
     error = 1.0 - float(backbone.reindex(ids).to_numpy(dtype=float).mean()) if ids.size else np.nan
     return {"backbone_error_rate": error,
             "contrast_questions": int(ids.size), "pairs": n_pairs, "oracle_contrast_auc": oracle,
@@ -558,7 +567,7 @@ def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mappin
                                             ev, bb, min_contrast)})
     df = pd.DataFrame(rows)
     gcm_headroom(df, png, title=title, provenance=provenance)
-    level = f"{GAP_LEVEL:.0%}".replace("%", " %")
+    level = level_text(GAP_LEVEL)
     write_table(df, csv, md, title=title,
                 notes=(f"Backbone error rate: 1 − accuracy of {backbone_model} ({backbone_ckpt})'s own top answer on "
                        f"the questions of the contrast sets of at least {min_contrast} questions. AUC gap: "
