@@ -594,6 +594,28 @@ def test_multi_checkpoint_shares_one_adapter(tiny_models, tmp_path):
     # invariance and the signal would shrink to the noise)
     assert noise < 0.1 * signal and signal > 0.05 * scale, (noise, signal, scale)
 
+    # Pooled sources with the same answers make the same prompts: they run once each, weighted
+    # by their sum, so pooling d1 with an identical copy is single-source training on d1 exactly
+    copy = V.pooled_data({"c0": (tiny_models[0], d1), "c0b": (tiny_models[0], d1.copy())})["c0"]
+    V.train_adapter(copy, tmp_path / "copy", seed=0, hparams=hp)
+    wc = load_file(tmp_path / "copy" / "adapter_model.safetensors")
+    assert all(torch.equal(wc[k], ws[k]) for k in ws)
+    log = json.loads((tmp_path / "copy" / V.TRAINING_LOG_FILE).read_text())
+    assert log["n_examples"] == {"c0": 96} and log["n_prompts"] == {"c0": 48}
+
+
+def test_repeated_prompts_merge_with_summed_weights_and_labels_kept_apart():
+    f = V.prepare_frame("c", pd.DataFrame({
+        "question_id": ["a", "a", "a", "b", "b"], "question": ["qa"] * 3 + ["qb"] * 2,
+        "answer": ["x", "x", "y", "z", "z"], "correct": [True, True, False, True, False],
+        "weight": [0.6, 0.5, 0.4, 1.0, 1.0], "source": ["s1", "s2", "s1", "s1", "s2"]}))
+    m = V.merge_repeated_prompts(f)
+    # a: s1 weights 0.6/0.4 and s2 alone, each halved over two sources; b: one label per source
+    assert m[["question_id", "answer", "correct"]].values.tolist() == [
+        ["a", "x", True], ["a", "y", False], ["b", "z", True], ["b", "z", False]]
+    np.testing.assert_allclose(m["loss_weight"], [0.3 + 0.5, 0.2, 0.5, 0.5])
+    np.testing.assert_allclose(m.groupby("question_id")["loss_weight"].sum(), f.groupby("question_id")["loss_weight"].sum())
+
 
 def _record_stores(monkeypatch) -> list:
     """Every view store `_ViewWeights` makes from here on (to look at its scratch directory)."""

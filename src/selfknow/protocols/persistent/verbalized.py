@@ -268,6 +268,16 @@ def prepare_frame(name: str, df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def merge_repeated_prompts(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per distinct (question, answer, label) of a prepared frame, its loss weight
+    the sum of the merged rows'. Pooled sources that gave the same answer make the same
+    prompt, and the loss is a weighted sum over rows, so each prompt's forward and backward
+    pass runs once with the gradient unchanged (the mini world's pooled data: 1,440 rows, 1,056
+    prompts)."""
+    keys = ["question_id", "question", "answer", "correct"]
+    return frame.groupby(keys, sort=False, as_index=False)["loss_weight"].sum()
+
+
 def training_frame(candidates: pd.DataFrame, n_answers: int = 1) -> pd.DataFrame:
     """Training examples from judged candidates (one row per item x candidate: item_id,
     question, answer, probability, correct; e.g. `self_consistency.candidates_frame` joined
@@ -332,12 +342,8 @@ def _digit_ids(tokenizer, readout: Readout) -> list[int]:
     return [t[0] for t in ids]
 
 
-def _digit_logits(model, tokenizer, prompts: Sequence[str], digit_ids: Sequence[int],
-                  device: str, max_length: int):
-    """(n, 10) logits of the digit tokens after each prompt. Right padding and a gather at
-    each row's last real token, so padding never shifts positions (GPT-2 has absolute ones)."""
-    import torch
-
+def _encode(model, tokenizer, prompts: Sequence[str], max_length: int) -> list[list[int]]:
+    """Token ids of each prompt, checked against the model's context."""
     enc = [tokenizer(p, add_special_tokens=True)["input_ids"] for p in prompts]
     cfg = getattr(model, "config", None)
     limit = min(max_length, getattr(cfg, "n_positions", None)
@@ -345,6 +351,15 @@ def _digit_logits(model, tokenizer, prompts: Sequence[str], digit_ids: Sequence[
     for p, e in zip(prompts, enc):
         if len(e) > limit:
             raise ValueError(f"confidence prompt of {len(e)} tokens exceeds the limit {limit}: {p[-200:]!r}")
+    return enc
+
+
+def _digit_logits(model, tokenizer, enc: Sequence[Sequence[int]], digit_ids: Sequence[int], device: str):
+    """(n, 10) logits of the digit tokens after each encoded prompt. Right padding and a
+    gather at each row's last real token, so padding never shifts positions (GPT-2 has
+    absolute ones)."""
+    import torch
+
     lengths = torch.tensor([len(e) for e in enc])
     width = int(lengths.max())
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
@@ -572,8 +587,9 @@ def _fit(views: _ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence
     opt = torch.optim.AdamW(params, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps,
                             weight_decay=hp.weight_decay)
 
-    prompts = {n: [readout.prompt(q, a) for q, a in zip(f["question"], f["answer"])]
-               for n, f in frames.items()}
+    # tokenised once: the epochs revisit every prompt
+    encoded = {n: _encode(model, toks[k], [readout.prompt(q, a) for q, a in zip(f["question"], f["answer"])],
+                          hp.max_length) for k, (n, f) in enumerate(frames.items())}
     rows_by_q = {n: f.groupby("question_id").indices for n, f in frames.items()}
     steps: list[dict] = []
     step = 0
@@ -598,8 +614,8 @@ def _fit(views: _ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence
                 total = 0.0
                 for s in range(0, len(rows), hp.micro_batch_size):
                     sl = slice(s, s + hp.micro_batch_size)
-                    logits = _digit_logits(model, toks[k], [prompts[n][r] for r in rows[sl]],
-                                           digit_ids[k], hp.device, hp.max_length)
+                    logits = _digit_logits(model, toks[k], [encoded[n][r] for r in rows[sl]],
+                                           digit_ids[k], hp.device)
                     log_p, log_q, _ = _log_conf_terms(logits)
                     y, w = y_all[sl].to(log_p.device), w_all[sl].to(log_p.device)
                     bce = -(y * log_p + (1 - y) * log_q)
@@ -640,7 +656,8 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
     torch.set_num_threads(int(hp.num_threads))
 
     names = list(examples_by_checkpoint)
-    frames = {n: prepare_frame(n, examples_by_checkpoint[n][1]) for n in names}
+    prepared = {n: prepare_frame(n, examples_by_checkpoint[n][1]) for n in names}
+    frames = {n: merge_repeated_prompts(f) for n, f in prepared.items()}
     qids = sorted(set().union(*(set(f["question_id"]) for f in frames.values())))
     with _ViewWeights([str(examples_by_checkpoint[n][0]) for n in names], hp) as views:
         model, readout, steps = _fit(views, frames, qids, seed, hp, say)
@@ -651,7 +668,8 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
     training_log = {
         "seed": seed, "hparams": asdict(hp), "checkpoints": names,
         "model_dirs": {n: str(examples_by_checkpoint[n][0]) for n in names},
-        "n_questions": len(qids), "n_examples": {n: int(len(f)) for n, f in frames.items()},
+        "n_questions": len(qids), "n_examples": {n: int(len(f)) for n, f in prepared.items()},
+        "n_prompts": {n: int(len(f)) for n, f in frames.items()},
         "total_steps": len(steps), "steps": steps, "seconds": time.time() - t0,
         "readout": readout.to_json(),
         "versions": {"peft": peft.__version__, "transformers": transformers.__version__,
@@ -685,6 +703,7 @@ def score_local(model_dir: str, adapter_dir: str | None, questions: Sequence[str
     out = []
     with torch.no_grad():
         for i in range(0, len(prompts), batch_size):
-            logits = _digit_logits(model, tok, prompts[i:i + batch_size], ids, device, hp.max_length)
+            enc = _encode(model, tok, prompts[i:i + batch_size], hp.max_length)
+            logits = _digit_logits(model, tok, enc, ids, device)
             out.append(_log_conf_terms(logits)[2].cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0)
