@@ -6,6 +6,7 @@
 
 localrules:
     persistent_table19,
+    persistent_variant_slice,
 
 
 rule persistent_sc:
@@ -71,6 +72,28 @@ rule persistent_variant:
         gpu=get_model_gpus,
     script:
         "../scripts/persistent_variant.py"
+
+
+# The variants whose every adapter and scoring the transfer variant also has (the single-answer
+# respective and single-checkpoint ones; `variants.transfer_slices`): where it runs for Figures
+# 3 and 4, their confidence tables are cut from its table instead of trained and scored again.
+rule persistent_variant_slice:
+    input:
+        transfer=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
+    output:
+        conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
+    wildcard_constraints:
+        **{k: _alt(v) for k, v in p_transfer_slices().items()},
+    params:
+        train_ckpts=get_train_ckpts,
+        eval_ckpts=get_eval_ckpts,
+    log:
+        f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.log",
+    script:
+        "../scripts/persistent_variant_slice.py"
+
+
+ruleorder: persistent_variant_slice > persistent_variant
 
 
 # The respective-checkpoint adapters of Figure 3 and Table 19: with the first variance seed

@@ -17,6 +17,7 @@ from selfknow.protocols.persistent.variants import (
     TRANSFER,
     TRANSFER_VARIANTS,
     plan_variant,
+    transfer_slices,
 )
 from selfknow.stages.items import icl_by_domain
 
@@ -44,6 +45,15 @@ def p_train_ckpts(model):
 
 def p_eval_ckpts(model):
     return checkpoint_names(config, model)[P_NTRAIN:]
+
+
+def p_transfer_slices():
+    """Where the transfer variant runs anyway (Figures 3 and 4: the first model, the first
+    variance seed), the variants whose confidence tables are cut from its table: each
+    wildcard's values."""
+    m = P_MODELS[:1]
+    return {"model": m, "dataset": [d for _, d in persistent_transfer_figures()], "seed": [str(P_VAR_SEEDS[0])],
+            "variant": list(transfer_slices(p_train_ckpts(m[0]), p_eval_ckpts(m[0]))) if m else []}
 
 
 def p_sc(model, ckpt, dataset, split):

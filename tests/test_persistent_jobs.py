@@ -74,6 +74,21 @@ def test_transfer_and_random_label_variants():
     assert len(V.plan_variant("random_label", TR, EV, pair_mode="all").adapters) == 6
 
 
+def test_transfer_slices_are_the_single_answer_variants_with_twin_adapters():
+    # two training checkpoints: C2's single adapter and the respective ones are transfer's own
+    assert V.transfer_slices(TR, EV) == ("nonoracle_single_n1", "oracle_respective_n1")
+    twins = V.plan_variant("nonoracle_single_n1", TR, EV).twin_scorings(V.plan_variant("transfer", TR, EV))
+    assert {(s.adapter, t.adapter, t.scorer, t.target) for s, t in twins.items()} == {
+        ("single", "C2", "C3", "C3"), ("single", "C2", "C4", "C4")}
+    # one training checkpoint: multi-checkpoint training on it is single-checkpoint training
+    assert V.transfer_slices(["C1"], ["C2", "C3", "C4"]) == (
+        "nonoracle_multi_n1", "nonoracle_single_n1", "oracle_respective_n1")
+    # two answers, pooled data, surrogate scorings: no twin
+    tr = V.plan_variant("transfer", TR, EV)
+    assert all(V.plan_variant(v, TR, EV).twin_scorings(tr) is None
+               for v in ("oracle_respective", "oracle_pooled", "nonoracle_multi_n1", "oracle_multi_n1"))
+
+
 def test_transfer_scorings_only_for_table18_variants():
     p = V.plan_variant("oracle_multi", TR, EV, with_transfer=True)
     assert p.test_targets(V.TRANSFER) == EV
@@ -716,6 +731,22 @@ def test_variant_job_trains_scores_and_saves_hidden_states(tmp_path, tiny_model)
     assert tab == {"layers": 2, "seeds": 2}
     t19 = pd.read_csv(tmp_path / "t19.csv")
     assert t19["mean_rho"].between(-1, 1).all()
+
+
+def test_a_sliced_variant_equals_the_variant_trained_and_scored_alone(tmp_path, tiny_model):
+    tr, ck = ["C1"], ["C1"] + EV
+    sc = {**_write_sc(tmp_path, ck, "train", n=8), **_write_sc(tmp_path, ck, "test", n=8)}
+    run = lambda v: J.variant_job(v, tiny_model, tr, EV, sc, str(tmp_path / v), str(tmp_path / f"{v}.parquet"),  # noqa: E731
+                                  seed=0, cache_dir=str(tmp_path / "cache"))
+    run("transfer")
+    for variant in V.transfer_slices(tr, EV):
+        run(variant)
+        out = J.variant_slice_job(variant, tr, EV, str(tmp_path / "transfer.parquet"), str(tmp_path / "cut.parquet"))
+        want = pd.read_parquet(tmp_path / f"{variant}.parquet")
+        pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "cut.parquet"), want)
+        assert out["rows"] == len(want) == 2 * 8
+    with pytest.raises(ValueError, match="'oracle_respective' has scorings the transfer variant lacks"):
+        J.variant_slice_job("oracle_respective", tr, EV, str(tmp_path / "transfer.parquet"), str(tmp_path / "x.parquet"))
 
 
 def _logged_residency(log_path: Path) -> tuple[int, int]:

@@ -107,10 +107,12 @@ def test_persistent_requests_by_hand(tmp_path):
     assert sc["completion_tokens"] == 27 * 10 * 24  # num_beams x max_new_tokens (schema defaults)
     v = _row(df, "p", "persistent_variants")
     # training [c1 | c2, c3]: the 10 table variants score 5+2+2+2+2+2+2+2+2+2 = 23 (adapter,
-    # checkpoint) pairs, the transfer variant 3 x 3, random_label 2 pairs x 3; 5 questions each
-    assert v["requests"] == (23 + 9 + 6) * 5
-    # 10 table variants, transfer with both variance seeds (the second trains only), random_label
-    assert v["jobs"] == 13 and v["train_tokens"] > 0
+    # checkpoint) pairs, the transfer variant 3 x 3, random_label 2 pairs x 3; 5 questions each;
+    # but the three single-answer variants on one checkpoint's data (2 pairs each) are cut from
+    # the transfer variant's table: no job, no request
+    assert v["requests"] == (23 - 3 * 2 + 9 + 6) * 5
+    # 7 trained table variants, transfer with both variance seeds (the second trains only), random_label
+    assert v["jobs"] == 10 and v["train_tokens"] > 0
     assert set(df["stage"]) == {"persistent_sc", "persistent_variants"}
 
 

@@ -6,6 +6,8 @@ exactly one of them.
                  (model, checkpoint, dataset, split);
 - `variant_job`  trains every adapter of one training variant and seed and scores every
                  (adapter, checkpoint, answers) pair the variant needs (`variants.plan_variant`);
+- `variant_slice_job` a variant whose scorings the transfer variant already computes
+                 (`variants.transfer_slices`), cut from its table instead of trained again;
 - `gcm_job`      the external correctness model: trained once per (model, dataset, seed),
                  scores the evaluation checkpoints' answers (and the training ones', for
                  post-hoc isotonic calibration);
@@ -365,6 +367,31 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
         summary["hidden_shape"] = str(save_hidden_states(plan, spec, test_sc, adapter_dirs, hidden_out,
                                                          variance_items, device=hp["device"]))
     return summary
+
+
+def variant_slice_job(variant: str, train_ckpts: Sequence[str], eval_ckpts: Sequence[str], transfer_conf: str,
+                      out: str) -> dict:
+    """`variant`'s confidence table cut from the `transfer` variant's of the same seed: every
+    scoring of `variant` has a twin there (`VariantPlan.twin_scorings`: an adapter trained
+    on the same views, data and answers, read by the same scorer on the same answers), so
+    the rows are the ones `variant_job` would compute, renamed to `variant`'s adapters."""
+    plan = V.plan_variant(variant, train_ckpts, eval_ckpts)
+    twins = plan.twin_scorings(V.plan_variant("transfer", train_ckpts, eval_ckpts))
+    if twins is None:
+        raise ValueError(f"variant {variant!r} has scorings the transfer variant lacks; it must be trained")
+    conf = read_parquet(transfer_conf)
+    rows = dict(tuple(conf.groupby(["adapter", "scorer", "target", "dataset"], sort=False)))
+    parts = []
+    for s in plan.scorings:
+        t = twins[s]
+        g = rows.get((t.adapter, t.scorer, t.target, t.dataset))
+        if g is None:
+            raise KeyError(f"{transfer_conf}: no confidences of adapter {t.adapter!r} scored by {t.scorer!r} "
+                           f"on {t.target!r}'s answers")
+        parts.append(g.assign(variant=variant, adapter=s.adapter))
+    df = pd.concat(parts, ignore_index=True)[CONF_COLUMNS]
+    write_parquet(df, out)
+    return {"scorings": len(parts), "rows": len(df), "source": transfer_conf}
 
 
 def _by_scorer_and_adapter(scorings: Sequence[V.Scoring]) -> dict[str, dict[str, list[int]]]:

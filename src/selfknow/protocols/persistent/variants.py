@@ -25,7 +25,7 @@ With the paper's running example [C1, C2 | C3, C4] (training | evaluation checkp
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 from typing import Sequence
 
@@ -69,6 +69,21 @@ class VariantPlan:
     #: checkpoints whose train-split answers the adapters need
     train_data: tuple[str, ...] = field(default=())
 
+    def twin_scorings(self, source: "VariantPlan") -> dict[Scoring, Scoring] | None:
+        """Each of this plan's scorings as the same computation in `source`: the adapter of
+        `source` trained alike (views, data, answers, random labels; names differ), the same
+        scorer, target and dataset. None when one has no twin. With a twin for every scoring,
+        this variant's confidences are rows of `source`'s table of the same seed."""
+        twin = {}
+        for a in self.adapters:
+            match = [b.name for b in source.adapters if replace(b, name=a.name) == a]
+            if not match:
+                return None
+            twin[a.name] = match[0]
+        have = set(source.scorings)
+        pairs = {s: replace(s, adapter=twin[s.adapter]) for s in self.scorings}
+        return pairs if set(pairs.values()) <= have else None
+
     def test_targets(self, dataset: str = MAIN) -> list[str]:
         """Checkpoints whose test answers (of `dataset`) the scorings read, in order."""
         return list(dict.fromkeys(s.target for s in self.scorings if s.dataset == dataset))
@@ -93,6 +108,14 @@ VARIANTS: dict[str, str] = {
 TRANSFER_VARIANTS = ("nonoracle_multi", "oracle_multi")
 #: variants of the metric tables (run with every configured seed)
 TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in ("transfer", "random_label"))
+
+
+def transfer_slices(train_ckpts: Sequence[str], eval_ckpts: Sequence[str]) -> tuple[str, ...]:
+    """The metric-table variants whose every scoring has a twin in the `transfer` variant
+    (`VariantPlan.twin_scorings`): the single-answer respective and single-checkpoint ones."""
+    source = plan_variant("transfer", train_ckpts, eval_ckpts)
+    return tuple(v for v in TABLE_VARIANTS
+                 if plan_variant(v, train_ckpts, eval_ckpts).twin_scorings(source) is not None)
 
 
 def random_label_pairs(checkpoints: Sequence[str], mode: str = "consecutive") -> list[tuple[str, str]]:
