@@ -112,10 +112,12 @@ TABLE_VARIANTS = tuple(v for v in VARIANTS if v not in ("transfer", "random_labe
 
 def transfer_slices(train_ckpts: Sequence[str], eval_ckpts: Sequence[str]) -> tuple[str, ...]:
     """The metric-table variants whose every scoring has a twin in the `transfer` variant
-    (`VariantPlan.twin_scorings`): the single-answer respective and single-checkpoint ones."""
+    (`VariantPlan.twin_scorings`): the single-answer respective and single-checkpoint ones.
+    A variant also scored on the transfer dataset (Table 18) is never one."""
     source = plan_variant("transfer", train_ckpts, eval_ckpts)
     return tuple(v for v in TABLE_VARIANTS
-                 if plan_variant(v, train_ckpts, eval_ckpts).twin_scorings(source) is not None)
+                 if plan_variant(v, train_ckpts, eval_ckpts, with_transfer=v in TRANSFER_VARIANTS)
+                 .twin_scorings(source) is not None)
 
 
 def random_label_pairs(checkpoints: Sequence[str], mode: str = "consecutive") -> list[tuple[str, str]]:
