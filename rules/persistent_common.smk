@@ -31,6 +31,7 @@ P_NTRAIN = PC["train_checkpoints"]
 P_PAIRS = PC["random_label_pairs"]
 P_GCM = PC["gcm_model"] if "gcm_model" in PC else None
 P_VARIANTS = [v for v in TABLE_VARIANTS] + ["random_label"]
+P_SPLITS = ("train", "test")
 
 
 wildcard_constraints:
@@ -117,8 +118,8 @@ def get_variant_mem_mb(wildcards):
 
 
 def get_persistent_sc_items(wildcards):
-    return {"questions": f"{R}/items/{wildcards.dataset}/{wildcards.split}.parquet",
-            "train": f"{R}/items/{wildcards.dataset}/train.parquet"}
+    """Each split's questions (the train split's also give the in-context examples)."""
+    return {s: f"{R}/items/{wildcards.dataset}/{s}.parquet" for s in P_SPLITS}
 
 
 def get_persistent_icl_by_domain(wildcards):
@@ -140,10 +141,6 @@ def get_persistent_judge(wildcards):
 def get_persistent_judge_files(wildcards):
     j = config["judge"]
     return model_files(j["llm_judge"]) if j["correctness"] == "llm" else []
-
-
-def get_persistent_n_items(wildcards):
-    return PC["n_train"] if wildcards.split == "train" else PC["n_test"]
 
 
 def get_variant_sc(wildcards):

@@ -130,12 +130,12 @@ def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
 
     lm = ScriptedLM(lambda p: "", beams=beams)
     monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: lm)
-    out = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
-                   str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"), split="test", n_items=3,
+    test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
+    out = J.sc_job({"test": test}, str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    n_shots=2, icl_by_domain=False, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
                    prompt_label="Question", cache_dir=str(tmp_path / "cache"), judge={"correctness": "exact"})
     sc = pd.read_parquet(tmp_path / "sc.parquet")
-    assert out["items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
+    assert out["test_items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
     # "wrong" + "Wrong." = 0.5 ties the correct 0.5: first appearance (the correct one) wins
     assert sc["confidence"].tolist() == pytest.approx([0.5] * 3)
     assert sc["correct"].all()
@@ -161,15 +161,16 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
     monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
     monkeypatch.setattr("selfknow.stages.jobs.load_judge", lambda spec, cache_dir, labels: judge)
     spec = {"name": "judge-lm", "backend": "hf", "chat": True}
-    run = dict(split="test", n_items=4, n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=8,
+    run = dict(n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=8,
                equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"))
-    exact = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
-                     str(tmp_path / "b0.parquet"), str(tmp_path / "exact.parquet"), judge={"correctness": "exact"}, **run)
-    out = J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
-                   str(tmp_path / "b1.parquet"), str(tmp_path / "llm.parquet"),
+    split = lambda beams, sc: {"test": J.SplitIO(str(tmp_path / "test.parquet"), 4, str(tmp_path / beams),  # noqa: E731
+                                                 str(tmp_path / sc))}
+    exact = J.sc_job(split("b0.parquet", "exact.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
+                     judge={"correctness": "exact"}, **run)
+    out = J.sc_job(split("b1.parquet", "llm.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    judge={"correctness": "llm", "spec": spec, "labels": "generate", "multi_reference": False}, **run)
     em, llm = (pd.read_parquet(tmp_path / f).set_index("item_id").sort_index() for f in ("exact.parquet", "llm.parquet"))
-    assert exact["accuracy"] == 0 and not em["correct"].any()        # exact match: the paraphrase is wrong
+    assert exact["test_accuracy"] == 0 and not em["correct"].any()        # exact match: the paraphrase is wrong
     assert llm["correct"].tolist() == [True, True, False, True]       # the judge: right
     assert [list(g) for g in llm["group_labels"]] == [["R", "W"], ["R", "W"], [None, None], ["R", None]]
     assert llm["judge_status"].tolist() == ["ok", "ok", "refused", "unparsable"]
@@ -178,7 +179,7 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
     for p in judge.prompts:
         i = p.split("Question: Question ")[1][0]
         assert p.endswith(f"Question {i}?\nGround-truth answer: a{i}\nCandidate answers:\n1. the a{i} thing\n2. wrong")
-    assert (out["refused"], out["unparsable"], out["R"], out["W"], out["unlabelled"]) == (1, 1, 3, 2, 3)
+    assert [out[f"test_{k}"] for k in ("refused", "unparsable", "R", "W", "unlabelled")] == [1, 1, 3, 2, 3]
     counts = J.judge_count_job({ScInput("main", "test", "C1"): str(tmp_path / "llm.parquet"),
                                 ScInput("transfer", "train", "C2"): str(tmp_path / "exact.parquet")},
                                str(tmp_path / "counts.csv"))
@@ -809,9 +810,9 @@ def test_sc_job_frees_the_answering_model_before_an_hf_judge_loads(tmp_path, tin
              "labels": "generate", "multi_reference": False}
     release_bases()
     with job_log(str(tmp_path / "sc.log"), "sc") as summary:
-        summary.update(J.sc_job(str(tmp_path / "test.parquet"), str(tmp_path / "train.parquet"), tiny_model, "C3",
-                                str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"), split="test",
-                                n_items=3, n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=4,
+        test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
+        summary.update(J.sc_job({"test": test}, str(tmp_path / "train.parquet"), tiny_model, "C3",
+                                n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=4,
                                 equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"),
                                 judge=judge))
     assert summary["judge_calls"] == 3

@@ -101,9 +101,10 @@ def test_persistent_requests_by_hand(tmp_path):
                        "n_shots": 2, "seeds": [0], "variance_seeds": [0, 1]}})
     df, _ = make_plan(cfg)
     sc = _row(df, "p", "persistent_sc")
-    # every checkpoint's train (4) and test (5) sample is beam-searched once (the transfer variant
-    # trains on all three and scores all three); each beam search is one request
-    assert (sc["jobs"], sc["requests"]) == (6, 3 * 4 + 3 * 5)
+    # every checkpoint's train (4) and test (5) sample is beam-searched once, in one job per
+    # checkpoint (the transfer variant trains on all three and scores all three); each beam
+    # search is one request
+    assert (sc["jobs"], sc["requests"]) == (3, 3 * 4 + 3 * 5)
     assert sc["completion_tokens"] == 27 * 10 * 24  # num_beams x max_new_tokens (schema defaults)
     v = _row(df, "p", "persistent_variants")
     # training [c1 | c2, c3]: the 10 table variants score 5+2+2+2+2+2+2+2+2+2 = 23 (adapter,

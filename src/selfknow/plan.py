@@ -390,8 +390,8 @@ class Planner:
                         need |= {(c, transfer, sp) for c in plan.test_targets(TRANSFER) for sp in ("train", "test")}
                 if transfer is not None:
                     need |= {(c, transfer, sp) for c in ck for sp in ("train", "test")}
-                for key in sorted(need - set(sc)):
-                    sc[key] = self.sc_job(m, *key)
+                for c, ds in sorted({(c, ds) for c, ds, _ in need} - {(c, ds) for c, ds, _ in sc}):
+                    sc.update({(c, ds, sp): sample for sp, sample in self.sc_job(m, c, ds).items()})
                 for plan, s, scored in plans:
                     self.variant_job(m, d, plan, s, scored, sc, transfer)
                 if "gcm_model" in pc:
@@ -400,7 +400,7 @@ class Planner:
         if "gcm_model" in pc:  # Figure 2: the GCM backbone's own answers on each training dataset
             gm = pc["gcm_model"]
             for d in pc["datasets"]:
-                self.sc_job(gm, checkpoint_names(self.cfg, gm)[-1], d, "test")
+                self.sc_job(gm, checkpoint_names(self.cfg, gm)[-1], d)
 
     def _variant_plan(self, variant: str, tr, ev, with_transfer: bool):
         from selfknow.protocols.persistent.variants import plan_variant
@@ -408,32 +408,37 @@ class Planner:
         return plan_variant(variant, tr, ev, with_transfer=with_transfer,
                             pair_mode=self.cfg["persistent"]["random_label_pairs"])
 
-    def sc_job(self, m: str, c: str, ds: str, split: str) -> "Sample":
-        """Beam search on one split's sample (persistent_sc); returns the sample's size and the
-        prompt tokens of reading a confidence on each of its answers."""
+    def sc_job(self, m: str, c: str, ds: str) -> dict[str, "Sample"]:
+        """Beam search on both splits' samples (persistent_sc, one job); returns each split's
+        sample size and the prompt tokens of reading a confidence on each of its answers."""
         from selfknow.stages.judge import max_judge_tokens
         from selfknow.protocols.persistent.prompts import qa_prompts, question_shots
         from selfknow.stages.items import icl_by_domain
 
         pc, judge = self.cfg["persistent"], self.cfg["judge"]
         base = self.R / "persistent"
-        done = _exists(base / "sc" / m / c / ds / f"{split}.parquet", base / "beams" / m / c / ds / f"{split}.parquet")
-        items = self.items.sample(ds, split, pc["n_train"] if split == "train" else pc["n_test"], self.seed)
-        shots = question_shots(self._train_frame(ds, pc["n_shots"]), items["domain"], pc["n_shots"], self.seed,
-                               by_domain=icl_by_domain(self.cfg["datasets"][ds]))
-        prompts = qa_prompts(items["question"], items["domain"], shots, label=pc["prompt_label"])
-        self.lm(m, c, "persistent_sc", done).beam_search(prompts, num_beams=pc["num_beams"],
-                                                         max_new_tokens=pc["max_new_tokens"], stop=("\n",))
+        splits = ("train", "test")
+        done = _exists(*(base / kind / m / c / ds / f"{split}.parquet" for kind in ("sc", "beams") for split in splits))
+        lm = self.lm(m, c, "persistent_sc", done)
         if judge["correctness"] == "llm":
-            jm, beams = judge["llm_judge"], pc["num_beams"]
-            per_q = 1 if judge["labels"] == "generate" else beams
-            self.ledger.job(jm, "persistent_judge", done)
-            prompt = sum(tokens(q) for q in items["question"]) + len(items) * (beams * pc["max_new_tokens"] + 80)
-            self.ledger.add(jm, "persistent_judge", per_q * len(items), per_q * prompt,
-                            per_q * len(items) * max_judge_tokens(beams), done=done)
-            self.ledger.note(jm, "persistent_judge", "one request per question (generate) or per beam "
-                                                     "(constrained, upper bound on the answer groups)")
-        return Sample(len(items), self._scoring_tokens(items))
+            self.ledger.job(judge["llm_judge"], "persistent_judge", done)
+        out = {}
+        for split in splits:
+            items = self.items.sample(ds, split, pc["n_train"] if split == "train" else pc["n_test"], self.seed)
+            shots = question_shots(self._train_frame(ds, pc["n_shots"]), items["domain"], pc["n_shots"], self.seed,
+                                   by_domain=icl_by_domain(self.cfg["datasets"][ds]))
+            prompts = qa_prompts(items["question"], items["domain"], shots, label=pc["prompt_label"])
+            lm.beam_search(prompts, num_beams=pc["num_beams"], max_new_tokens=pc["max_new_tokens"], stop=("\n",))
+            if judge["correctness"] == "llm":
+                jm, beams = judge["llm_judge"], pc["num_beams"]
+                per_q = 1 if judge["labels"] == "generate" else beams
+                prompt = sum(tokens(q) for q in items["question"]) + len(items) * (beams * pc["max_new_tokens"] + 80)
+                self.ledger.add(jm, "persistent_judge", per_q * len(items), per_q * prompt,
+                                per_q * len(items) * max_judge_tokens(beams), done=done)
+                self.ledger.note(jm, "persistent_judge", "one request per question (generate) or per beam "
+                                                         "(constrained, upper bound on the answer groups)")
+            out[split] = Sample(len(items), self._scoring_tokens(items))
+        return out
 
     def _scoring_tokens(self, items: pd.DataFrame) -> int:
         from selfknow.protocols.persistent.prompts import confidence_prompt

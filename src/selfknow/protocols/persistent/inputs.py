@@ -26,8 +26,9 @@ class ScInput(NamedTuple):
 
 
 class ScTable(NamedTuple):
-    """An SC table named by its own rule's wildcards (`persistent_sc`), for the jobs that read
-    several models' or datasets' answers (Table 7, Figure 2)."""
+    """An SC table named by the wildcards of its path (`persistent_sc` writes both splits of a
+    checkpoint's dataset), for the jobs that read several models' or datasets' answers
+    (Table 7, Figure 2)."""
 
     model: str
     checkpoint: str

@@ -3,7 +3,7 @@ computes, and writes its outputs atomically; the scripts in `scripts/persistent_
 exactly one of them.
 
 - `sc_job`       beams (resumable) + self-consistency + judged candidates for one
-                 (model, checkpoint, dataset, split);
+                 (model, checkpoint, dataset), each of its splits;
 - `variant_job`  trains every adapter of one training variant and seed and scores every
                  (adapter, checkpoint, answers) pair the variant needs (`variants.plan_variant`);
 - `variant_slice_job` a variant whose scorings the transfer variant already computes
@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
@@ -213,17 +213,27 @@ def judge_count_job(sc_paths: Mapping[ScInput, str], out: str) -> dict:
 BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob"]
 
 
-def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_out: str,
-           sc_out: str, *, split: str, n_items: int, n_shots: int, icl_by_domain: bool, seed: int,
-           num_beams: int, max_new_tokens: int, equivalence: str, prompt_label: str, cache_dir: str,
-           judge: Mapping, threads: int = 1) -> dict:
+class SplitIO(NamedTuple):
+    """One split of an `sc_job`: its questions, how many to sample, the beam and SC tables."""
+
+    items: str
+    n_items: int
+    beams_out: str
+    sc_out: str
+
+
+def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoint: str, *, n_shots: int,
+           icl_by_domain: bool, seed: int, num_beams: int, max_new_tokens: int, equivalence: str,
+           prompt_label: str, cache_dir: str, judge: Mapping, threads: int = 1) -> dict:
     """Beam search (`num_beams`, stop at the first newline) on a seeded sample of `n_items`
-    questions of one split, resumable by chunks; then SC grouping (§3.1.1, §A.6) and the labels
-    of every candidate group (`judge_sc`). The `n_shots` in-context examples come from the
+    questions of each split, resumable by chunks; then SC grouping (§3.1.1, §A.6) and the labels
+    of every candidate group (`judge_sc`). One job serves a checkpoint's splits of a dataset so
+    the model (and the judge) load once. The `n_shots` in-context examples come from the
     train items (`prompts.question_shots`; with `icl_by_domain`, those of each question's own
     domain, BioASQ's question type). `judge`: {"correctness": "exact"}, or
     {"correctness": "llm", "spec": the judge model's spec, "labels": "generate" | "constrained",
-    "multi_reference": bool} (config `judge`). Writes the long beam table and the SC table."""
+    "multi_reference": bool} (config `judge`). Writes each split's long beam table and SC table;
+    the summary's keys carry the split's name."""
     import torch
 
     from selfknow.config import is_chat
@@ -236,38 +246,46 @@ def sc_job(items_path: str, train_path: str, spec: dict, checkpoint: str, beams_
 
     torch.set_num_threads(int(threads))
     t0 = time.time()
-    items = sample_items(read_parquet(items_path), n_items, seed)
-    shots = question_shots(read_parquet(train_path), items["domain"], n_shots, seed, by_domain=icl_by_domain)
+    train = read_parquet(train_path)
     lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
+    items, beams = {}, {}
+    for split, io in splits.items():
+        items[split] = sample_items(read_parquet(io.items), io.n_items, seed)
+        shots = question_shots(train, items[split]["domain"], n_shots, seed, by_domain=icl_by_domain)
 
-    def beams_for(chunk: pd.DataFrame) -> pd.DataFrame:
-        prompts = qa_prompts(chunk["question"], chunk["domain"], shots, label=prompt_label)
-        res = lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=("\n",))
-        rows = [(i, q, b, beam.text, beam.logprob) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
-                for b, beam in enumerate(bs)]
-        return pd.DataFrame(rows, columns=BEAM_TABLE)
+        def beams_for(chunk: pd.DataFrame, shots=shots) -> pd.DataFrame:
+            prompts = qa_prompts(chunk["question"], chunk["domain"], shots, label=prompt_label)
+            res = lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=("\n",))
+            rows = [(i, q, b, beam.text, beam.logprob) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
+                    for b, beam in enumerate(bs)]
+            return pd.DataFrame(rows, columns=BEAM_TABLE)
 
-    beams = map_chunks(items, beams_for, beams_out, chunk_size=64, desc=f"beams {checkpoint} {split}",
+        b = map_chunks(items[split], beams_for, io.beams_out, chunk_size=64, desc=f"beams {checkpoint} {split}",
                        params={"spec": spec, "ckpt": checkpoint, "shots": shots, "beams": num_beams,
                                "mnt": max_new_tokens, "label": prompt_label})
-    if beams.empty:  # a split without questions (BioASQ has no train split): the table's columns
-        beams = pd.DataFrame(columns=BEAM_TABLE)
-    t_beams = time.time() - t0
+        # a split without questions (BioASQ has no train split): the table's columns
+        beams[split] = pd.DataFrame(columns=BEAM_TABLE) if b.empty else b
+    summary = {"beam_seconds": round(time.time() - t0, 1), "cache_hits": lm.stats.hits,
+               "model_calls": lm.stats.misses}
     lm.release()  # done with it: its weights go before the NLI model's and the judge's load
-    sc = self_consistency_frame(beams, make_equivalence(equivalence, num_threads=threads, device=side_device(spec)))
-    if judge["correctness"] == "llm":
-        judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"])
-        sc = judge_sc(sc, items, judge=judge_lm, chat=is_chat(judge["spec"]), labels=judge["labels"],
-                      multi_reference=judge["multi_reference"])
-        judged = {"judge_cache_hits": judge_lm.stats.hits, "judge_calls": judge_lm.stats.misses}
-    else:
-        sc, judged = judge_sc(sc, items), {}
-    sc = sc[SC_COLUMNS + JUDGE_COLUMNS].assign(model=spec["name"], checkpoint=checkpoint, split=split)
-    write_parquet(sc, sc_out)
-    return {"items": len(sc), "accuracy": round(float(sc["correct"].mean()), 4),
-            "mean_confidence": round(float(sc["confidence"].mean()), 4),
-            "beam_seconds": round(t_beams, 1), "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses,
-            **{k: v for k, v in judge_counts(sc).items() if k != "judge"}, **judged}
+    equivalent = make_equivalence(equivalence, num_threads=threads, device=side_device(spec))
+    judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"]) if judge["correctness"] == "llm" else None
+    for split, io in splits.items():
+        sc = self_consistency_frame(beams[split], equivalent)
+        if judge_lm is not None:
+            sc = judge_sc(sc, items[split], judge=judge_lm, chat=is_chat(judge["spec"]), labels=judge["labels"],
+                          multi_reference=judge["multi_reference"])
+        else:
+            sc = judge_sc(sc, items[split])
+        sc = sc[SC_COLUMNS + JUDGE_COLUMNS].assign(model=spec["name"], checkpoint=checkpoint, split=split)
+        write_parquet(sc, io.sc_out)
+        counts = {k: v for k, v in judge_counts(sc).items() if k != "judge"}
+        summary.update({f"{split}_{k}": v for k, v in {
+            "items": len(sc), "accuracy": round(float(sc["correct"].mean()), 4),
+            "mean_confidence": round(float(sc["confidence"].mean()), 4), **counts}.items()})
+    if judge_lm is not None:
+        summary.update({"judge_cache_hits": judge_lm.stats.hits, "judge_calls": judge_lm.stats.misses})
+    return summary
 
 
 # ----------------------------------------------------------------------------------------------
