@@ -374,8 +374,9 @@ class Planner:
             for j, d in enumerate(pc["datasets"]):
                 jobs = [(v, s, True) for v in TABLE_VARIANTS for s in pc["seeds"]]
                 if k == 0 and j < 2:  # Figures 3 and 4: the first model on the first two datasets
-                    cut = (set(transfer_slices(tr, ev)), pc["variance_seeds"][0])  # cut from transfer's table
-                    jobs = [(v, s, scored) for v, s, scored in jobs if (v in cut[0], s) != (True, cut[1])]
+                    # variants cut from the transfer variant's table (its seed) train nothing
+                    sliced, transfer_seed = set(transfer_slices(tr, ev)), pc["variance_seeds"][0]
+                    jobs = [(v, s, scored) for v, s, scored in jobs if not (v in sliced and s == transfer_seed)]
                     jobs += [("transfer", pc["variance_seeds"][0], True), ("random_label", pc["seeds"][0], True)]
                 if k == 0 and j == 0:  # Table 19's other seeds: hidden states only
                     jobs += [("transfer", s, False) for s in pc["variance_seeds"][1:]]
