@@ -91,6 +91,8 @@ rule persistent_variant_slice:
     params:
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
+    conda:
+        "../envs/selfknow.yaml"
     log:
         f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.log",
     script:
