@@ -377,7 +377,7 @@ class Planner:
                     # variants cut from the transfer variant's table (its seed) train nothing
                     sliced, transfer_seed = set(transfer_slices(tr, ev)), pc["variance_seeds"][0]
                     jobs = [(v, s, scored) for v, s, scored in jobs if not (v in sliced and s == transfer_seed)]
-                    jobs += [("transfer", pc["variance_seeds"][0], True), ("random_label", pc["seeds"][0], True)]
+                    jobs += [("transfer", transfer_seed, True), ("random_label", pc["seeds"][0], True)]
                 if k == 0 and j == 0:  # Table 19's other seeds: hidden states only
                     jobs += [("transfer", s, False) for s in pc["variance_seeds"][1:]]
                 plans = [(self._variant_plan(v, tr, ev, transfer is not None and v in TRANSFER_VARIANTS), s, scored)
@@ -421,18 +421,18 @@ class Planner:
         splits = ("train", "test")
         done = _exists(*(base / kind / m / c / ds / f"{split}.parquet" for kind in ("sc", "beams") for split in splits))
         lm = self.lm(m, c, "persistent_sc", done)
-        if judge["correctness"] == "llm":
-            self.ledger.job(judge["llm_judge"], "persistent_judge", done)
+        beams, judged = pc["num_beams"], judge["correctness"] == "llm"
+        if judged:
+            jm, per_q = judge["llm_judge"], 1 if judge["labels"] == "generate" else beams
+            self.ledger.job(jm, "persistent_judge", done)
+        train, by_domain = self._train_frame(ds, pc["n_shots"]), icl_by_domain(self.cfg["datasets"][ds])
         out = {}
         for split in splits:
             items = self.items.sample(ds, split, pc["n_train"] if split == "train" else pc["n_test"], self.seed)
-            shots = question_shots(self._train_frame(ds, pc["n_shots"]), items["domain"], pc["n_shots"], self.seed,
-                                   by_domain=icl_by_domain(self.cfg["datasets"][ds]))
+            shots = question_shots(train, items["domain"], pc["n_shots"], self.seed, by_domain=by_domain)
             prompts = qa_prompts(items["question"], items["domain"], shots, label=pc["prompt_label"])
-            lm.beam_search(prompts, num_beams=pc["num_beams"], max_new_tokens=pc["max_new_tokens"], stop=("\n",))
-            if judge["correctness"] == "llm":
-                jm, beams = judge["llm_judge"], pc["num_beams"]
-                per_q = 1 if judge["labels"] == "generate" else beams
+            lm.beam_search(prompts, num_beams=beams, max_new_tokens=pc["max_new_tokens"], stop=("\n",))
+            if judged:
                 prompt = sum(tokens(q) for q in items["question"]) + len(items) * (beams * pc["max_new_tokens"] + 80)
                 self.ledger.add(jm, "persistent_judge", per_q * len(items), per_q * prompt,
                                 per_q * len(items) * max_judge_tokens(beams), done=done)
