@@ -202,6 +202,33 @@ def test_training_examples_take_top_candidates_weighted():
     assert two["answer"].tolist() == ["x", "y", "z"] and two["weight"].tolist() == pytest.approx([0.6, 0.3, 0.9])
 
 
+def test_adapter_examples_build_each_view_from_its_plan():
+    sc = {c: _sc_frame(["a", "b"], [0.6, 0.9], [c == "C3", True], pred=[f"{c}a", f"{c}b"]) for c in EV}
+    spec = {"name": "m", "checkpoints": [{"name": c, "path": f"/w/{c}"} for c in TR + EV]}
+    frame = lambda ex: ex[["question_id", "answer", "correct", "source"]].values.tolist()  # noqa: E731
+    # Table 4 pooled data: each respective adapter sees every evaluation checkpoint's answers
+    po = {a.name: a for a in V.plan_variant("oracle_pooled", TR, EV).adapters}
+    c4 = J.adapter_examples(po["C4"], sc, spec, seed=0)
+    assert list(c4) == ["C4"] and c4["C4"][0] == "/w/C4"
+    assert frame(c4["C4"][1]) == [["a", "C3a", True, "C3"], ["b", "C3b", True, "C3"],
+                                  ["a", "C4a", False, "C4"], ["b", "C4b", True, "C4"]]
+    # Table 4 single-checkpoint data: both views, C3's answers for both
+    (sd,) = V.plan_variant("oracle_single_data", TR, EV).adapters
+    both = J.adapter_examples(sd, sc, spec, seed=0)
+    assert [both[v][0] for v in EV] == ["/w/C3", "/w/C4"]
+    assert frame(both["C4"][1]) == frame(both["C3"][1]) == [["a", "C3a", True, "C3"], ["b", "C3b", True, "C3"]]
+    # random labels on the second view only, drawn from the seed
+    sc_all = {c: _sc_frame([str(i) for i in range(200)], [0.5] * 200, [True] * 200) for c in TR + EV}
+    rl = V.plan_variant("random_label", TR, EV).adapters[-1]
+    first, second = rl.views
+    ex = J.adapter_examples(rl, sc_all, spec, seed=3)
+    assert ex[first][1]["correct"].all() and 0.4 < ex[second][1]["correct"].mean() < 0.6
+    again = J.adapter_examples(rl, sc_all, spec, seed=3)
+    assert ex[second][1]["correct"].tolist() == again[second][1]["correct"].tolist()
+    with pytest.raises(KeyError, match="adapter 'C4'.*'C3'"):
+        J.adapter_examples(po["C4"], {"C4": sc["C4"]}, spec, seed=0)
+
+
 # --------------------------------------------------------------------------------------------
 # method assembly and metrics
 # --------------------------------------------------------------------------------------------

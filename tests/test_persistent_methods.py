@@ -353,6 +353,11 @@ def test_adapter_hparams_come_from_the_config():
         V.AdapterHParams.from_dict({"rank": 8})
 
 
+def _pooled(*frames):
+    """Training frames pooled as one view's data, one source each (`jobs.adapter_examples`)."""
+    return pd.concat([f.assign(source=f"s{k}") for k, f in enumerate(frames)], ignore_index=True)
+
+
 def test_training_frame_helpers():
     cand = pd.DataFrame({"item_id": ["a", "a", "a", "b"], "question": ["qa"] * 3 + ["qb"],
                          "answer": ["x", "y", "z", "w"], "probability": [0.2, 0.5, 0.3, 0.9],
@@ -361,12 +366,9 @@ def test_training_frame_helpers():
     assert tf["answer"].tolist() == ["y", "z", "w"]
     prep = V.prepare_frame("c", tf)
     np.testing.assert_allclose(prep["loss_weight"], [0.625, 0.375, 1.0])
-    pooled = V.pooled_data({"c3": ("d3", tf), "c4": ("d4", tf.assign(correct=True))})
-    assert set(pooled) == {"c3", "c4"} and list(pooled["c4"]) == ["c4"]
-    p4 = V.prepare_frame("c4", pooled["c4"]["c4"][1])
+    # pooled sources: each (question, source) weighs 1/sources, so every question weighs 1
+    p4 = V.prepare_frame("c4", _pooled(tf, tf.assign(correct=True)))
     np.testing.assert_allclose(p4.groupby("question_id")["loss_weight"].sum(), [1.0, 1.0])
-    one = V.single_checkpoint_data({"c3": ("d3", tf), "c4": ("d4", tf.iloc[:1])}, "c3")
-    assert one["c4"][0] == "d4" and len(one["c4"][1]) == 3
     r1, r2 = V.randomise_labels(tf, 1), V.randomise_labels(tf, 1)
     assert r1["correct"].tolist() == r2["correct"].tolist()
     big = V.randomise_labels(pd.DataFrame({"correct": [True] * 2000}), 5)["correct"]
@@ -579,8 +581,7 @@ def test_multi_checkpoint_shares_one_adapter(tiny_models, tmp_path):
     # training on d1 and d2 pooled as two sources, so the weights must agree.
     V.train_adapter({"c0": (tiny_models[0], d1), "c0b": (tiny_models[0], d2)},
                     tmp_path / "twin", seed=0, hparams=hp)
-    pooled = V.pooled_data({"c0": (tiny_models[0], d1), "c0b": (tiny_models[0], d2)})["c0"]
-    V.train_adapter(pooled, tmp_path / "pooled", seed=0, hparams=hp)
+    V.train_adapter({"c0": (tiny_models[0], _pooled(d1, d2))}, tmp_path / "pooled", seed=0, hparams=hp)
     single = {"c0": (tiny_models[0], d1)}
     V.train_adapter(single, tmp_path / "single", seed=0, hparams=hp)
     wt, wp, ws = (load_file(tmp_path / n / "adapter_model.safetensors")
@@ -596,8 +597,7 @@ def test_multi_checkpoint_shares_one_adapter(tiny_models, tmp_path):
 
     # Pooled sources with the same answers make the same prompts: they run once each, weighted
     # by their sum, so pooling d1 with an identical copy is single-source training on d1 exactly
-    copy = V.pooled_data({"c0": (tiny_models[0], d1), "c0b": (tiny_models[0], d1.copy())})["c0"]
-    V.train_adapter(copy, tmp_path / "copy", seed=0, hparams=hp)
+    V.train_adapter({"c0": (tiny_models[0], _pooled(d1, d1))}, tmp_path / "copy", seed=0, hparams=hp)
     wc = load_file(tmp_path / "copy" / "adapter_model.safetensors")
     assert all(torch.equal(wc[k], ws[k]) for k in ws)
     log = json.loads((tmp_path / "copy" / V.TRAINING_LOG_FILE).read_text())

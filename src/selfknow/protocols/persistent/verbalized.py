@@ -32,16 +32,17 @@ batch loss is sum(weight x BCE) / (questions in batch x checkpoints). Within a
 (checkpoint, question) the example weights sum to 1: generation probabilities renormalised over
 the kept candidates (multi-answer), and split evenly over data sources (pooled data).
 
-Variants are compositions of these inputs (the workflow builds them):
+Variants are compositions of these inputs (`variants.AdapterPlan` declares them,
+`jobs.adapter_examples` builds them):
 - single-checkpoint: `{C2: (dir2, data2)}`;
 - multi-checkpoint: `{C1: (dir1, data1), C2: (dir2, data2)}` (oracle: the eval checkpoints);
 - respective-checkpoint: one `train_adapter` call per checkpoint;
 - multi-answer: `training_frame(candidates, n_answers=2)` for each checkpoint's data;
 - random labels on the second checkpoint (Figure 3 right): `randomise_labels(data3, seed)`;
-- single-checkpoint-data ablation (Table 4): `single_checkpoint_data(by_ckpt, "C3")` — both
-  checkpoints' models, C3's answers and labels for both;
-- pooled-data ablation (Table 4): `pooled_data(by_ckpt)` — one *respective* run per
-  checkpoint, each on the data of all checkpoints pooled (source = data checkpoint).
+- single-checkpoint-data ablation (Table 4): both checkpoints' models, C3's answers and labels
+  for both;
+- pooled-data ablation (Table 4): one *respective* run per checkpoint, each on the data of all
+  checkpoints pooled (column `source` = data checkpoint).
 """
 from __future__ import annotations
 
@@ -308,28 +309,6 @@ def randomise_labels(df: pd.DataFrame, seed: int) -> pd.DataFrame:
 
 
 TrainingSet = Mapping[str, tuple[str, pd.DataFrame]]
-
-
-def single_checkpoint_data(by_ckpt: TrainingSet, data_ckpt: str) -> dict[str, tuple[str, pd.DataFrame]]:
-    """Table 4 "single-checkpoint data": every checkpoint's model trains on `data_ckpt`'s
-    answers and labels (one adapter, multi-checkpoint views, no extra data)."""
-    if data_ckpt not in by_ckpt:
-        raise KeyError(f"data checkpoint {data_ckpt!r} not among {list(by_ckpt)}")
-    data = by_ckpt[data_ckpt][1]
-    return {name: (model_dir, data.copy()) for name, (model_dir, _) in by_ckpt.items()}
-
-
-def pooled_data(by_ckpt: TrainingSet) -> dict[str, dict[str, tuple[str, pd.DataFrame]]]:
-    """Table 4 "pooled data": for each checkpoint, the single-entry training set (its own model)
-    whose data pools every checkpoint's answers (source = data checkpoint), so each respective
-    adapter sees the data of the multi-checkpoint run but only its own model's features."""
-    parts = []
-    for name, (_, df) in by_ckpt.items():
-        d = df.copy()
-        d["source"] = name
-        parts.append(d)
-    pool = pd.concat(parts, ignore_index=True)
-    return {name: {name: (model_dir, pool.copy())} for name, (model_dir, _) in by_ckpt.items()}
 
 
 # ----------------------------------------------------------------------------------------------
