@@ -147,13 +147,15 @@ def _configure_plan(p: argparse.ArgumentParser) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     """Print what a run of the config would request of each model: requests, tokens, dollars, hours."""
     from selfknow.config import load_config
-    from selfknow.plan import make_plan, render_plan
+    from selfknow.plan import make_plan, render_plan, render_prices
     from selfknow.records import write_csv
 
-    df, datasets = make_plan(load_config(args.config), args.results)
+    cfg = load_config(args.config)
+    df, datasets = make_plan(cfg, args.results)
     if args.csv:
         write_csv(df, args.csv)
     print(render_plan(df, datasets), end="")
+    print("\n" + render_prices(cfg, df), end="")
     return 0
 
 

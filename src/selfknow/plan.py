@@ -612,16 +612,40 @@ class Planner:
 
 # ----------------------------------------------------------------------------- the report
 PLAN_COLUMNS = ["model", "stage", "jobs", "done_jobs", "requests", "cached", "prompt_tokens",
-                "completion_tokens", "train_tokens", "usd", "device", "device_hours", "basis"]
+                "completion_tokens", "reasoning_tokens", "train_tokens", "usd", "device", "device_hours", "basis"]
 
 
 def price_per_mtok(cfg: dict, model: str) -> tuple[float, float] | None:
-    """[input, output] USD per million tokens of an API (`openai` backend) model from config
-    `lcae.prices`; None for a local model (it costs device time) or an API model without one."""
+    """[input, output] USD per million tokens of an API (`openai` backend) model: its entry's
+    `price` (the provider's list price, less its `batch_discount` where the entry sends
+    batches), else config `lcae.prices`; None for a local model (it costs device time) or an
+    API model without either."""
+    spec = model_entry(cfg, model)
     prices = cfg["lcae"]["prices"] if "lcae" in cfg else {}
-    if model_entry(cfg, model)["backend"] != "openai" or model not in prices:
+    if spec["backend"] != "openai":
         return None
-    return tuple(prices[model])
+    if "price" in spec:
+        p = spec["price"]
+        keep = 1 - p["batch_discount"] if spec["batch"] and "batch_discount" in p else 1
+        return p["input"] * keep, p["output"] * keep
+    return tuple(prices[model]) if model in prices else None
+
+
+def reasoning_per_request(spec: dict) -> tuple[int, str] | None:
+    """Hidden reasoning tokens one request of an API model spends, and the basis: the entry's
+    `reasoning_estimate`, else, for a model whose requests reason (reasoning headroom or
+    effort from its entry or preset), the request's reasoning headroom (an upper bound);
+    None for a model that does not reason."""
+    from selfknow.models.openai_api import request_options
+
+    if spec["backend"] != "openai":
+        return None
+    if "reasoning_estimate" in spec:
+        return spec["reasoning_estimate"]["tokens"], spec["reasoning_estimate"]["source"]
+    opts = request_options(spec)
+    if opts["reasoning_tokens"] or opts["reasoning_effort"] not in (None, "none"):
+        return opts["reasoning_tokens"], "the request's reasoning headroom (an upper bound)"
+    return None
 
 
 def plan_frame(cfg: dict, ledger: Ledger) -> pd.DataFrame:
@@ -631,7 +655,10 @@ def plan_frame(cfg: dict, ledger: Ledger) -> pd.DataFrame:
     for (model, stage), r in sorted(ledger.rows.items(), key=lambda kv: (STAGES.index(kv[0][1]), kv[0][0])):
         spec = model_entry(cfg, model)
         price = price_per_mtok(cfg, model)
-        usd = (r.prompt_tokens * price[0] + r.completion_tokens * price[1]) / 1e6 if price else float("nan")
+        reasoning = reasoning_per_request(spec)
+        hidden = r.requests * reasoning[0] if reasoning else 0
+        usd = ((r.prompt_tokens * price[0] + (r.completion_tokens + hidden) * price[1]) / 1e6 if price
+               else float("nan"))
         if spec["backend"] == "hf":
             work = r.prompt_tokens + r.completion_tokens + TRAIN_PASSES * r.train_tokens
             hours = work / spec["throughput_tok_s"] / 3600 * max(1, spec["gpu"])
@@ -640,7 +667,8 @@ def plan_frame(cfg: dict, ledger: Ledger) -> pd.DataFrame:
             hours, device = float("nan"), "API"
         rows.append({"model": model, "stage": stage, "jobs": r.jobs, "done_jobs": r.done_jobs,
                      "requests": r.requests, "cached": r.cached, "prompt_tokens": r.prompt_tokens,
-                     "completion_tokens": r.completion_tokens, "train_tokens": r.train_tokens, "usd": usd,
+                     "completion_tokens": r.completion_tokens, "reasoning_tokens": hidden,
+                     "train_tokens": r.train_tokens, "usd": usd,
                      "device": device, "device_hours": hours, "basis": "; ".join(sorted(r.basis))})
     return pd.DataFrame(rows, columns=PLAN_COLUMNS)
 
@@ -665,8 +693,9 @@ def _human(x: float) -> str:
 def render_plan(df: pd.DataFrame, datasets: dict[str, str]) -> str:
     """The plan as a Markdown table with a total row, then the notes on estimated rows."""
     notes: list[str] = []
-    lines = ["| model | stage | jobs (done) | requests | cached | prompt tok | completion tok | USD | device | hours |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | stage | jobs (done) | requests | cached | prompt tok | completion tok | reasoning tok | USD | "
+             "device | hours |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in df.itertuples(index=False):
         mark = ""
         if r.basis:
@@ -676,19 +705,48 @@ def render_plan(df: pd.DataFrame, datasets: dict[str, str]) -> str:
         usd = "-" if not np.isfinite(r.usd) else f"{r.usd:,.2f}"
         hours = "-" if not np.isfinite(r.device_hours) else f"{r.device_hours:,.2f}"
         lines.append(f"| {r.model} | {r.stage}{mark} | {r.jobs} ({r.done_jobs}) | {r.requests:,} | {r.cached:,} | "
-                     f"{_human(r.prompt_tokens)} | {_human(r.completion_tokens)} | {usd} | {r.device} | {hours} |")
+                     f"{_human(r.prompt_tokens)} | {_human(r.completion_tokens)} | {_human(r.reasoning_tokens)} | "
+                     f"{usd} | {r.device} | {hours} |")
     priced = df["usd"].notna()
     hours = "; ".join(f"{kind} {df.loc[df['device'].str.endswith(kind), 'device_hours'].sum():,.2f}"
                       for kind in ("GPU", "CPU") if df["device"].str.endswith(kind).any())
     lines.append(f"| **total** | | {df['jobs'].sum()} ({df['done_jobs'].sum()}) | {df['requests'].sum():,} | "
                  f"{df['cached'].sum():,} | {_human(df['prompt_tokens'].sum())} | "
-                 f"{_human(df['completion_tokens'].sum())} | {df.loc[priced, 'usd'].sum():,.2f} | | {hours} |")
+                 f"{_human(df['completion_tokens'].sum())} | {_human(df['reasoning_tokens'].sum())} | "
+                 f"{df.loc[priced, 'usd'].sum():,.2f} | | {hours} |")
     out = "\n".join(lines)
     unpriced = sorted(set(df.loc[(df["device"] == "API") & ~priced, "model"]))
     foot = [f"[{i + 1}] estimate: {n}" for i, n in enumerate(notes)]
     foot += [f"items: {name}: {basis}" for name, basis in sorted(datasets.items())]
     if unpriced:
-        foot.append("no price in lcae.prices (USD not counted): " + ", ".join(unpriced))
-    foot.append("completion tokens are the requests' budgets (upper bounds), without hidden reasoning tokens; "
+        foot.append("no published price found, USD not counted (no `price` in the model entry nor in "
+                    "lcae.prices): " + ", ".join(unpriced))
+    foot.append("completion tokens are the requests' budgets (upper bounds); reasoning tokens are the hidden "
+                "reasoning of reasoning models, billed as output (see the price table); "
                 "hours = (prompt + completion + 3 x adapter-training tokens) / throughput_tok_s x GPUs")
     return out + "\n\n" + "\n".join(f"- {line}" for line in foot) + "\n"
+
+
+def render_prices(cfg: dict, df: pd.DataFrame) -> str:
+    """Per API model of the plan: the price it is counted at and where it comes from, the
+    hidden reasoning tokens per request and their basis, and its dollars in total."""
+    lines = ["| API model | USD / 1M in | USD / 1M out | batch | price source | reasoning tok / request | "
+             "reasoning basis | USD |", "|---|---|---|---|---|---|---|---|"]
+    api = df[df["device"] == "API"]
+    for model in sorted(set(api["model"])):
+        spec = model_entry(cfg, model)
+        price = price_per_mtok(cfg, model)
+        if "price" in spec:
+            source = spec["price"]["source"]
+        elif price is not None:
+            source = "lcae.prices (the LCAE paper's price)"
+        else:
+            source = "**no published price found**: USD not counted"
+        batch = "yes" if spec["batch"] and "batch_discount" in spec.get("price", {}) else "-"
+        reasoning = reasoning_per_request(spec)
+        usd = api.loc[api["model"] == model, "usd"].sum() if price else float("nan")
+        cells = [f"{price[0]:g}", f"{price[1]:g}"] if price else ["-", "-"]
+        lines.append(f"| {model} | {cells[0]} | {cells[1]} | {batch} | {source} | "
+                     f"{reasoning[0] if reasoning else 0:,} | {reasoning[1] if reasoning else 'no reasoning'} | "
+                     f"{'-' if not np.isfinite(usd) else f'{usd:,.2f}'} |")
+    return "\n".join(lines) + "\n"
