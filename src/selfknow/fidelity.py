@@ -1,0 +1,265 @@
+"""The fidelity manifest (fidelity/manifest.yaml): every protocol constant the three papers or
+their authors' code fix, with its source, checked against a resolved config, and the README's
+"Deviations from the papers" table, rendered from it.
+
+A *setting* names a config key (``models[name=gpt-5.4].mode``, ``datasets.triviaqa.revision``,
+``models[name=olmo3-7b].checkpoints[*].revision``), the papers' value and its source. Where we
+differ, it also names the deviation (an id of the manifest's ``deviations``) and our value
+(``ours``), so a change to either side is caught. A *deviation* is one row of the README table:
+paper, what we do differently, why, where it is set.
+
+    selfknow fidelity config/paper.yaml            # check the config (schema defaults included)
+    selfknow fidelity config/paper.yaml --readme   # and rewrite the README table from the manifest
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST_PATH = ROOT / "fidelity" / "manifest.yaml"
+README_PATH = ROOT / "README.md"
+PAPERS = ("persistent", "LADDER", "LCAE")
+#: the README lines between which the deviation table is generated
+README_BEGIN = "<!-- deviations: generated from fidelity/manifest.yaml by `selfknow fidelity --readme` -->"
+README_END = "<!-- end of deviations -->"
+
+
+class ManifestError(ValueError):
+    """A malformed manifest entry, with the entry's index and field in the message."""
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+#: a key the resolved config does not have
+MISSING = _Missing()
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    paper: str
+    value: Any
+    source: str
+    deviation: str | None = None
+    ours: Any = None
+
+    @property
+    def expected(self) -> Any:
+        """What the config must hold: the papers' value, or ours where a deviation is recorded
+        (None in the manifest stands for an absent key)."""
+        v = self.ours if self.deviation else self.value
+        return MISSING if v is None else v
+
+
+@dataclass(frozen=True)
+class Deviation:
+    id: str
+    paper: str
+    what: str
+    why: str
+    where: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    settings: tuple[Setting, ...]
+    deviations: tuple[Deviation, ...]
+
+    def deviation(self, id: str) -> Deviation:
+        return next(d for d in self.deviations if d.id == id)
+
+
+_FIELDS = {"settings": ({"key", "paper", "value", "source"}, {"deviation", "ours"}),
+           "deviations": ({"id", "paper", "what", "why", "where"}, set())}
+
+
+def _entries(raw: dict, section: str, where: str) -> list[dict]:
+    required, optional = _FIELDS[section]
+    entries = raw.get(section)
+    if not isinstance(entries, list):
+        raise ManifestError(f"{where}: '{section}' must be a list")
+    for i, e in enumerate(entries):
+        at = f"{where}: {section}[{i}]"
+        if not isinstance(e, dict):
+            raise ManifestError(f"{at}: must be a mapping")
+        if missing := sorted(required - e.keys()):
+            raise ManifestError(f"{at}: missing {', '.join(missing)}")
+        if extra := sorted(e.keys() - required - optional):
+            raise ManifestError(f"{at}: unknown field {extra[0]!r}")
+        for k in ("key", "id", "source", "what", "why", "where"):
+            if k in e and not (isinstance(e[k], str) and e[k].strip()):
+                raise ManifestError(f"{at}.{k}: must be a non-empty string")
+        if not any(p in e["paper"] for p in PAPERS):
+            raise ManifestError(f"{at}.paper: {e['paper']!r} names none of {', '.join(PAPERS)}")
+    return entries
+
+
+def load_manifest(path: str | Path = MANIFEST_PATH) -> Manifest:
+    """The manifest at `path`, checked: required fields, known deviation ids, one entry per key."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as f:
+        raw = yaml.safe_load(f)
+    if not isinstance(raw, dict):
+        raise ManifestError(f"{path}: must be a mapping with 'settings' and 'deviations'")
+    deviations = tuple(Deviation(**e) for e in _entries(raw, "deviations", str(path)))
+    ids = [d.id for d in deviations]
+    if twice := sorted({i for i in ids if ids.count(i) > 1}):
+        raise ManifestError(f"{path}: deviation id {twice[0]!r} appears twice")
+    settings = []
+    for i, e in enumerate(_entries(raw, "settings", str(path))):
+        s = Setting(**e)
+        if s.deviation is not None and s.deviation not in ids:
+            raise ManifestError(f"{path}: settings[{i}] ({s.key}): unknown deviation {s.deviation!r}")
+        if s.deviation is None and "ours" in e:
+            raise ManifestError(f"{path}: settings[{i}] ({s.key}): 'ours' needs a 'deviation'")
+        if s.deviation is not None and s.ours == s.value:
+            raise ManifestError(f"{path}: settings[{i}] ({s.key}): 'ours' equals the papers' value")
+        parse_key(s.key)
+        settings.append(s)
+    keys = [s.key for s in settings]
+    if twice := sorted({k for k in keys if keys.count(k) > 1}):
+        raise ManifestError(f"{path}: setting {twice[0]!r} appears twice")
+    return Manifest(tuple(settings), deviations)
+
+
+# ----------------------------------------------------------------------------- keys
+_TOKEN = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
+
+
+def parse_key(key: str) -> list[tuple[str, str]]:
+    """A key as (kind, text) steps: ('key', k) a mapping key, ('select', 'name=x') the list
+    element whose field equals x, ('each', '*') every element of a list."""
+    steps, pos = [], 0
+    for m in _TOKEN.finditer(key):
+        gap = key[pos:m.start()]
+        if gap not in ("", "."):
+            raise ManifestError(f"key {key!r}: cannot parse near {gap!r}")
+        pos = m.end()
+        if m.group(2) is not None:
+            steps.append(("key", m.group(2)))
+        elif m.group(1) == "*":
+            steps.append(("each", "*"))
+        elif "=" in m.group(1):
+            steps.append(("select", m.group(1)))
+        else:
+            raise ManifestError(f"key {key!r}: [{m.group(1)}] must be [field=value] or [*]")
+    if pos != len(key) or not steps:
+        raise ManifestError(f"key {key!r}: cannot parse")
+    return steps
+
+
+def _select(node: Any, sel: str, key: str) -> Any:
+    field_, value = sel.split("=", 1)
+    if not isinstance(node, list):
+        return MISSING
+    hits = [x for x in node if isinstance(x, dict) and str(x.get(field_)) == value]
+    if len(hits) > 1:
+        raise ManifestError(f"key {key!r}: [{sel}] matches {len(hits)} entries")
+    return hits[0] if hits else MISSING
+
+
+def resolve(cfg: Any, key: str) -> Any:
+    """The value at `key` in a config, or MISSING."""
+    def walk(node: Any, steps: list) -> Any:
+        for i, (kind, text) in enumerate(steps):
+            if node is MISSING:
+                return MISSING
+            if kind == "key":
+                node = node.get(text, MISSING) if isinstance(node, dict) else MISSING
+            elif kind == "select":
+                node = _select(node, text, key)
+            else:
+                return [walk(x, steps[i + 1:]) for x in node] if isinstance(node, list) else MISSING
+        return node
+    return walk(cfg, parse_key(key))
+
+
+def assign(cfg: dict, key: str, value: Any) -> None:
+    """Set `key` in a raw config (mappings created on the way; a selected list entry must exist)."""
+    steps = parse_key(key)
+    node = cfg
+    for kind, text in steps[:-1]:
+        if kind == "key":
+            node = node.setdefault(text, {})
+        elif kind == "select":
+            node = _select(node, text, key)
+            if node is MISSING:
+                raise KeyError(f"{key}: no entry [{text}]")
+        else:
+            raise KeyError(f"{key}: cannot assign through [*]")
+    kind, text = steps[-1]
+    if kind != "key":
+        raise KeyError(f"{key}: the last step must be a mapping key")
+    node[text] = value
+
+
+# ----------------------------------------------------------------------------- the check
+def _plain(x: Any) -> Any:
+    """Config values compared as plain YAML data (strict mappings, tuples, int-valued floats)."""
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if isinstance(x, float) and x.is_integer():
+        return int(x)
+    return x
+
+
+def check_config(cfg: dict, manifest: Manifest) -> list[str]:
+    """One message per setting whose resolved value is not what the manifest expects: the
+    papers' value, or, where a deviation is recorded, ours. `cfg` has its schema defaults
+    filled (selfknow.config.validate_config)."""
+    problems = []
+    for s in manifest.settings:
+        got, want = resolve(cfg, s.key), s.expected
+        if _plain(got) == _plain(want):
+            continue
+        if s.deviation:
+            problems.append(f"{s.key} = {got!r}: the manifest records our deviation "
+                            f"'{s.deviation}' as {want!r} (papers: {s.value!r}; {s.source})")
+        else:
+            problems.append(f"{s.key} = {got!r} differs from the papers' {want!r} ({s.source}) and no "
+                            f"deviation is recorded in {MANIFEST_PATH.relative_to(ROOT)}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- the README table
+def _cell(text: str) -> str:
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def render_deviations(manifest: Manifest) -> str:
+    """The README's deviation table, one row per manifest deviation, in manifest order."""
+    lines = [README_BEGIN, "", "| paper | what we do differently | why | where it is set |", "|---|---|---|---|"]
+    lines += [f"| {_cell(d.paper)} | {_cell(d.what)} | {_cell(d.why)} | {_cell(d.where)} |"
+              for d in manifest.deviations]
+    return "\n".join(lines + ["", README_END])
+
+
+def readme_block(text: str) -> tuple[int, int]:
+    """Start and end offsets of the generated block in README text."""
+    a, b = text.find(README_BEGIN), text.find(README_END)
+    if a < 0 or b < a:
+        raise ValueError(f"README: no generated deviation block ({README_BEGIN!r} ... {README_END!r})")
+    return a, b + len(README_END)
+
+
+def write_readme(manifest: Manifest, path: str | Path = README_PATH) -> bool:
+    """Rewrite the README's generated deviation block; True if it changed."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    a, b = readme_block(text)
+    new = text[:a] + render_deviations(manifest) + text[b:]
+    if new != text:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(new, encoding="utf-8")
+        tmp.replace(path)
+    return new != text

@@ -1,0 +1,145 @@
+"""The fidelity manifest against config/paper.yaml, the README's deviation table, and the
+README's rehearsal table against config/rehearsal.yaml."""
+import copy
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from selfknow.config import load_config
+from selfknow.fidelity import (
+    MISSING, ManifestError, assign, check_config, load_manifest, readme_block, render_deviations, resolve)
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT / "config" / "paper.yaml"
+README = ROOT / "README.md"
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    return load_manifest()
+
+
+@pytest.fixture(scope="module")
+def paper():
+    return load_config(PAPER)
+
+
+def test_the_paper_config_runs_the_manifests_protocol(manifest, paper):
+    assert check_config(paper, manifest) == []
+
+
+def test_every_paper_has_settings_and_every_key_resolves(manifest, paper):
+    assert {s.paper for s in manifest.settings} == {"persistent", "LADDER", "LCAE"}
+    # a key that resolves to nothing would pass only by standing for an absent key
+    absent = [s.key for s in manifest.settings if resolve(paper, s.key) is MISSING and s.expected is not MISSING]
+    assert absent == []
+
+
+def _changed(value):
+    """A different value of the same kind."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, (int, float)):
+        return value + 1
+    if isinstance(value, list):
+        return value[:-1] if len(value) > 1 else value + value
+    return f"{value}-changed"
+
+
+def test_changing_any_manifest_setting_fails_the_check(manifest, paper):
+    for i, s in enumerate(manifest.settings):
+        v = s.expected
+        settings = list(manifest.settings)
+        field = "ours" if s.deviation else "value"
+        settings[i] = type(s)(**{**s.__dict__, field: _changed("x" if v is MISSING else v)})
+        problems = check_config(paper, type(manifest)(tuple(settings), manifest.deviations))
+        assert len(problems) == 1 and problems[0].startswith(s.key), (s.key, problems)
+
+
+#: one setting of each kind per paper, changed in a copy of config/paper.yaml: set in the file,
+#: filled from the schema's defaults, a recorded deviation moved to the papers' value
+SAMPLE = [
+    ("persistent.num_beams", 8), ("persistent.adapter.lr", 1.0e-4), ("persistent.max_new_tokens", 100),
+    ("datasets.jeopardy.test_range", [15000, 19000]), ("judge.llm_judge", "gpt-5.5"),
+    ("models[name=gpt-5.4].batch", True),
+    ("ladder.n_sessions", 10), ("datasets.mmlu.subject_range", [0, 25]), ("ladder.llm_user_model", "qwen-turbo"),
+    ("ladder.extension.gsm8k.n_items", 100), ("datasets.mmlu.revision", "main"),
+    ("lcae.n_items", 50), ("seed", 7), ("lcae.reflection", "generic"), ("lcae.repeats", 2),
+    ("datasets.medxpertqa.config_name", "Other"),
+]
+
+
+@pytest.mark.parametrize("key,value", SAMPLE, ids=[k for k, _ in SAMPLE])
+def test_a_copy_of_the_paper_config_with_one_setting_changed_fails(manifest, tmp_path, key, value):
+    raw = yaml.safe_load(PAPER.read_text(encoding="utf-8"))
+    assert resolve(load_config(PAPER), key) != value
+    assign(raw, key, value)
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    problems = check_config(load_config(path), manifest)
+    assert [p.split(" = ")[0] for p in problems] == [key]
+
+
+def test_the_sample_covers_every_paper(manifest):
+    papers = {s.key: s.paper for s in manifest.settings}
+    assert {papers[k] for k, _ in SAMPLE} == {"persistent", "LADDER", "LCAE"}
+
+
+def test_the_readme_deviation_table_is_the_manifests(manifest):
+    text = README.read_text(encoding="utf-8")
+    a, b = readme_block(text)
+    assert text[a:b] == render_deviations(manifest), "run `selfknow fidelity --readme`"
+    section = text[text.index("## Deviations from the papers"):text.index("## Resources per job class")]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| paper |")]
+    assert len(rows) == len(manifest.deviations)
+
+
+def _bad_manifest(tmp_path, mutate) -> Path:
+    raw = yaml.safe_load((ROOT / "fidelity" / "manifest.yaml").read_text(encoding="utf-8"))
+    mutate(raw)
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("mutate,message", [
+    (lambda r: r["settings"][0].update(deviation="no-such-row", ours="x"), "unknown deviation 'no-such-row'"),
+    (lambda r: r["settings"][0].pop("source"), "missing source"),
+    (lambda r: r["settings"].append(copy.deepcopy(r["settings"][0])), "appears twice"),
+    (lambda r: r["deviations"][0].update(paper="elsewhere"), "names none of"),
+    (lambda r: r["settings"][0].update(key="models[gpt].x"), "must be [field=value] or [*]"),
+])
+def test_a_malformed_manifest_is_refused(tmp_path, mutate, message):
+    with pytest.raises(ManifestError, match=re.escape(message)):
+        load_manifest(_bad_manifest(tmp_path, mutate))
+
+
+# ----------------------------------------------------------------------------- the rehearsal table
+#: keys of the rehearsal overlay that say where resources come from, not how big a run is
+STAND_IN = {"results", "path", "possible_answer_path", "base_url", "price"}
+
+
+def _flat(d, prefix=""):
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
+
+
+def test_the_readme_rehearsal_table_names_every_size_the_overlay_changes():
+    overlay = yaml.safe_load((ROOT / "config" / "rehearsal.yaml").read_text(encoding="utf-8"))
+    raw = yaml.safe_load(PAPER.read_text(encoding="utf-8"))
+    paper = dict(_flat(raw))
+    sizes = {k for k, v in _flat({k: v for k, v in overlay.items() if k != "models"})
+             if k.split(".")[-1] not in STAND_IN and paper.get(k) != v}
+    # a model's checkpoints are a size too: the panels keep fewer
+    paper_models = {m["name"]: m for m in raw["models"]}
+    sizes |= {f"models[name={m['name']}].checkpoints" for m in overlay["models"]
+              if m.get("checkpoints", []) != paper_models[m["name"]].get("checkpoints", [])}
+    text = README.read_text(encoding="utf-8")
+    table = text[text.index("### Rehearse the paper configs here"):text.index("The harness builds the stand-ins")]
+    missing = sorted(k for k in sizes if f"`{k}`" not in table)
+    assert missing == [], f"README's rehearsal table does not name {missing}"
