@@ -77,6 +77,40 @@ def test_tokens_dollars_and_hours(lcae_config):
     assert chat["device_hours"] == pytest.approx((chat["prompt_tokens"] + chat["completion_tokens"]) / 1000 / 3600 * 2)
 
 
+def test_list_prices_batch_discount_and_reasoning_tokens(tmp_path):
+    """Dollars from a model entry's `price` (less its batch discount where it sends batches),
+    hidden reasoning tokens at its `reasoning_estimate`, else at its preset's headroom, billed
+    as output; an API model without a price is named as unpriced."""
+    from selfknow.plan import render_prices
+
+    results = tmp_path / "results"
+    _write_items(results, "mc", 2, 5, mcq=True)
+    api = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    cfg = validate_config({
+        "seed": 1, "results": str(results),
+        "models": [
+            {"name": "listed", **api, "price": {"input": 2.0, "output": 10.0, "source": "page, 2026-12-01"},
+             "reasoning_estimate": {"tokens": 100, "source": "a measured run"}},
+            {"name": "batched", **api, "batch": True, "request_preset": "openai_reasoning",
+             "price": {"input": 2.0, "output": 10.0, "batch_discount": 0.5, "source": "page"}},
+            {"name": "unpriced", **api}],
+        "datasets": {"mc": {"loader": "mmlu", "path": str(tmp_path), "subjects": ["x"], "subject_range": [0, 5]}},
+        "lcae": {"dataset": "mc", "n_items": 3, "strategies": ["standard"], "examinee_models": ["listed", "batched",
+                 "unpriced"], "repeats": 1, "conditions": ["baseline"], "max_new_tokens": 32}})
+    df, _ = make_plan(cfg)
+    listed, batched = _row(df, "listed", "lcae_stage1"), _row(df, "batched", "lcae_stage1")
+    # 3 items, one request each: 3 x 100 estimated, 3 x 8,192 (the preset's headroom) hidden tokens
+    assert listed["reasoning_tokens"] == 300 and batched["reasoning_tokens"] == 3 * 8192
+    assert listed["usd"] == pytest.approx((listed["prompt_tokens"] * 2 + (3 * 32 + 300) * 10) / 1e6)
+    assert batched["usd"] == pytest.approx((batched["prompt_tokens"] * 1 + (3 * 32 + 3 * 8192) * 5) / 1e6)
+    assert _row(df, "unpriced", "lcae_stage1")["reasoning_tokens"] == 0
+    assert pd.isna(_row(df, "unpriced", "lcae_stage1")["usd"])
+    table = render_prices(cfg, df)
+    assert "| listed | 2 | 10 | - | page, 2026-12-01 | 100 | a measured run |" in table
+    assert "| batched | 1 | 5 | yes | page | 8,192 | the request's reasoning headroom (an upper bound) |" in table
+    assert "| unpriced | - | - | - | **no published price found**" in table
+
+
 def test_finished_jobs_count_as_cached(lcae_config):
     done = Path(lcae_config["results"]) / "lcae" / "stage1" / "api" / "final.parquet"
     done.parent.mkdir(parents=True)
