@@ -96,6 +96,15 @@ def test_the_readme_deviation_table_is_the_manifests(manifest):
     assert len(rows) == len(manifest.deviations)
 
 
+def test_code_keys_read_constants_and_literal_calls():
+    from selfknow.stages.judge import max_judge_tokens
+
+    assert resolve({}, "code:selfknow.stages.judge:max_judge_tokens(10)") == max_judge_tokens(10) == 42
+    assert resolve({}, "code:selfknow.models.base:BUDGET_STAGES")[0] == "ladder_answer"
+    with pytest.raises(KeyError, match="mapping key"):
+        assign({}, "code:selfknow.stages.judge:max_judge_tokens(1)", 3)
+
+
 def _bad_manifest(tmp_path, mutate) -> Path:
     raw = yaml.safe_load((ROOT / "fidelity" / "manifest.yaml").read_text(encoding="utf-8"))
     mutate(raw)
@@ -110,6 +119,7 @@ def _bad_manifest(tmp_path, mutate) -> Path:
     (lambda r: r["settings"].append(copy.deepcopy(r["settings"][0])), "appears twice"),
     (lambda r: r["deviations"][0].update(paper="elsewhere"), "names none of"),
     (lambda r: r["settings"][0].update(key="models[gpt].x"), "must be [field=value] or [*]"),
+    (lambda r: r["settings"][0].update(key="code:selfknow.stages.judge"), "a code key is code:module:name"),
 ])
 def test_a_malformed_manifest_is_refused(tmp_path, mutate, message):
     with pytest.raises(ManifestError, match=re.escape(message)):

@@ -13,6 +13,8 @@ paper, what we do differently, why, where it is set.
 """
 from __future__ import annotations
 
+import ast
+import importlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,11 +134,17 @@ def load_manifest(path: str | Path = MANIFEST_PATH) -> Manifest:
 
 # ----------------------------------------------------------------------------- keys
 _TOKEN = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
+_CODE = re.compile(r"^code:([\w.]+):(\w+)(?:\((.*)\))?$")
 
 
 def parse_key(key: str) -> list[tuple[str, str]]:
     """A key as (kind, text) steps: ('key', k) a mapping key, ('select', 'name=x') the list
-    element whose field equals x, ('each', '*') every element of a list."""
+    element whose field equals x, ('each', '*') every element of a list; a ``code:`` key is
+    one ('code', key) step."""
+    if key.startswith("code:"):
+        if not _CODE.match(key):
+            raise ManifestError(f"key {key!r}: a code key is code:module:name or code:module:function(literal, ...)")
+        return [("code", key)]
     steps, pos = [], 0
     for m in _TOKEN.finditer(key):
         gap = key[pos:m.start()]
@@ -166,8 +174,22 @@ def _select(node: Any, sel: str, key: str) -> Any:
     return hits[0] if hits else MISSING
 
 
+def code_value(key: str) -> Any:
+    """The value of a code constant, ``code:module:NAME``, or of a call with literal
+    arguments, ``code:module:function(1, "x")``: protocol constants the config does not hold."""
+    m = _CODE.match(key)
+    if not m:
+        raise ManifestError(f"key {key!r}: a code key is code:module:name or code:module:function(literal, ...)")
+    obj = getattr(importlib.import_module(m.group(1)), m.group(2))
+    if m.group(3) is None:
+        return obj
+    return obj(*ast.literal_eval(f"({m.group(3)},)")) if m.group(3).strip() else obj()
+
+
 def resolve(cfg: Any, key: str) -> Any:
-    """The value at `key` in a config, or MISSING."""
+    """The value at `key` in a config (or of a ``code:`` key, `code_value`), or MISSING."""
+    if key.startswith("code:"):
+        return code_value(key)
     def walk(node: Any, steps: list) -> Any:
         for i, (kind, text) in enumerate(steps):
             if node is MISSING:
@@ -196,7 +218,7 @@ def assign(cfg: dict, key: str, value: Any) -> None:
         else:
             raise KeyError(f"{key}: cannot assign through [*]")
     kind, text = steps[-1]
-    if kind != "key":
+    if kind != "key":  # also a code key: it is not in the config
         raise KeyError(f"{key}: the last step must be a mapping key")
     node[text] = value
 
