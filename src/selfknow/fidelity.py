@@ -176,14 +176,17 @@ def _select(node: Any, sel: str, key: str) -> Any:
 
 def code_value(key: str) -> Any:
     """The value of a code constant, ``code:module:NAME``, or of a call with literal
-    arguments, ``code:module:function(1, "x")``: protocol constants the config does not hold."""
+    arguments, ``code:module:function(1, x="y")``: protocol constants the config does not
+    hold (budgets, prompts rendered on a fixed example)."""
     m = _CODE.match(key)
     if not m:
         raise ManifestError(f"key {key!r}: a code key is code:module:name or code:module:function(literal, ...)")
     obj = getattr(importlib.import_module(m.group(1)), m.group(2))
     if m.group(3) is None:
         return obj
-    return obj(*ast.literal_eval(f"({m.group(3)},)")) if m.group(3).strip() else obj()
+    call = ast.parse(f"f({m.group(3)})", mode="eval").body
+    return obj(*[ast.literal_eval(a) for a in call.args],
+               **{k.arg: ast.literal_eval(k.value) for k in call.keywords})
 
 
 def resolve(cfg: Any, key: str) -> Any:
