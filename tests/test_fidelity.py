@@ -128,7 +128,7 @@ def test_a_malformed_manifest_is_refused(tmp_path, mutate, message):
 
 # ----------------------------------------------------------------------------- the rehearsal table
 #: keys of the rehearsal overlay that say where resources come from, not how big a run is
-STAND_IN = {"results", "path", "possible_answer_path", "base_url", "price"}
+STAND_IN = {"results", "path", "possible_answer_path"}
 
 
 def _flat(d, prefix=""):
