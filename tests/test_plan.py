@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from selfknow.cli import main
-from selfknow.config import validate_config
+from selfknow.config import model_spec, validate_config
 from selfknow.plan import make_plan
 from selfknow.records import write_parquet
 
@@ -105,6 +105,8 @@ def test_list_prices_batch_discount_and_reasoning_tokens(tmp_path):
     assert batched["usd"] == pytest.approx((batched["prompt_tokens"] * 1 + (3 * 32 + 3 * 8192) * 5) / 1e6)
     assert _row(df, "unpriced", "lcae_stage1")["reasoning_tokens"] == 0
     assert pd.isna(_row(df, "unpriced", "lcae_stage1")["usd"])
+    # plan-only keys stay out of the spec rules carry as params: a new price reruns no job
+    assert not {"price", "reasoning_estimate"} & set(model_spec(cfg, "listed"))
     table = render_prices(cfg, df)
     assert "| listed | 2 | 10 | - | page, 2026-12-01 | 100 | a measured run |" in table
     assert "| batched | 1 | 5 | yes | page | 8,192 | the request's reasoning headroom (an upper bound) |" in table

@@ -307,9 +307,16 @@ def checkpoint_names(cfg: dict, name: str) -> list[str]:
     return [c["name"] for c in m.get("checkpoints", [])] or ["final"]
 
 
+#: model entry keys only `selfknow plan` reads: left out of the backend spec, which rules carry
+#: as params, so that a new price or estimate reruns no job
+PLAN_ONLY_KEYS = ("price", "reasoning_estimate")
+
+
 def model_spec(cfg: dict, name: str, results: str = "results") -> dict:
     """The backend spec of a model, with the workflow-built paths filled in."""
     m = copy.deepcopy(model_entry(cfg, name))
+    for key in PLAN_ONLY_KEYS:
+        m.pop(key, None)
     src = m.pop("source", None)
     if src == "world":
         m["path"] = f"{results}/world/models/{name}"
