@@ -73,6 +73,7 @@ def test_agent_loop_on_a_scripted_model():
     assert err.answer is None and err.record("m", "c")["success"] is False
     invalid = by_id["l1"]
     assert len(invalid.steps) == 3 and invalid.steps[0]["observation"].startswith("Invalid action")
+    assert invalid.steps[0]["action"] == "" and invalid.steps[0]["thought"] == "hmm, unsure"
     # finished runs leave the batch: 8 prompts at step 1, 8 at step 2, 4 (loops) at step 3
     assert len(lm.prompts) == 8 + 8 + 4
 

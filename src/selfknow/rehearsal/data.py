@@ -307,10 +307,10 @@ def corpus(paths: list[Path]) -> list[str]:
 
     files = [f for p in paths for f in (sorted(p.rglob("*.json*")) if p.is_dir() else [p])]
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            if path.suffix == ".jsonl":
-                for line in f:
-                    walk(json.loads(line))
-            else:
-                walk(json.load(f))
+        text = path.read_text(encoding="utf-8")
+        try:
+            walk(json.loads(text))
+        except json.JSONDecodeError:  # JSON lines: .jsonl, and BFCL's files under a .json name
+            for line in text.splitlines():
+                walk(json.loads(line))
     return texts

@@ -103,7 +103,7 @@ class Trajectory:
 
     def act(self, reply: str) -> None:
         thought, tool, arg = parse_step(reply)
-        action = f"{tool}[{arg}]" if tool else reply.strip()
+        action = f"{tool}[{arg}]" if tool else ""
         if tool == "finish":
             m = _LETTER.search(arg.upper())
             self.answer = m.group(1) if m else arg
