@@ -83,19 +83,35 @@ def ladder_table_files():
 
 
 # Table 34 (rules/ladder_heldout.smk)
+def react_dirs():
+    """The directory of each ReAct configuration's produced records (ladder.react)."""
+    return [f"{R}/ladder/react/{c['model']}/{c['name']}" for c in LAD["react"]["configurations"]]
+
+
 def get_ladder_table34_inputs(wildcards):
-    """The offline analogue's inputs: every LADDER model's sessions and prompted profiles (its
-    ZS prior). None for the ReAct trajectories: like a paper dataset read by the items rule, the
-    local copy is read by the job, not tracked as an input."""
+    """The ReAct records the ladder_react rule produces (ladder.react); else the offline
+    analogue's inputs: every LADDER model's sessions and prompted profiles (its ZS prior).
+    Nothing for recorded trajectories (ladder.react_dataset): like a paper dataset read by the
+    items rule, the local copy is read by the job, not tracked as an input."""
+    if "react" in LAD:
+        return {"react": [f"{d}/{f}.jsonl" for d in react_dirs() for f in ("test", "zero_shot")]}
     if "react_dataset" in LAD:
         return {}
     return {"turns": [f"{R}/ladder/sessions/{m}/main.parquet" for m in LADDER_MODELS],
             "profiles": [f"{R}/ladder/prompted/{m}/profiles.parquet" for m in LADDER_MODELS]}
 
 
-def get_ladder_react_spec(wildcards):
-    """The ReAct trajectories' dataset spec, or None for the offline analogue."""
-    return dict(config["datasets"][LAD["react_dataset"]]) if "react_dataset" in LAD else None
+def get_ladder_react_specs(wildcards):
+    """The dataset spec (loader react) of each source of ReAct trajectories, or None for the
+    offline analogue."""
+    if "react" in LAD:
+        return [{"loader": "react", "path": d} for d in react_dirs()]
+    return [dict(config["datasets"][LAD["react_dataset"]])] if "react_dataset" in LAD else None
+
+
+def get_react_setting(wildcards):
+    """One ReAct configuration's settings (ladder.react.configurations)."""
+    return next(c for c in LAD["react"]["configurations"] if c["name"] == wildcards.react_config)
 
 
 # Table 18, Table 33, Figures 9 and 11 (rules/ladder_appendix.smk)

@@ -1,6 +1,6 @@
 # LADDER's held-out prediction (paper §F.4, Table 34): profiles from each subject's train half
-# predict its test half. From the recorded ReAct trajectories of ladder.react_dataset, or, in
-# the offline default, from the LADDER sessions' answers (no model call either way).
+# predict its test half. From the ReAct trajectories ladder_react produces (ladder.react), the
+# recorded ones of ladder.react_dataset, or, in the offline default, the LADDER sessions' answers.
 # Included after rules/ladder_common.smk.
 
 
@@ -15,8 +15,9 @@ rule ladder_table34:
         **named_table_targets("ladder", ["table34"]),
     params:
         seed=config["seed"],
-        react_spec=get_ladder_react_spec,
-        dataset=LAD["react_dataset"] if "react_dataset" in LAD else LAD["dataset"],
+        react_specs=get_ladder_react_specs,
+        dataset=(LAD["react"]["dataset"] if "react" in LAD
+                 else LAD["react_dataset"] if "react_dataset" in LAD else LAD["dataset"]),
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"
@@ -26,3 +27,36 @@ rule ladder_table34:
         f"{R}/benchmarks/ladder/table34.tsv"
     script:
         "../scripts/ladder_table34.py"
+
+
+if "react" in LAD:
+
+    rule ladder_react:
+        input:
+            pool=f"{R}/items/{LAD['react']['dataset']}/test.parquet",
+            model=get_model_files,
+        output:
+            test=f"{R}/ladder/react/{{model}}/{{react_config}}/test.jsonl",
+            zero_shot=f"{R}/ladder/react/{{model}}/{{react_config}}/zero_shot.jsonl",
+        params:
+            spec=get_model_spec,
+            setting=get_react_setting,
+            per_domain=LAD["react"]["items_per_domain"],
+            max_new_tokens=LAD["react"]["max_new_tokens"],
+            prior_mode=LAD["prompted_mode"],
+            prior_max_new_tokens=LAD["prompted_max_new_tokens"],
+            seed=config["seed"],
+            cache=f"{R}/cache",
+        threads: 1
+        conda:
+            "../envs/selfknow.yaml"
+        log:
+            f"{R}/logs/ladder/react/{{model}}/{{react_config}}.log",
+        benchmark:
+            f"{R}/benchmarks/ladder/react/{{model}}/{{react_config}}.tsv"
+        resources:
+            mem_mb=get_model_mem_mb,
+            runtime=120,
+            gpu=get_model_gpus,
+        script:
+            "../scripts/ladder_react.py"

@@ -95,7 +95,7 @@ def test_react_records_and_zero_shot_file(tmp_path):
     records, zero_shot = react_records("react", spec)
     assert records["correct"].tolist() == [1] * 4 + [0] * 4 and len(zero_shot) == 2
     out_csv, out_md = tmp_path / "t34.csv", tmp_path / "t34.md"
-    summary = table34_job(str(out_csv), str(out_md), seed=0, source="react", dataset="react", react_spec=spec)
+    summary = table34_job(str(out_csv), str(out_md), seed=0, source="react", dataset="react", react_specs=[spec])
     table = pd.read_csv(out_csv)
     assert table.loc[0, "ZS"] == pytest.approx((0.2 + 0.4) / 2) and table.loc[0, "best"] == "Count"
     assert summary == {"configurations": 1, "records": 8, "best_Global": 0, "best_Count": 1, "best_Beta": 0,

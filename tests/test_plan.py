@@ -199,3 +199,22 @@ def test_plan_predicts_tiny_run_requests(tiny_run):
     assert logged > 0 and cached > 0
     assert abs(predicted - logged) <= 0.1 * logged, (predicted, logged)
     assert abs(predicted - cached) <= 0.1 * cached, (predicted, cached)
+
+
+def test_react_requests_by_hand(tmp_path):
+    """Table 34's agent (ladder.react): the L1 prior once per model, then every picked question
+    runs to the step limit (the plan's replies take no action); a second configuration of the
+    same model repeats the first one's shared steps, which it counts once."""
+    results = tmp_path / "results"
+    _write_items(results, "mc", 0, 5, mcq=True)
+    cfg = validate_config({
+        "seed": 1, "results": str(results),
+        "models": [{"name": "api", "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}],
+        "datasets": {"mc": {"loader": "mmlu", "path": str(tmp_path), "subjects": ["x"], "subject_range": [0, 5]}},
+        "ladder": {"models": ["api"], "dataset": "mc", "n_sessions": 1, "n_turns": 2,
+                   "react": {"dataset": "mc", "items_per_domain": 3, "configurations": [
+                       {"name": "short", "model": "api", "max_steps": 2},
+                       {"name": "long", "model": "api", "max_steps": 4}]}}})
+    df, _ = make_plan(cfg)
+    react = _row(df, "api", "ladder_react")
+    assert (react["jobs"], react["requests"]) == (2, 1 + 3 * 4)

@@ -17,7 +17,6 @@ import pandas as pd
 import pytest
 
 from selfknow.stages.items import build_items
-from selfknow.protocols.ladder.heldout import react_records
 from selfknow.stages.judge import judge_candidates
 from selfknow.models import load_lm
 from selfknow.rehearsal import data, hub
@@ -30,7 +29,7 @@ REHEARSAL = ("config/paper.yaml", "config/rehearsal.yaml")
 #: what the rehearsal may change: sizes, and where resources come from (`path`, `models`)
 SIZE_KEYS = {
     "results", "models",
-    "datasets.*.path", "datasets.*.possible_answer_path", "datasets.*.train_range", "datasets.*.test_range",
+    "datasets.*.path", "datasets.*.train_range", "datasets.*.test_range",
     "judge.audit_items", "judge.audit_bootstrap",
     "persistent.models", "persistent.n_train", "persistent.n_test", "persistent.min_contrast",
     "persistent.min_contrast_transfer", "persistent.num_beams", "persistent.max_new_tokens", "persistent.seeds",
@@ -38,7 +37,8 @@ SIZE_KEYS = {
     "persistent.bootstrap_ece_replicates",
     "ladder.models", "ladder.n_sessions", "ladder.n_turns", "ladder.llm_user_sessions", "ladder.session_bootstrap",
     "ladder.cluster_bootstrap", "ladder.items_per_domain", "ladder.lsa_query_sessions", "ladder.noise_repeats",
-    "ladder.random_partitions", "ladder.extension.models",
+    "ladder.random_partitions", "ladder.extension.models", "ladder.react.items_per_domain",
+    "ladder.react.max_new_tokens", "ladder.react.configurations",
     *(f"ladder.extension.{t}.{k}" for t in ("gsm8k", "humaneval", "bfcl") for k in ("n_items", "max_new_tokens")),
     "ladder.cross_task.models", "ladder.cross_task.items_per_domain", "ladder.cross_task.max_new_tokens",
     "lcae.n_items", "lcae.examinee_models", "lcae.repeats", "lcae.max_new_tokens",
@@ -150,10 +150,6 @@ def test_every_dataset_fixture_passes_its_loader_at_the_rehearsal_sizes(stand_in
     config, _ = stand_ins
     sizes = {}
     for name, spec in config["datasets"].items():
-        if spec["loader"] == "react":  # recorded trajectories, not items: Table 34 reads them itself
-            records, zero_shot = react_records(name, spec)
-            sizes[name] = (len(records), len(zero_shot))
-            continue
         items = build_items(name, spec, config["seed"])
         df = pd.concat(items.values())
         sizes[name] = df.split.value_counts().to_dict()
@@ -165,7 +161,6 @@ def test_every_dataset_fixture_passes_its_loader_at_the_rehearsal_sizes(stand_in
     assert sizes["mmlu_pro"] == {"test": per * (len(config["ladder"]["cross_task"]["suites"]["mmlu_pro"]["domains"]) + 1)}
     assert sizes["bbh_word_sorting"] == {"test": per}
     assert sizes["gsm8k"] == sizes["humaneval"] == sizes["bfcl_simple"] == {"test": data.EXTENSION_ROWS}
-    assert sizes["react"] == (80, 8)  # 2 configurations x 4 subjects x 10 questions; one prior per subject
     assert sizes["bioasq"]["icl"] == 10 and sizes["bioasq"]["test"] >= config["persistent"]["n_test"]
 
 

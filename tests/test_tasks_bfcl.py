@@ -117,6 +117,75 @@ def test_rows_become_items(tmp_path):
         bfcl.load("bfcl_simple", {"path": str(q), "possible_answer_path": str(a), "category": "simple"})
 
 
+#: two rows of BFCL_v4_simple_python.json and its possible_answer/ file, verbatim in gorilla's schema
+#: (ShishirPatil/gorilla, berkeley-function-call-leaderboard/bfcl_eval/data, Apache-2.0)
+GORILLA_QUESTIONS = [
+    {"id": "simple_python_0", "question": [[{"role": "user", "content": "Find the area of a triangle with a base "
+                                                                         "of 10 units and height of 5 units."}]],
+     "function": [{"name": "calculate_triangle_area", "description": "Calculate the area of a triangle given its "
+                   "base and height.", "parameters": {"type": "dict", "properties": {
+                       "base": {"type": "integer", "description": "The base of the triangle."},
+                       "height": {"type": "integer", "description": "The height of the triangle."},
+                       "unit": {"type": "string", "description": "The unit of measure (defaults to 'units' if not "
+                                "specified)"}}, "required": ["base", "height"]}}]},
+    {"id": "simple_python_1", "question": [[{"role": "user", "content": "Calculate the factorial of 5 using math "
+                                                                         "functions."}]],
+     "function": [{"name": "math.factorial", "description": "Calculate the factorial of a given number.",
+                   "parameters": {"type": "dict", "properties": {"number": {
+                       "type": "integer", "description": "The number for which factorial needs to be calculated."}},
+                       "required": ["number"]}}]},
+]
+GORILLA_ANSWERS = [
+    {"id": "simple_python_0", "ground_truth": [{"calculate_triangle_area": {"base": [10], "height": [5],
+                                                                             "unit": ["units", ""]}}]},
+    {"id": "simple_python_1", "ground_truth": [{"math.factorial": {"number": [5]}}]},
+]
+
+
+def _gorilla_layout(root, name):
+    """`root`/<name> and `root`/possible_answer/<name>: JSON lines under a .json name."""
+    (root / "possible_answer").mkdir(parents=True, exist_ok=True)
+    (root / name).write_text("".join(json.dumps(r) + "\n" for r in GORILLA_QUESTIONS))
+    (root / "possible_answer" / name).write_text("".join(json.dumps(r) + "\n" for r in GORILLA_ANSWERS))
+
+
+def _check_gorilla_items(items):
+    assert items["item_id"].tolist() == ["simple_python_0", "simple_python_1"]
+    row = items.iloc[1]
+    assert row.question == "Calculate the factorial of 5 using math functions."
+    assert bfcl.score(json.loads(row.functions), json.loads(row.ground_truth), "simple", "[math.factorial(number=5)]")[1]
+
+
+@pytest.mark.parametrize("name", ["BFCL_v4_simple_python.json", "BFCL_v3_simple.json"])
+def test_gorillas_files_are_read_as_they_are_from_a_path(tmp_path, name):
+    _gorilla_layout(tmp_path / "data", name)
+    _check_gorilla_items(bfcl.load("bfcl_simple", {"path": str(tmp_path / "data" / name), "category": "simple"}))
+    # an explicit possible-answer file anywhere else
+    (tmp_path / "data" / "possible_answer" / name).rename(tmp_path / "answers.json")
+    with pytest.raises(ItemError, match=r"possible_answer/BFCL_v.*\.json does not exist"):
+        bfcl.load("bfcl_simple", {"path": str(tmp_path / "data" / name), "category": "simple"})
+    _check_gorilla_items(bfcl.load("bfcl_simple", {"path": str(tmp_path / "data" / name), "category": "simple",
+                                                   "possible_answer_path": str(tmp_path / "answers.json")}))
+
+
+def test_gorillas_files_are_read_from_the_hub_dataset(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    _gorilla_layout(tmp_path / "hub", "BFCL_v3_simple.json")
+    asked = []
+
+    def download(repo_id, filename, *, repo_type, revision):
+        asked.append((repo_id, filename, repo_type, revision))
+        return str(tmp_path / "hub" / filename)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    spec = {"hub_id": "gorilla-llm/Berkeley-Function-Calling-Leaderboard", "revision": "abc",
+            "file": "BFCL_v3_simple.json", "category": "simple"}
+    _check_gorilla_items(bfcl.load("bfcl_simple", spec))
+    assert asked == [(spec["hub_id"], "BFCL_v3_simple.json", "dataset", "abc"),
+                     (spec["hub_id"], "possible_answer/BFCL_v3_simple.json", "dataset", "abc")]
+
+
 def test_verdicts_match_gorillas_ast_checker_on_leaderboard_cases():
     """24 leaderboard test cases (3 from each Python AST category of BFCL v4, Apache-2.0), each
     with calls built from its possible answers and then perturbed (a wrong value, a value as a

@@ -19,7 +19,7 @@ from selfknow.schema import fill_defaults, load_schema, strict, subschema
 #: datasets whose items the workflow builds itself (no `path`/`hub_id` needed)
 WORLD_LOADERS = {"world_qa", "world_qa_heldout", "world_mcq"}
 #: loaders that read a local file the user supplies
-FILE_LOADERS = {"bioasq", "bfcl", "react"}
+FILE_LOADERS = {"bioasq", "react"}
 
 
 class ConfigError(ValueError):
@@ -222,6 +222,15 @@ def _check_references(cfg: dict, source: str) -> None:
             if cfg["datasets"][lad["react_dataset"]]["loader"] != "react":
                 raise ConfigError(f"{source}: ladder.react_dataset: dataset '{lad['react_dataset']}' has loader "
                                   f"{cfg['datasets'][lad['react_dataset']]['loader']!r}; Table 34 needs loader react")
+        if "react" in lad:
+            need_dataset("ladder.react.dataset", lad["react"]["dataset"])
+            names_seen = set()
+            for i, c in enumerate(lad["react"]["configurations"]):
+                need_model(f"ladder.react.configurations[{i}].model", c["model"])
+                if c["name"] in names_seen:
+                    raise ConfigError(f"{source}: ladder.react.configurations[{i}]: a second configuration "
+                                      f"named '{c['name']}'")
+                names_seen.add(c["name"])
         for k in ("llm_user_model", "prompted_model"):
             if k in lad:
                 need_model(f"ladder.{k}", lad[k])

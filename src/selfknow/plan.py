@@ -61,7 +61,7 @@ CHARS_PER_TOKEN = 4
 TRAIN_PASSES = 3
 #: a stage's order: requests two stages share are counted under the first
 STAGES = ("generate", "persistent_sc", "persistent_judge", "persistent_variants", "persistent_gcm",
-          "judge_audit", "ladder_answers", "ladder_user", "ladder_prompted", "ladder_crosstask", "ladder_extension", "lcae_stage1",
+          "judge_audit", "ladder_answers", "ladder_user", "ladder_prompted", "ladder_crosstask", "ladder_extension", "ladder_react", "lcae_stage1",
           "lcae_stage2")
 #: instruction tokens of an extension-task prompt besides the item (prompts/extension_*.txt)
 EXTENSION_PROMPT_TOKENS = 40
@@ -322,6 +322,8 @@ class Planner:
                     self.crosstask()
                 if "extension" in self.cfg["ladder"]:
                     self.extension()
+                if "react" in self.cfg["ladder"]:
+                    self.react()
             if "lcae" in self.cfg:
                 self.lcae()
         finally:
@@ -583,6 +585,25 @@ class Planner:
                                 n * (answer + ext["confidence_max_new_tokens"]), done=done)
         self.ledger.note(ext["models"][0], "ladder_extension", "two requests per item: the answer and its confidence "
                                                                "(BFCL's function documents not counted)")
+
+    # -- LADDER held-out ReAct records (rules/ladder_heldout.smk)
+    def react(self) -> None:
+        from selfknow.protocols.ladder.prompted import zs_prior
+        from selfknow.protocols.ladder.react_agent import pick_items, run_agent
+
+        lad = self.cfg["ladder"]
+        rc = lad["react"]
+        items = pick_items(self.items.sample(rc["dataset"], "test", None, self.seed), rc["items_per_domain"], self.seed)
+        for c in rc["configurations"]:
+            m, out = c["model"], self.R / "ladder" / "react" / c["model"] / c["name"]
+            chat = is_chat(model_entry(self.cfg, m))
+            lm = self.lm(m, checkpoint_names(self.cfg, m)[-1], "ladder_react", _exists(out / "test.jsonl"))
+            zs_prior(lm, sorted(items["domain"].unique()), model=m, mode=lad["prompted_mode"],
+                     max_new_tokens=lad["prompted_max_new_tokens"], chat=chat)
+            run_agent(lm, items, max_steps=c["max_steps"], max_new_tokens=rc["max_new_tokens"], chat=chat)
+        self.ledger.note(rc["configurations"][0]["model"], "ladder_react",
+                         "every trajectory runs to its step limit (an upper bound on requests); later steps' "
+                         "prompts counted without the model's own thoughts")
 
     # -- LCAE (rules/lcae.smk)
     def lcae(self) -> None:

@@ -24,6 +24,7 @@ from selfknow.stages.datasets.triviaqa import BLACKLIST
 from selfknow.stages.tasks.bbh import TASK_FORMS
 from selfknow.records import write_text
 from selfknow.stages.tasks import analogues
+from selfknow.stages.tasks.bfcl import files as bfcl_files
 
 #: rows of each extension-task stand-in (at least the rehearsal's `ladder.extension.*.n_items`)
 EXTENSION_ROWS = 8
@@ -207,32 +208,6 @@ def medxpertqa(out: Path, seed: int, n: int) -> None:
     _write_jsonl(rows, out / "test.jsonl")
 
 
-def react(out: Path, seed: int) -> None:
-    """`test.jsonl`: recorded ReAct trajectories of two configurations (model x ReAct
-    configuration), the same 10 questions per subject in each, success drawn at a
-    per-subject rate; `zero_shot.jsonl`: each configuration's zero-shot profile."""
-    words = Words(seed)
-    subjects = ("bridge", "comparison", "numeric", "temporal")
-    questions = {s: [words.question() for _ in range(10)] for s in subjects}
-    rows, priors = [], []
-    for model, config in (("stand-in-a", "react"), ("stand-in-b", "react")):
-        for k, subject in enumerate(subjects):
-            rate = 0.2 + 0.2 * k
-            priors.append({"model": model, "config": config, "domain": subject,
-                           "p_hat": round(float(words.rng.uniform(0.3, 0.9)), 2)})
-            for i, q in enumerate(questions[subject]):
-                ok = bool(words.rng.random() < rate)
-                answer = words.phrase(1)
-                rows.append({"id": f"{subject}-{i}", "domain": subject, "question": q, "success": ok,
-                             "answer": answer if ok else None, "model": model, "config": config,
-                             "steps": [{"thought": "I should look it up.", "action": f"search[{words.word()}]",
-                                        "observation": words.phrase(6)},
-                                       {"thought": "I have the answer.", "action": f"finish[{answer}]",
-                                        "observation": None}]})
-    _write_jsonl(rows, out / "test.jsonl")
-    _write_jsonl(priors, out / "zero_shot.jsonl")
-
-
 def mmlu_pro(out: Path, seed: int, categories: list[str], n: int) -> None:
     """`test.jsonl`: `n` rows of each category the cross-task suite asks about and of one it does
     not, eight options padded with "N/A" to ten as on the hub (the loader drops the padding)."""
@@ -294,8 +269,6 @@ def build(config: dict) -> list[Path]:
             mmlu(spec, out, seed + k)
         elif loader == "medxpertqa":
             medxpertqa(out, seed + k, config["lcae"]["n_items"] + 10)
-        elif loader == "react":
-            react(out, seed + k)
         elif loader == "mmlu_pro":
             suite = config["ladder"]["cross_task"]["suites"]["mmlu_pro"]
             mmlu_pro(out, seed + k, suite["domains"], config["ladder"]["cross_task"]["items_per_domain"] + 2)
@@ -307,9 +280,10 @@ def build(config: dict) -> list[Path]:
             _write_jsonl(analogues.humaneval_rows(EXTENSION_ROWS, seed + k), out / "test.jsonl")
         elif loader == "bfcl":
             questions, answers = analogues.bfcl_rows(EXTENSION_ROWS, seed + k)
+            answers_path = bfcl_files(spec)[1]  # gorilla's layout, JSON lines under a .json name
             _write_jsonl(questions, out)
-            _write_jsonl(answers, Path(spec["possible_answer_path"]))
-            written.append(Path(spec["possible_answer_path"]))
+            _write_jsonl(answers, answers_path)
+            written.append(answers_path)
         else:
             raise ValueError(f"datasets.{name}: no rehearsal stand-in for loader {loader!r}")
         written.append(out)
@@ -333,10 +307,10 @@ def corpus(paths: list[Path]) -> list[str]:
 
     files = [f for p in paths for f in (sorted(p.rglob("*.json*")) if p.is_dir() else [p])]
     for path in files:
-        with open(path, encoding="utf-8") as f:
-            if path.suffix == ".jsonl":
-                for line in f:
-                    walk(json.loads(line))
-            else:
-                walk(json.load(f))
+        text = path.read_text(encoding="utf-8")
+        try:
+            walk(json.loads(text))
+        except json.JSONDecodeError:  # JSON lines: .jsonl, and BFCL's files under a .json name
+            for line in text.splitlines():
+                walk(json.loads(line))
     return texts

@@ -137,8 +137,14 @@ def judge_reply(prompt: str, key: str) -> str | None:
 def text_reply(prompt: str, key: str) -> str:
     """A reply to any other prompt that the workflow's parsers read: a probability for a
     "number between 0 and 100" question, Fast/Slow for the LCAE route, else an option letter
-    (among the prompt's options, A-D without any) with a confidence."""
+    (among the prompt's options, A-D without any) with a confidence; a ReAct agent step (LADDER
+    Table 34) gets a thought and a calculate or finish action."""
     u = _unit(key)
+    if "finish[letter]" in prompt:
+        letters = sorted(set(_OPTION.findall(prompt))) or list("ABCD")
+        if u < 0.3:
+            return f"Thought: I should compute first.\nAction: calculate[{int(u * 100)} * 3]"
+        return f"Thought: I can answer.\nAction: finish[{letters[int(_unit(key, 'letter') * len(letters))]}]"
     if "number between 0 and 100" in prompt:
         return str(int(u * 101))
     if "Fast or Slow" in prompt:

@@ -12,8 +12,8 @@ better):
 * ZS      the configuration's zero-shot profile, stated before any record (empty when the
           records come without one).
 
-The records are the recorded ReAct trajectories (`selfknow.stages.tasks.react`; their success
-flags are the outcomes) or, in the offline default, the LADDER sessions' answers
+The records are ReAct trajectories (`selfknow.stages.tasks.react`; their success flags are the
+outcomes), those the workflow ran (`react_agent`) or recorded ones, or, in the offline default, the LADDER sessions' answers
 (`session_records`). Unlike `jobs._heldout` (R4's held-out variant, §E.10), no feedback is
 decoded: the profiles see the recorded outcomes, as Table 34's do.
 """
@@ -162,6 +162,10 @@ NOTE = ("Per configuration, each subject's questions are halved (seeded, ceil(n/
         "the lowest MAE. ")
 SOURCE_NOTES = {
     "react": "Records: the recorded ReAct trajectories of dataset {dataset} (success flags); ZS: {zero_shot}.",
+    "agent": ("Records: ReAct trajectories this workflow ran, as the authors released none (a deviation: "
+              "selfknow.protocols.ladder.react_agent, a ReAct agent with calculate and finish tools on the "
+              "questions of {dataset}, success = the gold option within the step limit); ZS: each "
+              "configuration's L1 zero-shot prior over the subjects, stated before its trajectories."),
     "sessions": ("Offline analogue of Table 34 (held-out ReAct prediction): no ReAct trajectories exist offline, "
                  "so each LADDER model's session answers on {dataset} (each question once; its domains stand "
                  "for ReAct's subjects) are the records, one configuration per model, and the model's L1 "
@@ -170,19 +174,23 @@ SOURCE_NOTES = {
 
 
 def table34_job(out_csv: str, out_md: str, *, seed: int, source: str, dataset: str,
-                react_spec: dict | None = None, turns_paths: Sequence[str] = (),
+                react_specs: Sequence[dict] = (), turns_paths: Sequence[str] = (),
                 profiles_paths: Sequence[str] = (), provenance: dict | None = None) -> dict:
-    """Write Table 34 from the recorded ReAct trajectories (`source` "react": dataset
-    `dataset` with `react_spec`) or, offline, from the LADDER sessions and prompted profiles
-    of every model (`source` "sessions": `turns_paths`, `profiles_paths`)."""
+    """Write Table 34 from ReAct trajectories (`source` "react": recorded ones, or "agent":
+    those the ladder_react rule ran; the trajectories of every spec of `react_specs`, dataset
+    `dataset`) or, offline, from the LADDER sessions and prompted profiles of every
+    model (`source` "sessions": `turns_paths`, `profiles_paths`)."""
     from selfknow.records import read_parquet
     from selfknow.report.tables import write_table
 
-    if source == "react":
-        if react_spec is None:
-            raise ValueError("table34_job: source 'react' needs the dataset spec")
-        records, zero_shot = react_records(dataset, react_spec)
-        note = SOURCE_NOTES["react"].format(
+    if source in ("react", "agent"):
+        if not react_specs:
+            raise ValueError("table34_job: source 'react' needs the trajectories' dataset specs")
+        parts = [react_records(dataset, spec) for spec in react_specs]
+        records = pd.concat([r for r, _ in parts], ignore_index=True)
+        profiles = [z for _, z in parts if z is not None]
+        zero_shot = pd.concat(profiles, ignore_index=True) if profiles else None
+        note = SOURCE_NOTES[source].format(
             dataset=dataset, zero_shot="the profiles recorded with them" if zero_shot is not None
             else "none recorded (empty column)")
     elif source == "sessions":

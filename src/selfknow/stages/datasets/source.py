@@ -54,6 +54,11 @@ def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], str]:
         return pq.read_table(path).to_pylist(), str(path)
     if path.suffix != ".jsonl":
         raise ItemError(f"{name}: {path}: expected a .parquet or .jsonl file")
+    return read_json_lines(name, path), str(path)
+
+
+def read_json_lines(name: str, path: Path) -> list[dict]:
+    """The rows of a JSON-lines file whatever its suffix (BFCL names its JSON lines .json)."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
@@ -63,7 +68,7 @@ def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], str]:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as err:
                 raise ItemError(f"{name}: {path}: line {line_no}: invalid JSON ({err.msg})") from None
-    return rows, str(path)
+    return rows
 
 
 def require_fields(rows: list[dict], fields: tuple[str, ...], where: str) -> None:

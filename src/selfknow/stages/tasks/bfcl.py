@@ -13,9 +13,11 @@ possible answers, with the semantics of gorilla's `ast_checker` for Python:
   lists and dicts element by element the same way), and every parameter it leaves out has ""
   (optional) among its possible answers.
 
-Hub rows: the questions file (id, question: turns of {role, content} messages, function: the
-function documents) and the possible-answer file (id, ground_truth: a list of
-{function name: {parameter: [possible values]}}), both JSON lines.
+Gorilla's files as they are (`files`): the questions file (id, question: turns of {role,
+content} messages, function: the function documents) and the possible-answer file
+possible_answer/<same name> (id, ground_truth: a list of {function name: {parameter:
+[possible values]}}), both JSON lines under a .json name (BFCL_v3_simple.json,
+BFCL_v4_simple_python.json).
 """
 from __future__ import annotations
 
@@ -23,10 +25,11 @@ import ast
 import json
 import operator
 import re
+from pathlib import Path
 
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, frame, make_item, read_json_lines, require_fields
 
 PYTHON_TYPES = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list,
                 "dict": dict, "any": str}
@@ -244,9 +247,31 @@ def process(questions: list[dict], answers: list[dict], name: str, category: str
     return df
 
 
+def files(spec: dict) -> tuple[Path, Path]:
+    """The questions and possible-answer files of `spec` in gorilla's layout, as they are:
+    `path` (any name; JSON lines, .json or .jsonl) with `possible_answer_path`, by default
+    `possible_answer/<the same name>` beside it; else `file` (e.g. BFCL_v3_simple.json) and
+    `possible_answer/<file>` downloaded from the hub dataset `hub_id` at `revision`."""
+    if "path" in spec:
+        questions = Path(spec["path"])
+        if "possible_answer_path" in spec:
+            return questions, Path(spec["possible_answer_path"])
+        return questions, questions.parent / "possible_answer" / questions.name
+    from huggingface_hub import hf_hub_download  # lazy: only paper-scale configs read the hub
+
+    def fetch(filename: str) -> Path:
+        return Path(hf_hub_download(spec["hub_id"], filename, repo_type="dataset", revision=spec["revision"]))
+
+    return fetch(spec["file"]), fetch(f"possible_answer/{spec['file']}")
+
+
 def load(name: str, spec: dict) -> pd.DataFrame:
-    """`spec`: `path` (the category's questions, JSON lines), `possible_answer_path` (its possible
-    answers) and `category` (simple, multiple, parallel or parallel_multiple)."""
-    questions, where = read_rows(name, {"path": spec["path"]}, "test")
-    answers, _ = read_rows(name, {"path": spec["possible_answer_path"]}, "test")
-    return process(questions, answers, name, spec["category"], where)
+    """`spec`: the category's files (`files`) and `category` (simple, multiple, parallel or
+    parallel_multiple)."""
+    questions_path, answers_path = files(spec)
+    for path in (questions_path, answers_path):
+        if not path.is_file():
+            raise ItemError(f"{name}: local copy {path} does not exist")
+    questions = read_json_lines(name, questions_path)
+    answers = read_json_lines(name, answers_path)
+    return process(questions, answers, name, spec["category"], str(questions_path))
