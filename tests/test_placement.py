@@ -96,3 +96,20 @@ def test_tiny_config_asks_for_no_gpu(tmp_path, monkeypatch):
     placed = _check_jobs("test.yaml", tmp_path, monkeypatch)
     assert {"persistent_sc", "ladder_sessions", "lcae_stage1"} <= set(placed)
     assert all(p == {("cpu", 0)} for p in placed.values())
+
+
+def test_a_local_judge_puts_its_gpus_on_the_jobs_that_load_it(tmp_path, monkeypatch):
+    """The paper config with a local judge (Qwen3-8B on one GPU) instead of the API one: the
+    judge audit becomes a GPU job of the judge's size, and every beam-search job that labels its
+    candidates with it holds both models."""
+    import yaml
+
+    cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    cfg["judge"]["llm_judge"] = "qwen3-8b"
+    local = tmp_path / "local_judge.yaml"
+    local.write_text(yaml.safe_dump(cfg))
+    placed = _check_jobs(str(local), tmp_path, monkeypatch)  # an absolute path replaces config/
+    assert placed["llm_judge"] == {("gpu", 1)}
+    # olmo3-7b or marin-8b + the judge: 2 GPUs; olmo3-32b + the judge: 3; the GCM backbone's
+    # own answers, judged by itself: one model, 1
+    assert placed["persistent_sc"] == {("gpu", 1), ("gpu", 2), ("gpu", 3)}
