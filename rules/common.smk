@@ -4,6 +4,8 @@ import re
 import yaml
 from snakemake.exceptions import WorkflowError
 
+from selfknow import placement
+
 from selfknow.config import (
     ConfigError,
     checkpoint_names,
@@ -58,17 +60,29 @@ def _model_entry(name):
     return next(m for m in config["models"] if m["name"] == name)
 
 
-def get_model_gpus(wildcards):
-    """GPUs a job that loads this model asks the scheduler for (config `gpu`, default 0)."""
-    return _model_entry(wildcards.model)["gpu"]
+def model_resources(*spec_getters, runtime, bases=None):
+    """The scheduler resources of a job that loads models, for `resources: **model_resources(...)`:
+    `spec_getters` are the input functions that hand the job's script its model specs
+    (wildcards -> spec, or None when the job does not load that one), `bases` (wildcards -> int)
+    the copies of the first model's base weights it keeps resident. GPUs, memory, partition and
+    GPU type follow from them in one place (selfknow.placement), so a rule that declares what it
+    loads is placed by construction; `runtime` is the rule's wall time in minutes."""
 
+    def loads(wildcards):
+        out = []
+        for i, get in enumerate(spec_getters):
+            spec = get(wildcards)
+            if spec is not None and all(spec["name"] != s["name"] for s, _ in out):
+                out.append((spec, bases(wildcards) if bases is not None and i == 0 else 1))
+        return out
 
-def get_model_mem_mb(wildcards):
-    """Memory (MB) a job that loads this model asks for: the model's `mem_mb` if set, else
-    its weights (`params_b` or local safetensors) plus headroom."""
-    from selfknow.models.registry import estimate_mem_mb
-
-    return estimate_mem_mb(get_model_spec(wildcards))
+    return dict(
+        mem_mb=lambda wildcards: placement.job_mem_mb(loads(wildcards)),
+        gpu=lambda wildcards: placement.job_gpus(loads(wildcards)),
+        slurm_partition=lambda wildcards: placement.partition(placement.job_gpus(loads(wildcards))),
+        gpu_model=lambda wildcards: placement.gpu_model(placement.job_gpus(loads(wildcards))),
+        runtime=runtime,
+    )
 
 
 def model_files(name):

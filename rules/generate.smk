@@ -23,8 +23,6 @@ rule generate_greedy:
     benchmark:
         f"{R}/benchmarks/generate/{{model}}/{{ckpt}}/greedy/{{dataset}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=120,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, runtime=480),
     script:
         "../scripts/generate_greedy.py"

@@ -23,8 +23,7 @@ rule llm_judge:
     benchmark:
         f"{R}/benchmarks/judge/llm_judge.tsv"
     resources:
-        mem_mb=4000,
-        runtime=60,
+        **model_resources(get_judge_spec, runtime=240),
     script:
         "../scripts/llm_judge.py"
 

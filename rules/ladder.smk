@@ -28,9 +28,7 @@ rule ladder_sessions:
     benchmark:
         f"{R}/benchmarks/ladder/sessions/{{model}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=120,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, get_ladder_user_spec, runtime=120),
     script:
         "../scripts/ladder_sessions.py"
 
@@ -59,9 +57,7 @@ rule ladder_prompted:
     benchmark:
         f"{R}/benchmarks/ladder/prompted/{{model}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=120,
-        gpu=get_model_gpus,
+        **model_resources(get_ladder_prompted_spec, runtime=120),
     script:
         "../scripts/ladder_prompted.py"
 

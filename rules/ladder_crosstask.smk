@@ -35,9 +35,7 @@ rule ladder_crosstask:
     benchmark:
         f"{R}/benchmarks/ladder/crosstask/{{suite}}/{{model}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=120,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, get_crosstask_prompt_spec, runtime=120),
     script:
         "../scripts/ladder_crosstask.py"
 

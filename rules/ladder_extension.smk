@@ -26,9 +26,7 @@ rule ladder_extension:
     benchmark:
         f"{R}/benchmarks/ladder/extension/{{model}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=120,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, runtime=120),
     script:
         "../scripts/ladder_extension.py"
 

@@ -40,9 +40,7 @@ rule lcae_stage1:
     benchmark:
         f"{R}/benchmarks/lcae/stage1/{{model}}/{{ckpt}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=120,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, runtime=480),
     script:
         "../scripts/lcae_stage1.py"
 
@@ -61,7 +59,7 @@ rule lcae_irt:
         f"{R}/logs/lcae/irt.log",
     resources:
         mem_mb=4000,
-        runtime=20,
+        runtime=60,
     script:
         "../scripts/lcae_irt.py"
 
@@ -90,9 +88,7 @@ rule lcae_stage2:
     benchmark:
         f"{R}/benchmarks/lcae/stage2/{{model}}/{{ckpt}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=240,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, runtime=480),
     script:
         "../scripts/lcae_stage2.py"
 

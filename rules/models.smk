@@ -13,6 +13,6 @@ rule smollm2_convert:
         f"{R}/benchmarks/smollm2_convert.tsv"
     resources:
         mem_mb=4000,
-        runtime=20,
+        runtime=30,
     script:
         "../scripts/smollm2_convert.py"

@@ -41,9 +41,7 @@ rule persistent_sc:
     benchmark:
         f"{R}/benchmarks/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}.tsv"
     resources:
-        mem_mb=get_model_mem_mb,
-        runtime=240,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, get_persistent_judge_spec, runtime=240),
     script:
         "../scripts/persistent_sc.py"
 
@@ -71,9 +69,7 @@ rule persistent_variant:
     benchmark:
         f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.tsv"
     resources:
-        mem_mb=get_variant_mem_mb,
-        runtime=480,
-        gpu=get_model_gpus,
+        **model_resources(get_model_spec, runtime=480, bases=get_variant_bases),
     script:
         "../scripts/persistent_variant.py"
 
@@ -161,9 +157,7 @@ rule persistent_gcm:
     benchmark:
         f"{R}/benchmarks/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.tsv"
     resources:
-        mem_mb=get_gcm_mem_mb,
-        runtime=240,
-        gpu=get_gcm_gpus,
+        **model_resources(get_gcm_spec, runtime=240),
     script:
         "../scripts/persistent_gcm.py"
 

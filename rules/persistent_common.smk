@@ -102,19 +102,19 @@ def _plan(model, variant):
                         with_transfer=bool(P_TRANSFER) and variant in TRANSFER_VARIANTS, pair_mode=P_PAIRS)
 
 
-def get_variant_mem_mb(wildcards):
-    """A variant job holds one base at a time in host memory, except a GPU job (device cuda or
-    auto), whose multi-checkpoint training parks every view of its widest adapter in host
-    memory (`verbalized._ViewWeights`; a CPU job keeps them in scratch files)."""
-    from selfknow.models.registry import estimate_mem_mb
+def get_variant_bases(wildcards):
+    """Copies of the base weights a variant job keeps in host memory: one, except when its
+    multi-checkpoint training parks every view of its widest adapter there (a GPU job whose
+    views fit, `verbalized.views_in_host`; otherwise they wait in scratch files)."""
+    from selfknow.models.registry import DTYPE_BYTES, model_params
+    from selfknow.protocols.persistent.verbalized import views_in_host
 
     spec = get_model_spec(wildcards)
-    if spec["device"] == "cpu":
-        return estimate_mem_mb(spec)
     # persistent_transfer_variant and persistent_variance_adapters fix the variant to "transfer"
     variant = wildcards.variant if hasattr(wildcards, "variant") else "transfer"
     views = max(len(a.views) for a in _plan(wildcards.model, variant).adapters)
-    return estimate_mem_mb(spec, bases=views)
+    view_bytes = (model_params(spec) or 0) * DTYPE_BYTES[spec["dtype"]]
+    return views if views > 1 and views_in_host(spec["device"], views, view_bytes) else 1
 
 
 def get_persistent_sc_items(wildcards):
@@ -136,6 +136,11 @@ def get_persistent_judge(wildcards):
         return {"correctness": "exact"}
     return {"correctness": "llm", "spec": model_spec(config, j["llm_judge"], R), "labels": j["labels"],
             "multi_reference": wildcards.dataset in j["multi_reference_datasets"]}
+
+
+def get_persistent_judge_spec(wildcards):
+    """The LLM judge's spec when it labels the candidates in the job (None under exact match)."""
+    return get_persistent_judge(wildcards).get("spec")
 
 
 def get_persistent_judge_files(wildcards):
@@ -182,16 +187,6 @@ def get_gcm_spec(wildcards):
 
 def get_gcm_model_files(wildcards):
     return model_files(P_GCM)
-
-
-def get_gcm_gpus(wildcards):
-    return _model_entry(P_GCM)["gpu"]
-
-
-def get_gcm_mem_mb(wildcards):
-    from selfknow.models.registry import estimate_mem_mb
-
-    return estimate_mem_mb(model_spec(config, P_GCM, R))
 
 
 def get_metrics_sc(wildcards):

@@ -17,7 +17,7 @@ rule world_generate:
         f"{R}/benchmarks/world_generate.tsv"
     resources:
         mem_mb=2000,
-        runtime=10,
+        runtime=20,
     script:
         "../scripts/world_generate.py"
 
@@ -37,8 +37,8 @@ rule world_train:
     benchmark:
         f"{R}/benchmarks/world_train/{{family}}.tsv"
     resources:
-        mem_mb=4000,
-        runtime=60,
+        mem_mb=6000,
+        runtime=120,
     script:
         "../scripts/world_train.py"
 

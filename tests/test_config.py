@@ -48,6 +48,15 @@ def test_nonexistent_local_path(cfg, tmp_path):
     assert "models[3].path" in _err(cfg) and "does not exist" in _err(cfg)
 
 
+def test_gpus_follow_where_a_model_runs(cfg):
+    """Jobs are placed by their models' `gpu` (selfknow.placement): a CUDA model must ask for
+    GPUs, and an API model for none."""
+    cfg["models"].append({"name": "x", "backend": "hf", "hub_id": "org/x", "device": "cuda"})
+    assert "models[3]: 'device: cuda' needs 'gpu' >= 1" in _err(cfg)
+    cfg["models"][-1] = {"name": "x", "backend": "openai", "base_url": "http://127.0.0.1:1/v1", "model": "m", "gpu": 1}
+    assert "models[3]: an openai model holds no GPU; 'gpu' must be 0, got 1" in _err(cfg)
+
+
 def test_duplicate_model_name(cfg):
     cfg["models"].append(copy.deepcopy(cfg["models"][0]))
     assert "duplicate model name 'wm-small'" in _err(cfg)

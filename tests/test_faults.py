@@ -25,7 +25,7 @@ import pandas as pd
 import pytest
 
 from conftest import REPO
-from selfknow.records import write_csv, write_json, write_parquet, write_text
+from selfknow.records import umask, write_csv, write_json, write_parquet, write_text
 
 # ---- full disk, read-only directory -----------------------------------------------------------
 
@@ -68,6 +68,24 @@ def test_full_disk_gives_clear_error_and_keeps_the_old_file(tmp_path):
         # once space is free the same call succeeds
         write_parquet(_big_frame(100), out)
         assert len(pd.read_parquet(out)) == 100
+
+
+@pytest.mark.parametrize("mask", [0o002, 0o022, 0o027, 0o077])
+def test_outputs_get_the_mode_the_umask_gives(tmp_path, mask):
+    """Atomic writes go through a private temporary file; the output still gets 0666 less the
+    umask, as a plain open() would give it (group-readable results on a cluster)."""
+    old = os.umask(mask)
+    try:
+        assert umask() == mask
+        write_text("x", tmp_path / "a.txt")
+        write_parquet(pd.DataFrame({"a": [1]}), tmp_path / "deep" / "b.parquet")
+        with open(tmp_path / "plain.txt", "w") as f:
+            f.write("x")
+    finally:
+        os.umask(old)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "a.txt", tmp_path / "deep" / "b.parquet",
+                                                        tmp_path / "plain.txt")}
+    assert set(modes.values()) == {0o666 & ~mask}, modes
 
 
 def test_read_only_output_directory_gives_clear_error(tmp_path):

@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import multiprocessing as mp
+import os
 
 import pytest
 
@@ -84,6 +85,16 @@ def test_sample_index_separates_sampled_calls_only(tmp_path):
     assert run(0.0, 0) == run(0.0, 3)  # greedy repeats share one entry
     assert run(0.7, 1) != run(0.7, 2)  # sampled repeats do not
     assert (stats.misses, stats.hits) == (3, 1)
+
+
+def test_cache_entries_get_the_mode_the_umask_gives(tmp_path):
+    old = os.umask(0o027)
+    try:
+        CountingBackend(tmp_path).generate(["a", "b"], max_new_tokens=3)
+    finally:
+        os.umask(old)
+    entries = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(entries) == 2 and all(p.stat().st_mode & 0o777 == 0o640 for p in entries)
 
 
 def test_no_cache_dir_computes_every_time(tmp_path):

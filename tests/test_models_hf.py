@@ -781,3 +781,53 @@ def test_structured_output_switch_cache_keys_and_bad_schemas(json_tiny_dir, tmp_
     with pytest.raises(ValueError, match="2 JSON schemas for 1 prompts"):
         lm.generate(["x"], max_new_tokens=4, json_schemas=SCHEMAS[:2])
     assert (lm.stats.misses, lm.stats.hits) == calls
+
+
+# ---- a hub id or revision that cannot be resolved ------------------------------------------
+TYPO = {"name": "llama-typo", "backend": "hf", "hub_id": "meta-llama/Meta-Llama-3-8B-Instrct",
+        "checkpoints": [{"name": "final", "revision": "5f0b02c"}]}
+
+
+def test_unresolvable_hub_id_offline_names_the_model_hub_id_and_revision():
+    """HF_HUB_OFFLINE=1 (the tests' setting) and weights not in the cache: the load and the
+    LoRA-training download fail naming the entry, the hub id and the revision."""
+    from selfknow.protocols.persistent.jobs import base_model_dir
+
+    lm = load_lm(TYPO, cache_dir=None)
+    expected = r"model 'llama-typo' checkpoint 'final': hub id 'meta-llama/Meta-Llama-3-8B-Instrct' at revision '5f0b02c'.*local Hugging Face cache"
+    with pytest.raises(ModelSpecError, match=expected):
+        lm.tokenizer
+    with pytest.raises(ModelSpecError, match=expected):
+        lm.generate(["x"], max_new_tokens=1)
+    with pytest.raises(ModelSpecError, match=expected):
+        base_model_dir(TYPO, "final")
+
+
+def test_unresolvable_hub_id_online_names_the_model_hub_id_and_revision(tmp_path):
+    """Online, a hub (here a local stand-in) that does not know the repository: the same error
+    with the hub's reason, not a traceback of the download."""
+    import subprocess
+    import sys
+
+    from selfknow.rehearsal.server import QuietHandler, send_json, serve
+
+    class NoRepo(QuietHandler):
+        def do_GET(self):
+            send_json(self, 404, {"error": "Repository not found"}, [("X-Error-Code", "RepoNotFound")])
+
+        do_HEAD = do_GET
+
+    httpd, url, thread = serve(NoRepo)
+    try:
+        code = ("from selfknow.models import load_lm\n"
+                f"load_lm({TYPO!r}, cache_dir=None).tokenizer\n")
+        env = {**os.environ, "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "hf")}
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(10)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("selfknow.models.registry.ModelSpecError: model 'llama-typo' "
+                                                    "checkpoint 'final': hub id 'meta-llama/Meta-Llama-3-8B-Instrct' "
+                                                    "at revision '5f0b02c' cannot be resolved from the hub"), proc.stderr[-2000:]

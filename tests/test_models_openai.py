@@ -33,6 +33,7 @@ class FakeServer:
         self.requests: list[tuple[str, dict, dict]] = []
         self.delay = 0.0
         self.hang_s = 2.0
+        self.retry_after = "0.3"  # seconds, the Retry-After of a "429" failure
         self.give_logprobs = True
         self.in_flight = 0
         self.max_in_flight = 0
@@ -59,7 +60,7 @@ class FakeServer:
             def _answer(self, mode, body):
                 text = json.dumps(body)
                 if mode == "429":
-                    return self._send(429, {"error": "slow down"}, [("Retry-After", "0.3")])
+                    return self._send(429, {"error": "slow down"}, [("Retry-After", server.retry_after)])
                 if mode == "500" or "FAIL" in text:
                     return self._send(500, {"error": "boom"})
                 if "BAD" in text:
@@ -193,6 +194,31 @@ def test_retries_429_500_timeout_then_success(server):
     assert len(server.requests) == 4 and lm.http_requests == 4
     # Retry-After (0.3 s) and the timeout (0.5 s) were both waited for
     assert elapsed >= 0.8
+
+
+def test_retry_after_is_waited_in_full_up_to_its_ceiling(server, monkeypatch):
+    """A Retry-After longer than max_backoff_s is still waited for in full; one longer than
+    max_retry_after_s fails at once, naming the wait and the key."""
+    import selfknow.models.openai_api as api
+
+    waits = []
+
+    class Clock:  # the backend's own `time`, whose sleeps are recorded, not slept
+        sleep = staticmethod(waits.append)
+
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+    monkeypatch.setattr(api, "time", Clock())
+    server.failures, server.retry_after = ["429", "500"], "7"
+    lm = load_lm(spec(server, backoff_s=1.0, max_backoff_s=0.25, max_retry_after_s=10), cache_dir=None)
+    assert lm.generate(["hi"], max_new_tokens=5)[0].text.startswith("echo: hi")
+    # Retry-After 7 s in full, then the backoff (1 s x jitter in [0.5, 1.5)) cut to 0.25 s
+    assert waits == [7.0, 0.25] and len(server.requests) == 3
+    server.failures, server.retry_after = ["429"], "3600"
+    with pytest.raises(RequestFailed, match=r"1 attempt.*HTTP 429.*retry after 3600 s.*max_retry_after_s = 10"):
+        lm.generate(["again"], max_new_tokens=5)
+    assert len(server.requests) == 4 and waits == [7.0, 0.25]
 
 
 def test_always_failing_names_model_endpoint_and_request(server, tmp_path):

@@ -892,7 +892,7 @@ def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
                  "persistent_figure3", "persistent_figure4", "persistent_table19"):
         assert rule in jobs, rule
     # the models' GPU requests (Olmo 3 32B: 2, the others 1) reach every model-loading job
-    # (persistent_gcm asks for its own model's GPUs: see rules/persistent_common.smk get_gcm_gpus)
+    # (persistent_gcm asks for its own model's GPUs: rules/common.smk model_resources)
     for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant"):
         assert jobs[rule] and all("gpu=1" in r or "gpu=2" in r for r in jobs[rule]), rule
     assert any("gpu=2" in r for r in jobs["persistent_variant"])

@@ -621,7 +621,7 @@ def _record_stores(monkeypatch) -> list:
     """Every view store `_ViewWeights` makes from here on (to look at its scratch directory)."""
     made = []
     make = V._view_store
-    monkeypatch.setattr(V, "_view_store", lambda hp: made.append(make(hp)) or made[-1])
+    monkeypatch.setattr(V, "_view_store", lambda *a: made.append(make(*a)) or made[-1])
     return made
 
 
@@ -641,20 +641,28 @@ def test_multi_checkpoint_views_swap_base_weights_in_one_model(family, dtype, re
                                                                monkeypatch):
     """Multi-checkpoint training runs every view through one model whose base parameters are
     swapped: view k gives exactly the outputs of checkpoint k's own model with the adapter.
-    On a CPU job the views wait in scratch files, so one base is resident at a time."""
+    On a CPU job the views wait in scratch files, so one base is resident at a time; each view
+    is stored in parts (here of at most 64 kB), so that serialising one costs little memory."""
     from peft import PeftModel, get_peft_model
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     dirs = request.getfixturevalue({"gpt2": "tiny_models", "llama": "tiny_llamas"}[family])
     stores = _record_stores(monkeypatch)
+    monkeypatch.setattr(V._FileViews, "PART_BYTES", 2**16)
     residency = _no_resident_bases()
     hp = V.AdapterHParams(dtype=dtype)
     ids = torch.tensor([[5, 17, 33, 2, 90], [7, 7, 40, 11, 3]])
     with V._ViewWeights(dirs, hp) as views:
         assert (residency.loads, residency.resident, residency.peak) == (3, 1, 1)
         scratch = stores[0].dir
-        assert sorted(f.name for f in scratch.iterdir()) == [f"view{k}.safetensors" for k in range(3)]
+        parts = {k: stores[0]._parts(k) for k in range(3)}
+        assert sorted(scratch.iterdir()) == sorted(p for ps in parts.values() for p in ps)
+        for ps in parts.values():  # a part is one tensor or tensors within 64 kB
+            assert len(ps) > 1
+            for p in ps:
+                t = load_file(p)
+                assert len(t) == 1 or sum(x.numel() * x.element_size() for x in t.values()) <= 2**16
         torch.manual_seed(0)
         model = get_peft_model(views.model, V._lora_config(views.model, hp))
         with torch.no_grad():  # a non-zero adapter, so that base and LoRA paths both matter
@@ -666,7 +674,7 @@ def test_multi_checkpoint_views_swap_base_weights_in_one_model(family, dtype, re
         for k, d in enumerate(dirs):
             base = AutoModelForCausalLM.from_pretrained(d, dtype=getattr(torch, dtype))
             # the stored view: the parameters from_pretrained gave, by name, in their dtype
-            stored = load_file(scratch / f"view{k}.safetensors")
+            stored = {n: t for p in parts[k] for n, t in load_file(p).items()}
             params = dict(base.named_parameters())
             assert stored.keys() == params.keys()
             assert all(stored[n].dtype == p.dtype == getattr(torch, dtype) and torch.equal(stored[n], p)
@@ -721,7 +729,7 @@ def test_multi_checkpoint_training_from_scratch_files_equals_host_parked_views(f
     V.train_adapter(data, tmp_path / "files", seed=0, hparams=hp)
     assert (residency.loads, residency.peak) == (3, 1)
     assert len(stores) == 1 and isinstance(stores[0], V._FileViews) and not stores[0].dir.exists()
-    monkeypatch.setattr(V, "_view_store", lambda hp: V._HostViews())
+    monkeypatch.setattr(V, "_view_store", lambda *a: V._HostViews())
     V.train_adapter(data, tmp_path / "host", seed=0, hparams=hp)
     wf, wh = (load_file(tmp_path / n / "adapter_model.safetensors") for n in ("files", "host"))
     assert wf.keys() == wh.keys() and all(torch.equal(wf[k], wh[k]) for k in wf)
@@ -729,6 +737,16 @@ def test_multi_checkpoint_training_from_scratch_files_equals_host_parked_views(f
     assert len(lf) == 4 and lf == lh
     # the three views' bases differ, and each step saw all three
     assert all(len(set(s["loss_by_checkpoint"].values())) == 3 for s in lf)
+
+
+def test_views_wait_in_host_memory_on_a_gpu_only_while_they_fit():
+    gb = 1e9
+    # the paper config's widest view sets: 4 views of an 8B model (16 GB each in bf16) and of
+    # Olmo 3 32B (64.4 GB each)
+    assert V.views_in_host("cuda", 4, 16.0 * gb)
+    assert not V.views_in_host("cuda", 4, 64.4 * gb) and not V.views_in_host("cuda", 2, 64.4 * gb)
+    assert V.views_in_host("cuda", 2, V.HOST_VIEWS_GB / 2 * gb) and not V.views_in_host("cuda", 2, V.HOST_VIEWS_GB / 2 * gb + 1)
+    assert not V.views_in_host("cpu", 2, 1.0)  # a CPU job's host memory is its device memory
 
 
 def test_scratch_views_are_deleted_when_training_fails(tiny_models, tmp_path, monkeypatch):

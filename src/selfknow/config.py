@@ -130,6 +130,11 @@ def check_model_entry(m: dict, where: str, error: type[ConfigError] = ConfigErro
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise error(f"{where}: checkpoint name '{twice[0]}' appears twice")
+    if m["backend"] == "openai" and m["gpu"]:
+        # the scheduler places a job by its models' GPUs (selfknow.placement): an API call holds none
+        raise error(f"{where}: an openai model holds no GPU; 'gpu' must be 0, got {m['gpu']}")
+    if m["backend"] == "hf" and m["device"] == "cuda" and not m["gpu"]:
+        raise error(f"{where}: 'device: cuda' needs 'gpu' >= 1 (the GPUs its jobs ask the scheduler for)")
     if m["backend"] == "openai":
         for req in ("base_url", "model"):
             if req not in m:

@@ -30,10 +30,30 @@ def _cannot_write(path: Path, err: OSError) -> OSError:
     return type(err)(err.errno, f"cannot write {path}: {err.strerror or err}")
 
 
+def umask() -> int:
+    """The process's umask (read from /proc where it can be, as setting it to read it back is
+    not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            return next(int(ln.split()[1], 8) for ln in f if ln.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        mask = os.umask(0o022)
+        os.umask(mask)
+        return mask
+
+
+def share_as_created(path: str | os.PathLike) -> None:
+    """Give a file or directory made by tempfile (mode 0600 or 0700, private) the mode `open`
+    or `mkdir` would have given it (0666 or 0777 less the umask), so that outputs and the
+    cache are as readable as the user's umask says (clusters share result directories within a
+    group, e.g. umask 0002 or 0027)."""
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.
-    An unwritable directory or a full disk raises an OSError naming `path`; the temporary file
+    The file gets the mode a plain `open` would give it (`share_as_created`). An unwritable directory or a full disk raises an OSError naming `path`; the temporary file
     is removed, so nothing half-written is left."""
     path = Path(path)
     try:
@@ -44,6 +64,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
+        share_as_created(tmp_path)
         try:
             yield tmp_path
         except OSError as err:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from selfknow.models.base import CallStats
+from selfknow.records import share_as_created
 
 log = logging.getLogger(__name__)
 
@@ -157,6 +158,7 @@ class RequestCache:
                  + ',"request":' + canonical_json(request) + ',"response":' + body + "}\n")
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=path.parent)
         try:
+            share_as_created(tmp)
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(entry)
             os.replace(tmp, path)

@@ -12,6 +12,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from selfknow.records import share_as_created
+
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -58,10 +60,7 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        # mkdtemp makes a private dir; the converted model is meant to be shared
-        os.chmod(tmp, 0o755)
-        for f in tmp.iterdir():
-            os.chmod(f, 0o644)
+        share_as_created(tmp)  # mkdtemp makes a private dir
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.replace(out_dir, old / "x")

@@ -553,6 +553,28 @@ def release_bases() -> None:
     free_memory()
 
 
+@contextmanager
+def hub_resolution(name: str, checkpoint: str, hub_id: str, revision: str | None):
+    """Turn a hub id or revision that cannot be resolved in the block (a typo, a revision the
+    repository lacks, a gated or private repository, weights missing from the local cache under
+    HF_HUB_OFFLINE=1, an unreachable hub) into a ModelSpecError naming the model entry, the hub id
+    and the revision, with the hub's reason; transformers and huggingface_hub raise these as
+    OSErrors without an errno (an errno means a local file-system error, passed on as it is)."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        yield
+    except (OSError, HFValidationError) as err:
+        if isinstance(err, OSError) and err.errno is not None:
+            raise
+        where = "the local Hugging Face cache (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else "the hub"
+        reason = " ".join(str(err).split())[:300]
+        raise ModelSpecError(f"model {name!r} checkpoint {checkpoint!r}: hub id {hub_id!r} at revision "
+                             f"{revision or 'main'!r} cannot be resolved from {where} (keys 'hub_id', "
+                             f"'revision'): {type(err).__name__}: {reason}") from None
+
+
 @register_backend("hf")
 class HFLM(LM):
     """A transformers causal LM at one checkpoint (see module docstring)."""
@@ -632,13 +654,20 @@ class HFLM(LM):
             kw["trust_remote_code"] = True
         return kw
 
+    def _resolving(self):
+        """`hub_resolution` for this checkpoint (nothing to resolve for a local dir)."""
+        if self.local:
+            return nullcontext()
+        return hub_resolution(self.name, self.checkpoint["name"], self.source, self._hub_revision)
+
     @property
     def tokenizer(self):
         """The checkpoint's tokenizer (loaded on first use)."""
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(self.source, **self._load_kwargs())
+            with self._resolving():
+                self._tokenizer = AutoTokenizer.from_pretrained(self.source, **self._load_kwargs())
         return self._tokenizer
 
     @property
@@ -678,7 +707,8 @@ class HFLM(LM):
             from transformers import AutoModelForCausalLM
 
             free_memory()  # what earlier released LMs left behind, before the next load
-            model = AutoModelForCausalLM.from_pretrained(self.source, **self.from_pretrained_kwargs())
+            with self._resolving():
+                model = AutoModelForCausalLM.from_pretrained(self.source, **self.from_pretrained_kwargs())
             track_base(model)
             if not self.sharded:
                 model.to(self.device)

@@ -3,9 +3,11 @@
 
 Requests run in a thread pool of `max_concurrency`; a request that fails with 429, a 5xx, a
 timeout or a connection error is retried `max_retries` times with exponential backoff and
-jitter (the jitter is seeded by (seed, request index, attempt), so reruns wait alike), honouring
-`Retry-After`; then a `RequestFailed` names the model, endpoint and request index. Other 4xx
-answers fail at once. The API key comes from the environment variable named by `api_key_env`.
+jitter (the jitter is seeded by (seed, request index, attempt), so reruns wait alike, each wait
+at most `max_backoff_s`); a `Retry-After` header is waited for in full up to
+`max_retry_after_s`, and a longer one fails the request at once (a retry before the server's
+time would be refused again; the job is better rerun later, from its cache). Then a
+`RequestFailed` names the model, endpoint and request index. Other 4xx answers fail at once. The API key comes from the environment variable named by `api_key_env`.
 
 Log-probabilities exist only if the spec says the server gives them (`logprobs: true`) and the
 answer carries them; otherwise `LogprobsUnavailable` names the model and method. Candidates
@@ -131,6 +133,7 @@ class OpenAILM(LM):
         self.timeout_s = float(spec["timeout_s"])
         self.backoff_s = float(spec["backoff_s"])
         self.max_backoff_s = float(spec["max_backoff_s"])
+        self.max_retry_after_s = float(spec["max_retry_after_s"])
         self.seed = int(spec["seed"])
         self.top_logprobs = int(spec["top_logprobs"])
         self.has_logprobs = bool(spec["logprobs"])
@@ -221,15 +224,19 @@ class OpenAILM(LM):
                     if resp.status_code not in _RETRY_STATUS:
                         break
                     wait = _retry_after(resp.headers.get("retry-after"))
+                    if wait is not None and wait > self.max_retry_after_s:
+                        last += (f"; the server asks for a retry after {wait:.0f} s (Retry-After), more than "
+                                 f"max_retry_after_s = {self.max_retry_after_s:g}")
+                        break
             if attempt == self.max_retries:
                 break
             if wait is None:
                 rng = random.Random(f"{self.seed}:{index}:{attempt}")
-                wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt)
-                wait *= 0.5 + rng.random()  # jitter in [0.5, 1.5): jobs don't retry in step
+                # jitter in [0.5, 1.5): jobs don't retry in step
+                wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt * (0.5 + rng.random()))
             log.info("model %r %s %s request %s: %s; retry %d in %.2fs", self.name, method,
                      path, index, last, attempt + 1, wait)
-            time.sleep(min(wait, self.max_backoff_s))
+            time.sleep(wait)
         raise RequestFailed(f"model {self.name!r}: {method} {self.base_url}{path} request "
                             f"{index} failed after {attempt + 1} attempt(s): {last}")
 

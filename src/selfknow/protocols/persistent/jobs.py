@@ -95,7 +95,10 @@ def base_model_dir(spec: dict, checkpoint: str | None) -> str:
         raise ValueError(f"model {spec['name']!r} checkpoint {ck['name']!r}: no local path and no hub_id")
     from huggingface_hub import snapshot_download
 
-    return snapshot_download(hub, revision=ck.get("revision"))
+    from selfknow.models.hf import hub_resolution
+
+    with hub_resolution(spec["name"], ck["name"], hub, ck.get("revision")):
+        return snapshot_download(hub, revision=ck.get("revision"))
 
 
 def _hparams(spec: dict, threads: int, extra: Mapping | None = None) -> dict:

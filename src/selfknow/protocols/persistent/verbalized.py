@@ -62,6 +62,7 @@ import pandas as pd
 from selfknow.models.base import LM
 from selfknow.models.hf import last_position_logits, shard_kwargs
 from selfknow.models.registry import free_memory, track_base
+from selfknow.records import share_as_created
 from selfknow.schema import defaults
 
 from .prompts import PROMPT_BODIES, confidence_prompt
@@ -396,12 +397,14 @@ class _ViewWeights:
     so that view 0's model, the one that stays, is never alive beside another; each view's
     parameters are stored by name exactly as `from_pretrained` gave them (dtype included).
 
-    Where the views wait depends on the device. A GPU job parks them in host memory
-    (`_HostViews`) and copies host-to-device (each parameter to its own GPU when `hp.gpus` > 1
-    shards the base): the device memory is what one base must fit. On a CPU job the host
-    memory is the device memory, so the views go to safetensors files in a scratch directory
-    (`_FileViews`, under TMPDIR) and are read back through the OS page cache. One view stores
-    nothing. Close it (or use it as a context manager) to delete the scratch directory."""
+    Where the views wait (`views_in_host`): a GPU job whose views fit together in
+    HOST_VIEWS_GB parks them in host memory (`_HostViews`) and copies host-to-device (each
+    parameter to its own GPU when `hp.gpus` > 1 shards the base): the device memory is what one
+    base must fit. Otherwise (a CPU job, whose host memory is the device memory, or views too
+    large to park, e.g. Olmo 3 32B) the views go to safetensors files in a scratch directory
+    (`_FileViews`, under TMPDIR) and are read back through the OS page cache, so the job's host
+    memory holds one base at a time. One view stores nothing. Close it (or use it as a context
+    manager) to delete the scratch directory."""
 
     def __init__(self, model_dirs: Sequence[str], hp: AdapterHParams):
         import torch
@@ -409,7 +412,7 @@ class _ViewWeights:
 
         sharded = hp.device != "cpu" and hp.gpus > 1
         self.tokenizers = [AutoTokenizer.from_pretrained(d) for d in model_dirs]
-        self.store = _view_store(hp) if len(model_dirs) > 1 else None
+        self.store = None
         self.current = 0
         ref = None
         try:
@@ -427,7 +430,10 @@ class _ViewWeights:
                         or any(not torch.equal(b, ref[2][n]) for n, b in buffers.items()):
                     raise ValueError(f"checkpoints differ in architecture: {d} and {ref[0]}; "
                                      "multi-checkpoint training needs one architecture")
-                if self.store is not None:
+                if len(model_dirs) > 1:
+                    if self.store is None:  # sized from the first view loaded: they share a shape
+                        view_bytes = sum(p.numel() * p.element_size() for p in params.values())
+                        self.store = _view_store(hp, len(model_dirs), view_bytes)
                     self.store.put(k, params)
                 if k:
                     del model, params
@@ -481,35 +487,60 @@ class _HostViews:
 
 
 class _FileViews:
-    """Views' base parameters in one safetensors file each, in a scratch directory that
-    `close` deletes; a load reads a file tensor by tensor through the OS page cache."""
+    """Views' base parameters in safetensors files in a scratch directory that `close` deletes,
+    each view in parts of at most PART_BYTES (serialising a file copies its tensors to host
+    memory: parts keep that copy small beside the one base the job holds); a load reads them
+    tensor by tensor through the OS page cache."""
+
+    PART_BYTES = 2**30
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="selfknow-views-"))
 
-    def _path(self, k: int) -> Path:
-        return self.dir / f"view{k}.safetensors"
+    def _parts(self, k: int) -> list[Path]:
+        return sorted(self.dir.glob(f"view{k}-*.safetensors"))
 
     def put(self, k: int, params: Mapping) -> None:
         from safetensors.torch import save_file
 
-        save_file({n: p.detach().contiguous() for n, p in params.items()}, self._path(k))
+        part, size = {}, 0
+        for n, p in list(params.items()) + [(None, None)]:
+            if part and (n is None or size + p.numel() * p.element_size() > self.PART_BYTES):
+                save_file(part, self.dir / f"view{k}-{len(self._parts(k)):05d}.safetensors")
+                part, size = {}, 0
+            if n is not None:
+                part[n] = p.detach().contiguous()
+                size += p.numel() * p.element_size()
 
     def load_into(self, k: int, slots: Mapping) -> None:
         from safetensors import safe_open
 
-        with safe_open(self._path(k), framework="pt") as f:
-            for n, p in slots.items():
-                p.data.copy_(f.get_tensor(n))
+        for path in self._parts(k):
+            with safe_open(path, framework="pt") as f:
+                for n in f.keys():
+                    slots[n].data.copy_(f.get_tensor(n))
 
     def close(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _view_store(hp: AdapterHParams) -> _HostViews | _FileViews:
-    """Where the views of a multi-checkpoint run wait (`_ViewWeights`): host memory for a
-    GPU job, scratch files for a CPU one."""
-    return _HostViews() if hp.device != "cpu" else _FileViews()
+#: GB of views a GPU job parks in host memory at most (`views_in_host`): every 7-8B view set of
+#: the paper config (4 views x 15 GB in bf16) fits, and a job still asks for no more host memory
+#: than a GPU node has per GPU (512 GB-2 TB for 4-8 GPUs); Olmo 3 32B's views (64 GB each) do
+#: not, and wait in scratch files. A memory setting, not a config key: the training is the same.
+HOST_VIEWS_GB = 128
+
+
+def views_in_host(device: str, n_views: int, view_bytes: float) -> bool:
+    """Whether the `n_views` views (`view_bytes` each) of a multi-checkpoint run wait in host
+    memory: on a GPU device, when they fit together in HOST_VIEWS_GB; else in scratch files. The
+    job's memory request follows the same rule (rules/persistent_common.smk, get_variant_bases)."""
+    return device != "cpu" and n_views * view_bytes <= HOST_VIEWS_GB * 1e9
+
+
+def _view_store(hp: AdapterHParams, n_views: int, view_bytes: float) -> _HostViews | _FileViews:
+    """Where the views of a multi-checkpoint run wait (`_ViewWeights`, `views_in_host`)."""
+    return _HostViews() if views_in_host(hp.device, n_views, view_bytes) else _FileViews()
 
 
 def _save_atomic(model, out_dir: Path, extra: Mapping[str, dict]) -> None:
@@ -517,6 +548,7 @@ def _save_atomic(model, out_dir: Path, extra: Mapping[str, dict]) -> None:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
+        share_as_created(tmp)  # mkdtemp makes a private dir
         model.save_pretrained(str(tmp))
         for fname, obj in extra.items():
             (tmp / fname).write_text(json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
