@@ -55,8 +55,6 @@ if "react" in LAD:
         benchmark:
             f"{R}/benchmarks/ladder/react/{{model}}/{{react_config}}.tsv"
         resources:
-            mem_mb=get_model_mem_mb,
-            runtime=120,
-            gpu=get_model_gpus,
+            **model_resources(get_model_spec, runtime=120),
         script:
             "../scripts/ladder_react.py"
