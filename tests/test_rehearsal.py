@@ -78,9 +78,20 @@ def test_every_rehearsal_model_is_a_paper_model_with_its_protocol_settings(confi
     paper = {m["name"]: m for m in configs[0]["models"]}
     for m in configs[1]["models"]:
         ref = paper[m["name"]]
-        for key in (ref.keys() | m.keys()) - MACHINE_KEYS - {"checkpoints"}:
+        for key in (ref.keys() | m.keys()) - MACHINE_KEYS - {"checkpoints", "provider"}:
             assert m.get(key) == ref.get(key), (m["name"], key)
         assert all(c in ref.get("checkpoints", []) for c in m.get("checkpoints", [])), m["name"]
+
+
+def test_every_provider_profile_of_the_paper_is_rehearsed_under_its_own_rules(configs):
+    """Every rehearsal API model is served on 127.0.0.1, so it names its provider; that must be
+    the profile its paper entry's endpoint gives, and every profile of the paper appears."""
+    from selfknow.models.providers import profile_name
+
+    paper = {m["name"]: m for m in configs[0]["models"] if m["backend"] == "openai"}
+    rehearsed = {m["name"]: profile_name(m) for m in configs[1]["models"] if m["backend"] == "openai"}
+    assert all(rehearsed[n] == profile_name(paper[n]) for n in rehearsed), rehearsed
+    assert set(rehearsed.values()) == {profile_name(m) for m in paper.values()}
 
 
 def test_every_architecture_and_backend_kind_of_the_paper_is_rehearsed(configs):
