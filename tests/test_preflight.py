@@ -116,3 +116,17 @@ def test_cli_prints_one_line_per_problem(setup, tmp_path, monkeypatch, capsys):
     assert main(["preflight", str(cfg)]) == 1
     assert capsys.readouterr().out.splitlines() == [
         "models[qwen-max].api_key_env: environment variable DASHSCOPE_API_KEY is not set"]
+
+
+def test_a_script_based_hub_dataset_names_the_key_and_the_datasets_version(setup, tmp_path):
+    """A repository with only a loading script: `datasets` 4+ refuses it (3.x without
+    trust_remote_code too); preflight says so before a launch."""
+    datasets = pytest.importorskip("datasets")
+    repo = tmp_path / "org--scripted"
+    repo.mkdir()
+    (repo / "scripted.py").write_text("import datasets\n")
+    setup["datasets"]["mmlu"] = {**setup["datasets"]["mmlu"], "hub_id": str(repo), "config_name": "all",
+                                 "revision": "main"}
+    del setup["datasets"]["mmlu"]["path"]
+    (line,) = preflight(setup)
+    assert line.startswith(f"datasets.mmlu.hub_id: {repo}@main does not load with datasets {datasets.__version__}")
