@@ -180,6 +180,39 @@ def test_every_dataset_fixture_passes_its_loader_at_the_rehearsal_sizes(stand_in
     assert sizes["bioasq"]["icl"] == 10 and sizes["bioasq"]["test"] >= config["persistent"]["n_test"]
 
 
+def test_every_hub_dataset_fixture_loads_through_the_datasets_call_of_a_paper_run(stand_ins, configs, tmp_path,
+                                                                                monkeypatch):
+    """The fixture of each dataset the paper config reads from the hub, laid out as a hub
+    dataset repository (a README naming its config and split files), loads through
+    `datasets.load_dataset(hub_id, config_name, split=..., revision=...)`, the call of a paper
+    run under the installed `datasets`, into the same items as through its `path:`."""
+    pytest.importorskip("datasets")
+    from selfknow.stages.items import load_source
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    config, _ = stand_ins
+    hub_sets = {n: s for n, s in configs[0]["datasets"].items() if "hub_id" in s}
+    assert len(hub_sets) >= 17
+    for name, paper in hub_sets.items():
+        local = Path(config["datasets"][name]["path"])
+        files = sorted(local.glob("*.parquet")) + sorted(local.glob("*.jsonl")) if local.is_dir() else [local]
+        repo = tmp_path / name
+        (repo / "data").mkdir(parents=True)
+        entries = []
+        for f in files:
+            split = f.stem if local.is_dir() else "test"
+            (repo / "data" / f"{split}{f.suffix}").write_bytes(f.read_bytes())
+            entries.append(f"  - split: {split}\n    path: data/{split}{f.suffix}\n")
+        (repo / "README.md").write_text(f"---\nconfigs:\n- config_name: {paper['config_name']}\n  data_files:\n"
+                                        + "".join(entries) + "---\n", encoding="utf-8")
+        spec = dict(config["datasets"][name])
+        via_path = load_source(name, spec)
+        del spec["path"]
+        spec.update(hub_id=str(repo), config_name=paper["config_name"], revision=paper["revision"])
+        pd.testing.assert_frame_equal(load_source(name, spec), via_path, obj=name)
+
+
 _LOAD_ALL = """
 import json, sys
 import huggingface_hub
