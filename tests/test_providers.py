@@ -147,3 +147,15 @@ def test_an_unknown_provider_names_the_key(monkeypatch):
                                       ("0.4", False), ("sure", False)])
 def test_local_check_of_an_unconstrained_reply(text, ok):
     assert (providers.reply_error(text, SCHEMA) is None) == ok
+
+
+def test_the_table_note_says_which_models_got_which_mode():
+    config = harness.load_config(("config/paper.yaml",))
+    by_name = {m["name"]: m for m in config["models"]}
+    names = ["gpt-5", "qwen-max", "claude-opus-4-7", "llama-3-8b"]
+    note = providers.modes_note([by_name[n] for n in names]
+                                + [{**by_name["gemini-2.5-pro"], "structured_output": False}])
+    assert note == ("Structured replies: a strict JSON schema (response_format) for gpt-5; JSON mode with the "
+                    "schema stated in the prompt for qwen-max; the schema stated in the prompt alone for "
+                    "claude-opus-4-7; a token-level constraint to the schema for llama-3-8b; free text for "
+                    "gemini-2.5-pro.")

@@ -110,3 +110,31 @@ def reply_error(text: str, schema: dict) -> str | None:
         return f"not JSON ({err})"
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(obj))
     return None if error is None else error.message
+
+
+def reply_mode(spec: dict) -> str:
+    """How a model entry's structured replies are asked for: a mode of MODES, "token-level"
+    (an hf model's constraint) or "free text" (structured_output off)."""
+    from selfknow.models.base import structured_output
+
+    if not structured_output(spec):
+        return "free text"
+    if spec["backend"] != "openai":
+        return "token-level"
+    return structured_mode(spec, profile(profile_name(spec)))
+
+
+_MODE_WORDS = {"json_schema": "a strict JSON schema (response_format)",
+               "json_object": "JSON mode with the schema stated in the prompt",
+               "prompt": "the schema stated in the prompt alone",
+               "token-level": "a token-level constraint to the schema",
+               "free text": "free text"}
+
+
+def modes_note(specs) -> str:
+    """A table note: which models' structured replies were asked for in which mode."""
+    by_mode: dict[str, list[str]] = {}
+    for spec in specs:
+        by_mode.setdefault(reply_mode(spec), []).append(spec["name"])
+    parts = [f"{_MODE_WORDS[m]} for {', '.join(names)}" for m, names in by_mode.items()]
+    return "Structured replies: " + "; ".join(parts) + "." if parts else ""
