@@ -18,6 +18,7 @@ config with `preflight: true` (the Snakefile's `onstart`); SELFKNOW_SKIP_PREFLIG
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 SKIP_ENV = "SELFKNOW_SKIP_PREFLIGHT"
@@ -164,4 +165,6 @@ def preflight_or_stop(config: dict) -> None:
     if problems:
         raise RuntimeError(f"preflight: {len(problems)} problem(s) (set {SKIP_ENV}=1 to launch anyway):\n"
                            + "\n".join(problems))
+    print(f"preflight: no problem with {len(config['models'])} models and {len(config['datasets'])} datasets",
+          file=sys.stderr)
 
