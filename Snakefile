@@ -19,6 +19,16 @@ report: "workflow_report/workflow.rst"
 
 # A protocol's rules exist only when the config has its section.
 include: "rules/common.smk"
+
+
+# Before a launch (not a dry run) of a config with `preflight: true`: stop on any problem with
+# its endpoints, keys, hub models or datasets (selfknow.preflight); SELFKNOW_SKIP_PREFLIGHT=1 skips.
+onstart:
+    from selfknow.preflight import preflight_or_stop
+
+    preflight_or_stop(config)
+
+
 include: "rules/models.smk"
 include: "rules/data.smk"
 include: "rules/generate.smk"

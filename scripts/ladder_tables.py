@@ -1,4 +1,6 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
+from selfknow.config import model_spec
+from selfknow.models.providers import modes_note
 from selfknow.protocols.ladder.tables import FIGURES, write_tables
 from selfknow.report.provenance import job_provenance
 from selfknow.report.tables import set_decimals
@@ -14,4 +16,5 @@ with job_log(snakemake.log[0], "ladder_tables") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["ladder"], models=models, datasets=[lad["dataset"]])
     summary.update(write_tables({k: list(v) for k, v in snakemake.input.items()},
                                 {k: v for k, v in out.items() if k not in FIGURES},
-                                {k: out[k] for k in FIGURES}, provenance=prov))
+                                {k: out[k] for k in FIGURES}, provenance=prov,
+                                modes_note=modes_note([model_spec(cfg, m) for m in models])))

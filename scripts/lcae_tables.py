@@ -1,5 +1,6 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.config import model_spec
+from selfknow.models.providers import modes_note
 from selfknow.protocols.lcae.jobs import stage2_repeats_shared
 from selfknow.protocols.lcae.tables import write_tables
 from selfknow.report.provenance import job_provenance
@@ -15,4 +16,5 @@ with job_log(snakemake.log[0], "lcae_tables") as summary:
                                 snakemake.output.figure2, dict(snakemake.params.prices),
                                 [m for m in lc["examinee_models"]
                                  if stage2_repeats_shared(model_spec(snakemake.config, m), lc["stage2_temperature"])],
-                                provenance=prov))
+                                provenance=prov,
+                                modes_note=modes_note([model_spec(snakemake.config, m) for m in lc["examinee_models"]])))

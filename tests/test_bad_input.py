@@ -92,6 +92,84 @@ def test_bioasq_duplicate_id_names_file_and_row(tmp_path):
         _load_bioasq(f)
 
 
+def test_bioasq_empty_file_and_empty_list_say_no_questions(tmp_path):
+    f = tmp_path / "bioasq.json"
+    f.write_text("\n", encoding="utf-8")
+    with pytest.raises(ItemError, match=re.escape(f"{f}: empty file, no questions")):
+        _load_bioasq(f)
+    f.write_text(json.dumps(_bioasq([])), encoding="utf-8")
+    with pytest.raises(ItemError, match=re.escape(f"{f}: no questions (the 'questions' list is empty)")):
+        _load_bioasq(f)
+
+
+MMLU_SPEC = {"loader": "mmlu", "subjects": ["anatomy"], "subject_range": [0, 2]}
+MMLU_ROW = {"question": "Q?", "subject": "anatomy", "choices": ["a", "b", "c", "d"], "answer": 1}
+
+
+def _jsonl(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("line, message", [
+    ('["Q?", "anatomy"]', "line 2: expected a JSON object, got list"),
+    ('"just a string"', "line 2: expected a JSON object, got str"),
+])
+def test_jsonl_line_that_is_not_an_object_names_file_and_line(tmp_path, line, message):
+    f = _jsonl(tmp_path / "test.jsonl", [MMLU_ROW, line])
+    with pytest.raises(ItemError, match=re.escape(f"mmlu: {f}: {message}")):
+        load_source("mmlu", {**MMLU_SPEC, "path": str(f)})
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("question", 42, "field 'question' must be str, got int '42'"),
+    ("question", ["Q?"], "field 'question' must be str, got list"),
+    ("answer", "B", "field 'answer' must be int, got str 'B'"),
+    ("answer", True, "field 'answer' must be int, got bool 'True'"),
+    ("choices", "abcd", "field 'choices' must be list, got str 'abcd'"),
+])
+def test_mmlu_malformed_field_names_file_row_and_field(tmp_path, field, value, message):
+    f = _jsonl(tmp_path / "test.jsonl", [MMLU_ROW, {**MMLU_ROW, field: value}])
+    with pytest.raises(ItemError, match=re.escape(f"{f}: row 1: {message}")):
+        load_source("mmlu", {**MMLU_SPEC, "path": str(f)})
+
+
+@pytest.mark.parametrize("content", ["", "\n\n"])
+def test_empty_jsonl_says_it_has_no_rows(tmp_path, content):
+    f = tmp_path / "test.jsonl"
+    f.write_text(content, encoding="utf-8")
+    with pytest.raises(ItemError, match=re.escape(f"mmlu: {f}: no rows")):
+        load_source("mmlu", {**MMLU_SPEC, "path": str(f)})
+
+
+def test_empty_parquet_says_it_has_no_rows(tmp_path):
+    f = tmp_path / "train.parquet"
+    pd.DataFrame({"question": pd.Series([], dtype=str), "ee-category": pd.Series([], dtype=str),
+                  "continuation": pd.Series([], dtype=str)}).to_parquet(f)
+    spec = {"loader": "jeopardy", "path": str(tmp_path), "shuffle_seed": 17, "n_icl": 0, "reserved_icl": 0,
+            "train_range": [0, 1], "test_range": [1, 2], "blacklist": False, "min_category_count": 1,
+            "exclude_categories": [], "check_paper_categories": False}
+    with pytest.raises(ItemError, match=re.escape(f"jeopardy: {f}: no rows")):
+        load_source("jeopardy", spec)
+
+
+@pytest.mark.parametrize("loader, row, message", [
+    ("gsm8k", {"question": None, "answer": "#### 4"}, "row 0: missing field(s) ['question']"),
+    ("gsm8k", {"question": {"text": "Q?"}, "answer": "#### 4"}, "row 0: field 'question' must be str, got dict"),
+    ("gsm8k", {"question": "Q?", "answer": 4}, "row 0: field 'answer' must be str, got int '4'"),
+    ("medxpertqa", {"id": "m1", "question": 7, "options": {"A": "x"}, "label": "A", "medical_task": "t"},
+     "row 0: field 'question' must be str, got int '7'"),
+    ("medxpertqa", {"id": "m1", "question": "Q?", "options": ["x"], "label": "A", "medical_task": "t"},
+     "row 0: field 'options' must be dict, got list"),
+    ("bbh", {"input": 3, "target": "(A)"}, "row 0: field 'input' must be str, got int '3'"),
+])
+def test_task_loaders_name_file_row_and_field(tmp_path, loader, row, message):
+    f = _jsonl(tmp_path / "test.jsonl", [row])
+    spec = {"loader": loader, "path": str(f), "config_name": "navigate"}
+    with pytest.raises(ItemError, match=re.escape(f"{f}: {message}")):
+        load_source(loader, spec)
+
+
 def _world(tmp_path, qa_rows=None, mcq_rows=None):
     base = dict(dataset="x", domain="d0", question="Q?", choices=None, answer="a", aliases=["a"], split="test")
     qa = pd.DataFrame([{**base, "item_id": f"wqa-{i}", "domain": f"d{i % 2}"} for i in range(4)], columns=ITEM_COLUMNS)

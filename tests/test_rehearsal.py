@@ -78,9 +78,20 @@ def test_every_rehearsal_model_is_a_paper_model_with_its_protocol_settings(confi
     paper = {m["name"]: m for m in configs[0]["models"]}
     for m in configs[1]["models"]:
         ref = paper[m["name"]]
-        for key in (ref.keys() | m.keys()) - MACHINE_KEYS - {"checkpoints"}:
+        for key in (ref.keys() | m.keys()) - MACHINE_KEYS - {"checkpoints", "provider"}:
             assert m.get(key) == ref.get(key), (m["name"], key)
         assert all(c in ref.get("checkpoints", []) for c in m.get("checkpoints", [])), m["name"]
+
+
+def test_every_provider_profile_of_the_paper_is_rehearsed_under_its_own_rules(configs):
+    """Every rehearsal API model is served on 127.0.0.1, so it names its provider; that must be
+    the profile its paper entry's endpoint gives, and every profile of the paper appears."""
+    from selfknow.models.providers import profile_name
+
+    paper = {m["name"]: m for m in configs[0]["models"] if m["backend"] == "openai"}
+    rehearsed = {m["name"]: profile_name(m) for m in configs[1]["models"] if m["backend"] == "openai"}
+    assert all(rehearsed[n] == profile_name(paper[n]) for n in rehearsed), rehearsed
+    assert set(rehearsed.values()) == {profile_name(m) for m in paper.values()}
 
 
 def test_every_architecture_and_backend_kind_of_the_paper_is_rehearsed(configs):
@@ -162,6 +173,42 @@ def test_every_dataset_fixture_passes_its_loader_at_the_rehearsal_sizes(stand_in
     assert sizes["bbh_word_sorting"] == {"test": per}
     assert sizes["gsm8k"] == sizes["humaneval"] == sizes["bfcl_simple"] == {"test": data.EXTENSION_ROWS}
     assert sizes["bioasq"]["icl"] == 10 and sizes["bioasq"]["test"] >= config["persistent"]["n_test"]
+
+
+def test_every_hub_dataset_fixture_loads_through_the_datasets_call_of_a_paper_run(stand_ins, configs, tmp_path,
+                                                                                monkeypatch):
+    """The fixture of each dataset the paper config reads from the hub, laid out as a hub
+    dataset repository (a README naming its config and split files), loads through
+    `datasets.load_dataset(hub_id, config_name, split=..., revision=...)`, the call of a paper
+    run under the installed `datasets`, into the same items as through its `path:`."""
+    datasets = pytest.importorskip("datasets")
+    from selfknow.stages.items import load_source
+
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    # datasets reads its cache root at import, which an earlier test may have done: a run's
+    # repositories share names and data_files with other runs', so a shared cache would serve them
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    config, _ = stand_ins
+    # BFCL's files come by file download, not load_dataset (tests/test_tasks_bfcl.py)
+    hub_sets = {n: s for n, s in configs[0]["datasets"].items() if "hub_id" in s and s["loader"] != "bfcl"}
+    assert len(hub_sets) >= 17
+    for name, paper in hub_sets.items():
+        local = Path(config["datasets"][name]["path"])
+        files = sorted(local.glob("*.parquet")) + sorted(local.glob("*.jsonl")) if local.is_dir() else [local]
+        repo = tmp_path / name
+        (repo / "data").mkdir(parents=True)
+        entries = []
+        for f in files:
+            split = f.stem if local.is_dir() else "test"
+            (repo / "data" / f"{split}{f.suffix}").write_bytes(f.read_bytes())
+            entries.append(f"  - split: {split}\n    path: data/{split}{f.suffix}\n")
+        (repo / "README.md").write_text(f"---\nconfigs:\n- config_name: {paper['config_name']}\n  data_files:\n"
+                                        + "".join(entries) + "---\n", encoding="utf-8")
+        spec = dict(config["datasets"][name])
+        via_path = load_source(name, spec)
+        del spec["path"]
+        spec.update(hub_id=str(repo), config_name=paper["config_name"], revision=paper["revision"])
+        pd.testing.assert_frame_equal(load_source(name, spec), via_path, obj=name)
 
 
 _LOAD_ALL = """

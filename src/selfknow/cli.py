@@ -9,6 +9,7 @@ function running it). A command signals bad input by raising ``ValueError`` (or
     selfknow plan CONFIG.yaml [--results DIR] [--csv PLAN.csv]
     selfknow fidelity [CONFIG.yaml] [--readme]
     selfknow rehearse [--results DIR] [--cores N] [-- SNAKEMAKE_ARGS...]
+    selfknow preflight CONFIG.yaml [CONFIG.yaml...] [--timeout S]
 """
 from __future__ import annotations
 
@@ -214,3 +215,28 @@ register("rehearse", "Run config/paper.yaml + config/rehearsal.yaml end to end o
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ----------------------------------------------------------------------------- preflight
+
+def _configure_preflight(p: argparse.ArgumentParser) -> None:
+    p.add_argument("configs", nargs="+", type=Path,
+                   help="config files, later ones merged over earlier ones as Snakemake merges them")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds per endpoint request")
+
+
+def run_preflight(args: argparse.Namespace) -> int:
+    """One line per problem on stdout, exit status 1 if any."""
+    from selfknow.preflight import preflight
+    from selfknow.rehearsal.harness import load_config
+
+    config = load_config([str(c) for c in args.configs])
+    problems = preflight(config, timeout_s=args.timeout)
+    for line in problems:
+        print(line)
+    print(f"preflight: {len(problems)} problem(s) in {' + '.join(map(str, args.configs))}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+register("preflight", "Check a config's endpoints and keys, hub models and datasets before a launch "
+         "(one line per problem, naming the config key)", _configure_preflight, run_preflight)

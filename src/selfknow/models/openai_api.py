@@ -16,8 +16,18 @@ uses completions with `echo` (`echo_logprobs: true`, as vLLM supports); llama.cp
 by one token, so it must not be switched on there.
 
 Structured output: `generate(json_schemas=...)` on a model entry with `structured_output` on
-sends each prompt's schema as a strict `response_format` (chat) or `text.format` (responses);
-the legacy completions endpoint gets none.
+asks for each prompt's schema in the mode its provider profile documents
+(selfknow.models.providers): a strict `json_schema` response format (chat) or `text.format`
+(responses); else `json_object` with the schema stated in the prompt; else (a provider that
+ignores response_format) the schema in the prompt alone. Replies no server constrained are
+checked against their schema here and each miss is logged; the callers' parsers count the
+unparsable ones as with free text. The legacy completions endpoint gets no format.
+
+Provider rules: the profile's documented output-token cap clips the hidden-reasoning room
+(`reasoning_tokens`, our addition) so that no request asks for more than the provider serves;
+a stage whose own answer budget exceeds the cap stops before any request (the budget is the
+protocol's, so it is not cut silently). A temperature above the provider's maximum, and
+`logprobs` on a provider without them, stop likewise.
 
 Request options (`request_options`) shape every body: the endpoint (`mode`: Chat Completions,
 Responses or legacy completions), the token-limit parameter (`token_param`), whether temperature
@@ -45,6 +55,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from selfknow.config import is_chat
+from selfknow.models import providers
 from selfknow.models.base import (LM, CallStats, Generation, LogprobsUnavailable,
                                   constrained_schemas, structured_output)
 from selfknow.models.cache import CachedCalls, PartialFailure
@@ -77,10 +88,18 @@ def request_options(spec: dict) -> dict:
             for key, default in REQUEST_OPTION_DEFAULTS.items()}
 
 
-def _with_response_format(endpoint: str, body: dict, schema: dict) -> bool:
-    """Ask for a reply within `schema` in the structured-output form of `endpoint` (strict
-    JSON schema, as OpenAI, vLLM and llama.cpp's server take it); False for the legacy
-    completions endpoint, which has no standard form (the reply stays free text)."""
+def _with_response_format(endpoint: str, body: dict, schema: dict, mode: str = "json_schema") -> bool:
+    """Ask for a reply within `schema` in the structured-output form of `endpoint` and `mode`
+    (a strict JSON schema, as OpenAI, vLLM and llama.cpp's server take it, or JSON mode);
+    False for the legacy completions endpoint, which has no standard form (the reply stays
+    free text)."""
+    if mode == "json_object" and endpoint in ("/chat/completions", "/responses"):
+        fmt = {"type": "json_object"}
+        if endpoint == "/chat/completions":
+            body["response_format"] = fmt
+        else:
+            body["text"] = {"format": fmt}
+        return True
     fmt = {"name": "reply", "schema": schema, "strict": True}
     if endpoint == "/chat/completions":
         body["response_format"] = {"type": "json_schema", "json_schema": fmt}
@@ -141,6 +160,15 @@ class OpenAILM(LM):
         self.chat_default = is_chat(spec)
         self.options = request_options(spec)
         self.structured_output = structured_output(spec)
+        self.provider = providers.profile_name(spec)
+        profile = providers.profile(self.provider)
+        self.structured_mode = providers.structured_mode(spec, profile)
+        self.output_cap = providers.output_cap(profile, self.model_id)
+        self.max_temperature = profile["temperature"].get("max")
+        if spec["logprobs"] and not profile["logprobs"]["supported"]:
+            raise ModelSpecError(f"model {self.name!r}: 'logprobs: true', and its provider profile "
+                                 f"{self.provider!r} documents no log-probabilities ({providers.TABLE.name}, "
+                                 f"source {profile['logprobs']['source']!r})")
         key_env = spec.get("api_key_env")
         self.api_key = None
         if key_env:
@@ -165,8 +193,11 @@ class OpenAILM(LM):
     def _identity(self) -> dict:
         # base_url is left out on purpose: the same served model on another node or port
         # (a vLLM job on a new cluster node) must hit the same cache entries
+        request = {"mode": self.mode, **self.options}
+        if self.output_cap is not None:
+            request["output_cap"] = self.output_cap  # a clipped limit is another request
         return {"backend": "openai", "model_id": self.model_id, "revision": self.revision,
-                "adapter": None, "request": {"mode": self.mode, **self.options}}
+                "adapter": None, "request": request}
 
     # ---- HTTP --------------------------------------------------------------------------
     @property
@@ -269,6 +300,16 @@ class OpenAILM(LM):
         options (module docstring); `max_tokens` is the visible answer's budget."""
         opts = self.options
         limit = int(max_tokens) + int(opts["reasoning_tokens"])
+        if self.output_cap is not None:
+            if int(max_tokens) > self.output_cap:
+                raise ModelSpecError(
+                    f"model {self.name!r}: a stage asks for {int(max_tokens)} output tokens, above the "
+                    f"{self.output_cap} its provider ({self.provider}) serves ({providers.TABLE.name}); "
+                    f"lower that stage's max_new_tokens")
+            limit = min(limit, self.output_cap)
+        if self.max_temperature is not None and opts["sampling_params"] and temperature > self.max_temperature:
+            raise ModelSpecError(f"model {self.name!r}: temperature {temperature} is above the "
+                                 f"{self.max_temperature} its provider ({self.provider}) takes")
         body: dict[str, Any] = {"model": self.model_id}
         if opts["sampling_params"]:
             body["temperature"] = float(temperature)
@@ -338,19 +379,32 @@ class OpenAILM(LM):
                  temperature=0.0, sample_index=0, json_schemas=None):
         prompts, stop = list(prompts), list(stop or [])
         use_chat = self._use_chat(chat)
+        schemas = constrained_schemas(prompts, json_schemas, self.structured_output)
+        mode = self.structured_mode
+        sent = list(prompts)
+        if schemas is not None and mode != "json_schema" and use_chat:
+            sent = [providers.with_schema_instruction(p, s) for p, s in zip(prompts, schemas)]
         bodies = [self.request_body(p, chat=use_chat, system=system, max_tokens=max_new_tokens,
                                     temperature=temperature, stop=stop, sample_index=sample_index)
-                  for p in prompts]
-        schemas = constrained_schemas(prompts, json_schemas, self.structured_output)
+                  for p in sent]
         payloads = [{"prompt": p} for p in prompts]
+        checked = [None] * len(prompts)
         if schemas is not None:
-            for (endpoint, body), payload, schema in zip(bodies, payloads, schemas):
-                if _with_response_format(endpoint, body, schema):
+            for i, ((endpoint, body), payload, schema) in enumerate(zip(bodies, payloads, schemas)):
+                if mode == "prompt" and use_chat or _with_response_format(endpoint, body, schema, mode):
                     payload["json_schema"] = schema  # a constrained reply is another request
+                    if mode != "json_schema":
+                        payload["json_mode"] = mode
+                        checked[i] = schema
 
         def one(i: int) -> dict:
             endpoint, body = bodies[i]
             out = self.read_generation(self._post(endpoint, body, i), endpoint, i)
+            if checked[i] is not None:
+                miss = providers.reply_error(out["text"], checked[i])
+                if miss:
+                    log.warning("model %r request %d: the %s reply is outside its JSON schema: %s",
+                                self.name, i, mode, miss)
             # servers differ on whether the stop string is returned; cut it here
             hits = [out["text"].find(s) for s in stop if s and s in out["text"]]
             if hits:

@@ -79,6 +79,14 @@ def api_endpoint(config: dict) -> tuple[int, list[str], list[str]]:
     return next(iter(hosts))[1], [m["model"] for m in api], reasoning
 
 
+def api_providers(config: dict) -> dict[str, str]:
+    """{served model name: provider profile} of the config's openai models: the rules the
+    stand-in server answers each with (selfknow.rehearsal.provider_rules)."""
+    from selfknow.models.providers import profile_name
+
+    return {m["model"]: profile_name(m) for m in config["models"] if m["backend"] == "openai"}
+
+
 def environment(config: dict, cache: Path) -> dict:
     """The jobs' environment: the hub cache, offline, and a key in every `api_key_env`."""
     env = dict(os.environ, HF_HUB_CACHE=str(cache.resolve()), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
@@ -103,7 +111,7 @@ def rehearse(*, results: str | None, cores: int, configfiles=CONFIGFILES, snakem
     if results:
         cmd += ["--config", f"results={results}"]
     try:
-        server = StandInServer(models, reasoning, port=port)
+        server = StandInServer(models, reasoning, port=port, providers=api_providers(config))
     except OSError as err:
         raise ValueError(f"cannot start the stand-in API server on 127.0.0.1:{port} "
                          f"(the port of config/rehearsal.yaml's base_url): {err}") from None

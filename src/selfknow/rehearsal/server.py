@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from selfknow.stages.judge import normalise_answer
 
+from . import provider_rules
+
 #: hidden reasoning tokens a reasoning model spends before its answer
 REASONING_SPEND = 64
 _OPTION = re.compile(r"^\s*\(?([A-J])[.)]\s", re.MULTILINE)
@@ -156,10 +158,13 @@ def text_reply(prompt: str, key: str) -> str:
 class StandInServer:
     """The server (see the module docstring), running in a daemon thread from construction
     until `close()`. `models`: the model names served; `reasoning`: those with the reasoning
-    rules. `port` 0 picks a free port (see `url`)."""
+    rules. `port` 0 picks a free port (see `url`). `providers` maps a model name to its provider
+    profile, whose rules `provider_rules` enforces."""
 
-    def __init__(self, models, reasoning=(), *, port: int = 0, reasoning_spend: int = REASONING_SPEND):
+    def __init__(self, models, reasoning=(), *, port: int = 0, reasoning_spend: int = REASONING_SPEND,
+                 providers=None):
         self.models, self.reasoning = set(models), set(reasoning)
+        self.providers = dict(providers or {})
         self.reasoning_spend = reasoning_spend
         self.requests = 0
         self.lock = threading.Lock()
@@ -200,6 +205,9 @@ class StandInServer:
         broken = reasoning_rule_violation(path, body) if reasoning else None
         if broken:
             return self._error(400, broken[1], broken[0])
+        broken = provider_rules.violation(self.providers.get(model), model, path, body)
+        if broken:
+            return self._error(400, broken[1], broken[0])
         if path.endswith("/chat/completions"):
             prompt = "\n".join(str(m.get("content", "")) for m in body["messages"])
             fmt = (body.get("response_format") or {}).get("json_schema")
@@ -214,6 +222,7 @@ class StandInServer:
         else:
             return self._error(404, f"no route {path}")
         key = f"{model}\0{body.get('seed')}\0{prompt}"
+        fmt = fmt or provider_rules.prompt_format(prompt)
         if fmt is not None:
             try:
                 text = json.dumps(schema_instance(fmt, lambda k: _unit(key, k)))

@@ -174,15 +174,18 @@ def table32_note(table: pd.DataFrame, datasets: Mapping[str, str], loaders: Mapp
 
 
 def table32_job(record_paths: Sequence[str], out_csv: str, out_md: str, *, datasets: Mapping[str, str],
-                loaders: Mapping[str, str], sign_tolerance_pp: float, provenance: dict | None = None) -> dict:
+                loaders: Mapping[str, str], sign_tolerance_pp: float, provenance: dict | None = None,
+                modes_note: str = "") -> dict:
     """Read every model's extension records and write Table 32 (`write_table`); `datasets`
-    and `loaders` name each task's dataset and its loader, for the note."""
+    and `loaders` name each task's dataset and its loader, for the note, and `modes_note`
+    (selfknow.models.providers.modes_note) ends it."""
     from selfknow.report.tables import write_table
 
     records = pd.concat([read_parquet(p) for p in record_paths], ignore_index=True)
     table = table32(records, sign_tolerance_pp)
     write_table(table, out_csv, out_md,
                 title="LADDER Table 32: recorded cross-task scores, confidence and gaps (GSM8K, HumanEval, BFCL)",
-                notes=table32_note(table, datasets, loaders, sign_tolerance_pp), provenance=provenance)
+                notes=" ".join(filter(None, [table32_note(table, datasets, loaders, sign_tolerance_pp), modes_note])),
+                provenance=provenance)
     return {"models": len(table), "sign_flips": int((table["sign_flip"] == "yes").sum()),
             "rows_scored": int((table["sign_flip"] != "").sum())}

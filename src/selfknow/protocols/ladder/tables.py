@@ -203,10 +203,11 @@ NOTES = {
 
 
 def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
-                 figures: Mapping[str, str], provenance: dict | None = None) -> dict:
+                 figures: Mapping[str, str], provenance: dict | None = None, modes_note: str = "") -> dict:
     """Read every model's score parts (`parts[name]` = list of parquet paths) and write each
     table in TABLES to `tables["<name>_csv"]` / `tables["<name>_md"]` and each figure in
-    FIGURES to `figures[name]`; with `provenance`, each gets its sidecar."""
+    FIGURES to `figures[name]`; with `provenance`, each gets its sidecar; `modes_note`
+    (selfknow.models.providers.modes_note: the prompted levels' reply modes) ends the main table's note."""
     from selfknow.report.figures import accuracy_vs_cbf, cbf_matrix, ladder_plot, reliability_bins
     from selfknow.report.tables import write_table
 
@@ -232,7 +233,8 @@ def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
     }
     for name in TABLES:
         write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"],
-                    title=f"LADDER {name.replace('_', ' ')}", notes=NOTES.get(name, ""), provenance=provenance)
+                    title=f"LADDER {name.replace('_', ' ')}", provenance=provenance,
+                    notes=" ".join(filter(None, [NOTES.get(name, ""), modes_note if name == "main" else ""])))
     ladder_plot(ladder_frame(main), figures["figure4"], provenance=provenance)
     acc = P["answers"].set_index("model")["accuracy"]
     f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]

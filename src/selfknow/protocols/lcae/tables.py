@@ -79,11 +79,11 @@ def repeats_note(models: list[str], shared: list[str]) -> str:
 
 def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], figure2: str,
                  prices: dict[str, list[float]], shared_repeats: list[str],
-                 provenance: dict | None = None) -> dict:
+                 provenance: dict | None = None, modes_note: str = "") -> dict:
     """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
     names the examinee models whose Stage-2 repeats shared one set of requests
     (`jobs.stage2_repeats_shared`); with `provenance`, every table and the figure get its
-    sidecar."""
+    sidecar; `modes_note` (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
     from selfknow.records import read_parquet
     from selfknow.report.figures import ability_lcae_ce
     from selfknow.report.tables import write_table
@@ -91,7 +91,8 @@ def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], fig
     s3 = read_parquet(stage3_path)
     items = read_parquet(items_path)
     t1, n1 = per_condition_table(s3, "lcae")
-    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=n1, provenance=provenance,
+    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=" ".join(filter(None, [n1, modes_note])),
+                provenance=provenance,
                 title="Table I: LCAE (BCE) per condition, mean over repeats")
     t1s, n1s = per_condition_table(s3, "lcae_squared")
     write_table(t1s, outputs["table1_squared_csv"], outputs["table1_squared_md"], notes=n1s, provenance=provenance,
@@ -102,7 +103,7 @@ def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], fig
                 title="Table II: ability θ re-estimated from final answers (Stage 3), per condition")
     write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"], provenance=provenance,
                 title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
-                notes=repeats_note(sorted(s3["model"].unique()), shared_repeats))
+                notes=" ".join(filter(None, [repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note])))
     fit, nf = item_fit_summary(items)
     write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf, provenance=provenance,
                 title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")

@@ -30,12 +30,16 @@ LIST_SUFFIX = " Just output one of the answers."
 
 
 def _questions(path: Path, name: str) -> list:
+    if not path.read_bytes().strip():
+        raise ItemError(f"{name}: {path}: empty file, no questions")
     try:
         data = read_json_file(path)
     except ValueError as err:
         raise ItemError(f"{name}: {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
         raise ItemError(f"{name}: {path}: expected an object with a 'questions' list")
+    if not data["questions"]:
+        raise ItemError(f"{name}: {path}: no questions (the 'questions' list is empty)")
     return data["questions"]
 
 

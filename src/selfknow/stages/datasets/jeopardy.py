@@ -52,7 +52,7 @@ def is_malformed_clue(question: str) -> bool:
 
 def process(rows: list[dict], name: str, spec: dict, where: str) -> pd.DataFrame:
     """Items of the rows of the hub's train split, see the module docstring."""
-    require_fields(rows, ("question", "ee-category", "continuation"), where)
+    require_fields(rows, {"question": str, "ee-category": str, "continuation": str}, where)
     order = hf_shuffle_order(len(rows), spec["shuffle_seed"])
     shuffled = [rows[i] for i in order]
     linked = [r for r in shuffled if "<a " in r["question"].strip().lower()]

@@ -18,7 +18,7 @@ _ANSWER_CHOICES = re.compile(r"\s*Answer Choices:.*\Z", re.DOTALL)
 def process(rows: list[dict], name: str, where: str) -> pd.DataFrame:
     """Items of the hub's test rows: the question without its "Answer Choices:" block, the
     options in letter order, the label a letter."""
-    require_fields(rows, ("id", "question", "options", "label", "medical_task"), where)
+    require_fields(rows, {"id": str, "question": str, "options": dict, "label": str, "medical_task": str}, where)
     items = []
     for i, r in enumerate(rows):
         opts = {k: v for k, v in dict(r["options"]).items() if v is not None}

@@ -15,7 +15,7 @@ LETTERS = "ABCD"
 def process(rows: list[dict], name: str, spec: dict, where: str) -> pd.DataFrame:
     """Items of the hub's test rows: the configured subjects, positions `subject_range` of each
     subject's rows in file order; ids are "<subject>-<position>"."""
-    require_fields(rows, ("question", "subject", "choices", "answer"), where)
+    require_fields(rows, {"question": str, "subject": str, "choices": list, "answer": int}, where)
     subjects = spec["subjects"]
     start, stop = spec["subject_range"]
     position: dict[str, int] = {}

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -31,13 +32,18 @@ def read_rows(name: str, spec: dict, split: str) -> tuple[list[dict], str]:
 
     With `path`: a parquet or JSONL file (when the loader reads one split) or a directory
     holding `<split>.parquet` or `<split>.jsonl`. Otherwise `datasets.load_dataset(hub_id,
-    config_name, split=split, revision=revision)`."""
+    config_name, split=split, revision=revision)`. A split without rows is an error naming
+    its source (a later range check would only say that too few rows remain)."""
     if "path" in spec:
-        return _read_local(name, Path(spec["path"]), split)
-    import datasets  # lazy: only paper-scale configs read the hub (pip install -e '.[paper]')
+        rows, where = _read_local(name, Path(spec["path"]), split)
+    else:
+        import datasets  # lazy: only paper-scale configs read the hub (pip install -e '.[paper]')
 
-    ds = datasets.load_dataset(spec["hub_id"], spec["config_name"], split=split, revision=spec["revision"])
-    return list(ds), f"{spec['hub_id']}@{spec['revision']} ({spec['config_name']}, {split})"
+        ds = datasets.load_dataset(spec["hub_id"], spec["config_name"], split=split, revision=spec["revision"])
+        rows, where = list(ds), f"{spec['hub_id']}@{spec['revision']} ({spec['config_name']}, {split})"
+    if not rows:
+        raise ItemError(f"{name}: {where}: no rows")
+    return rows, where
 
 
 def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], str]:
@@ -65,18 +71,35 @@ def read_json_lines(name: str, path: Path) -> list[dict]:
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise ItemError(f"{name}: {path}: line {line_no}: invalid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise ItemError(f"{name}: {path}: line {line_no}: expected a JSON object, got "
+                                f"{type(row).__name__}")
+            rows.append(row)
     return rows
 
 
-def require_fields(rows: list[dict], fields: tuple[str, ...], where: str) -> None:
-    """Raise naming the first row that lacks one of `fields`."""
+def require_fields(rows: list[dict], fields: Sequence[str] | Mapping[str, type | tuple[type, ...]],
+                   where: str) -> None:
+    """Raise naming the first row that is not an object, lacks one of `fields`, or (when
+    `fields` maps each name to its type(s)) holds a value of another type in one; a bool is
+    no int here (JSON's true is no index)."""
+    types = fields if isinstance(fields, Mapping) else {}
     for i, r in enumerate(rows):
+        if not isinstance(r, Mapping):
+            raise ItemError(f"{where}: row {i}: expected an object, got {type(r).__name__}")
         missing = [k for k in fields if k not in r or r[k] is None]
         if missing:
             raise ItemError(f"{where}: row {i}: missing field(s) {missing}")
+        for k, want in types.items():
+            v = r[k]
+            want = want if isinstance(want, tuple) else (want,)
+            if not isinstance(v, want) or isinstance(v, bool) and int in want and bool not in want:
+                names = " or ".join(t.__name__ for t in want)
+                raise ItemError(f"{where}: row {i}: field {k!r} must be {names}, got "
+                                f"{type(v).__name__} {str(v)[:40]!r}")
 
 
 def hf_shuffle_order(n: int, seed: int) -> np.ndarray:

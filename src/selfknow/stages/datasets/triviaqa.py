@@ -26,7 +26,7 @@ BLACKLIST = (
 
 
 def _shuffled_unique(rows: list[dict], seed: int, where: str) -> list[dict]:
-    require_fields(rows, ("question_id", "question", "answer"), where)
+    require_fields(rows, {"question_id": str, "question": str, "answer": object}, where)
     for i, r in enumerate(rows):
         if not isinstance(r["answer"], dict) or "value" not in r["answer"]:
             raise ItemError(f"{where}: row {i}: 'answer' must be an object with a 'value'")

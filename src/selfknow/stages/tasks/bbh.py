@@ -78,7 +78,7 @@ def process(rows: list[dict], name: str, task: str, where: str) -> pd.DataFrame:
     """Items of one task's rows: the domain is the task, ids "<task>-<row>"; choice tasks' targets
     must be an option "(X)"."""
     form = _form(task)
-    require_fields(rows, ("input", "target"), where)
+    require_fields(rows, {"input": str, "target": str}, where)
     items = []
     for i, r in enumerate(rows):
         target = str(r["target"]).strip()

@@ -46,7 +46,7 @@ def score(response: str, reference: str) -> tuple[str | None, bool]:
 
 def process(rows: list[dict], name: str, where: str, split: str) -> pd.DataFrame:
     """Items of one split: answer = the reference number, ids "<split>-<row>"."""
-    require_fields(rows, ("question", "answer"), where)
+    require_fields(rows, {"question": str, "answer": str}, where)
     items = []
     for i, r in enumerate(rows):
         number = reference_number(r["answer"])

@@ -41,7 +41,8 @@ def score(response: str, answer: str) -> tuple[str | None, bool]:
 def process(rows: list[dict], name: str, where: str, split: str) -> pd.DataFrame:
     """Items of the hub rows of one split (the authors use "test" for questions and
     "validation" for the CoT examples); the domain is the category, ids are the question_id."""
-    require_fields(rows, ("question_id", "question", "options", "answer", "answer_index", "category"), where)
+    require_fields(rows, {"question_id": int, "question": str, "options": list, "answer": str,
+                          "answer_index": int, "category": str}, where)
     items = []
     for i, r in enumerate(rows):
         options = [o for o in r["options"] if o != "N/A"]

@@ -1,0 +1,132 @@
+"""`selfknow preflight` (issue #26 item 4): on a rehearsal-like setup (the stand-in server on
+127.0.0.1, a hub cache, local dataset copies) it passes; with a key unset, a path missing or the
+server down it prints one line each, naming the config key."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from selfknow.cli import main
+from selfknow.config import validate_config
+from selfknow.preflight import SKIP_ENV, preflight, preflight_or_stop
+from selfknow.rehearsal.server import StandInServer
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+MMLU = {"question": "Q?", "subject": "anatomy", "choices": ["a", "b", "c", "d"], "answer": 1}
+
+
+@pytest.fixture
+def server():
+    s = StandInServer(["qwen-max", "gpt-5.4"], reasoning=["gpt-5.4"])
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def setup(tmp_path, monkeypatch, server):
+    """A validated config: two API models on the stand-in server, one hf model in a hub cache
+    at its pinned revision, one local dataset copy; keys set, hub offline."""
+    cache = tmp_path / "hf"
+    repo = cache / "models--org--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "step1").write_text(COMMIT)
+    (repo / "snapshots" / COMMIT).mkdir(parents=True)
+    (repo / "snapshots" / COMMIT / "config.json").write_text("{}")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("DASHSCOPE_API_KEY", "k")
+    monkeypatch.setenv("OPENAI_API_KEY", "k")
+    monkeypatch.delenv(SKIP_ENV, raising=False)
+    data = tmp_path / "mmlu.jsonl"
+    data.write_text("".join(json.dumps({**MMLU, "question": f"Q{i}?"}) + "\n" for i in range(2)))
+    config = {
+        "seed": 1, "preflight": True,
+        "models": [
+            {"name": "qwen-max", "backend": "openai", "base_url": server.url, "model": "qwen-max",
+             "api_key_env": "DASHSCOPE_API_KEY"},
+            {"name": "gpt-5.4", "backend": "openai", "base_url": server.url, "model": "gpt-5.4",
+             "api_key_env": "OPENAI_API_KEY", "request_preset": "openai_reasoning"},
+            {"name": "tiny", "backend": "hf", "hub_id": "org/tiny", "checkpoints": [{"name": "s1", "revision": "step1"}]},
+        ],
+        "datasets": {"mmlu": {"loader": "mmlu", "path": str(data), "subjects": ["anatomy"], "subject_range": [0, 2]}},
+    }
+    validate_config(config, "test")
+    return config
+
+
+def test_rehearsal_like_setup_passes(setup):
+    assert preflight(setup) == []
+    preflight_or_stop(setup)
+
+
+def test_key_unset_names_the_key(setup, monkeypatch):
+    monkeypatch.delenv("DASHSCOPE_API_KEY")
+    assert preflight(setup) == ["models[qwen-max].api_key_env: environment variable DASHSCOPE_API_KEY is not set"]
+
+
+def test_path_missing_names_the_key(setup, tmp_path):
+    setup["datasets"]["mmlu"]["path"] = str(tmp_path / "nope.jsonl")
+    assert preflight(setup) == [f"datasets.mmlu.path: {tmp_path / 'nope.jsonl'} does not exist"]
+
+
+def test_malformed_copy_names_the_key_file_row_and_field(setup):
+    path = setup["datasets"]["mmlu"]["path"]
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps({**MMLU, "answer": "B"}) + "\n")
+    assert preflight(setup) == [f"datasets.mmlu.path: {path}: row 2: field 'answer' must be int, got str 'B'"]
+
+
+def test_server_down_names_each_model_once(setup, server):
+    server.close()
+    got = preflight(setup, timeout_s=2)
+    assert len(got) == 2 and [g.split(":")[0] for g in got] == ["models[qwen-max].base_url", "models[gpt-5.4].base_url"]
+    assert all("unreachable" in g for g in got)
+
+
+def test_revision_missing_from_the_offline_cache_names_the_checkpoint(setup):
+    setup["models"][2]["checkpoints"][0]["revision"] = "step2"
+    (line,) = preflight(setup)
+    assert line.startswith("models[tiny].checkpoints[s1].revision: org/tiny@step2 is not in the hub cache")
+
+
+def test_a_model_the_endpoint_does_not_list(setup):
+    setup["models"][0]["model"] = "qwen-ultra"
+    assert preflight(setup) == [f"models[qwen-max].model: 'qwen-ultra' is not among the models "
+                                f"{setup['models'][0]['base_url']}/models lists"]
+
+
+def test_launch_hook_stops_listing_problems_and_can_be_skipped(setup, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(RuntimeError, match="(?s)1 problem.*models\\[gpt-5.4\\].api_key_env"):
+        preflight_or_stop(setup)
+    monkeypatch.setenv(SKIP_ENV, "1")
+    preflight_or_stop(setup)
+    monkeypatch.delenv(SKIP_ENV)
+    preflight_or_stop({**setup, "preflight": False})
+
+
+def test_cli_prints_one_line_per_problem(setup, tmp_path, monkeypatch, capsys):
+    import yaml
+
+    monkeypatch.delenv("DASHSCOPE_API_KEY")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(setup))
+    assert main(["preflight", str(cfg)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "models[qwen-max].api_key_env: environment variable DASHSCOPE_API_KEY is not set"]
+
+
+def test_a_script_based_hub_dataset_names_the_key_and_the_datasets_version(setup, tmp_path):
+    """A repository with only a loading script: `datasets` 4+ refuses it (3.x without
+    trust_remote_code too); preflight says so before a launch."""
+    datasets = pytest.importorskip("datasets")
+    repo = tmp_path / "org--scripted"
+    repo.mkdir()
+    (repo / "scripted.py").write_text("import datasets\n")
+    setup["datasets"]["mmlu"] = {**setup["datasets"]["mmlu"], "hub_id": str(repo), "config_name": "all",
+                                 "revision": "main"}
+    del setup["datasets"]["mmlu"]["path"]
+    (line,) = preflight(setup)
+    assert line.startswith(f"datasets.mmlu.hub_id: {repo}@main does not load with datasets {datasets.__version__}")
