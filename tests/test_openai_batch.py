@@ -4,14 +4,12 @@ resume, partial failure, and the request cache shared with the synchronous path.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 
-from batch_server import BatchServer
+from batch_server import BatchServer, kill_once_waiting
 from conftest import REPO
 from selfknow.config import ConfigError, validate_config
 from selfknow.models import ModelSpecError, load_lm
@@ -107,18 +105,8 @@ lm.generate(["k1", "k2"], max_new_tokens=8)
 def test_killed_client_resumes_recorded_batch(server, tmp_path):
     server.hold = {"batch_1"}  # the batch runs until the first client is dead
     cache = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_CLIENT, json.dumps(spec(server)),
-                             str(cache)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while not (records(tmp_path) and server.count("GET", "/v1/batches/") >= 1):
-            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "the client never recorded its batch"
-            time.sleep(0.05)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-        proc.stdout.close()
+    kill_once_waiting([sys.executable, "-c", _KILLED_CLIENT, json.dumps(spec(server)), str(cache)],
+                      lambda: records(tmp_path) and server.count("GET", "/v1/batches/") >= 1)
     assert json.loads(records(tmp_path)[0].read_text())["batch_id"] == "batch_1"
 
     server.hold = set()
