@@ -32,6 +32,25 @@ def run_snakemake(*args: str, cwd: Path = REPO, timeout: float | None = None) ->
     return proc
 
 
+def dag_jobs(configfile: Path, results: Path, *, forceall: bool = False) -> list:
+    """The jobs of `all_tables` for `configfile`, built as `snakemake -n` builds them (every
+    job with `forceall`, as for an empty results directory). Snakemake has no public API that
+    returns a DAG's jobs: this calls the steps `printdag` runs."""
+    from snakemake.api import SnakemakeApi
+    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
+
+    with SnakemakeApi(OutputSettings()) as api:
+        workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=REPO / "Snakefile",
+                                    config_settings=ConfigSettings(configfiles=[configfile],
+                                                                   config={"results": str(results)}),
+                                    workdir=REPO)
+        workflow_api.dag(DAGSettings(targets={"all_tables"}))
+        workflow = workflow_api._workflow
+        workflow._prepare_dag(forceall=forceall, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+        workflow._build_dag()
+        return list(workflow.dag.jobs)
+
+
 @pytest.fixture(scope="session")
 def tiny_run(tmp_path_factory) -> Path:
     """The results directory of one local run of the whole DAG on config/test.yaml, shared by

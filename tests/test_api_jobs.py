@@ -4,11 +4,10 @@ among the model specs its rule hands to its script (the only way a job's code re
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, dag_jobs
 
 
 def _api_models(value) -> set[str]:
@@ -23,32 +22,10 @@ def _api_models(value) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def paper_jobs(tmp_path_factory, monkeypatch_module):
+def paper_jobs(tmp_path_factory):
     """(rule, GPUs, API models in its params) of every job `all_tables` of config/paper.yaml runs."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import (ConfigSettings, DAGSettings, OutputSettings, ResourceSettings,
-                                          StorageSettings)
-
-    monkeypatch_module.chdir(REPO)
-    results = str(tmp_path_factory.mktemp("results"))
-    with SnakemakeApi(OutputSettings()) as api:
-        wf = api.workflow(resource_settings=ResourceSettings(cores=1), storage_settings=StorageSettings(),
-                          config_settings=ConfigSettings(configfiles=[Path("config/paper.yaml")],
-                                                         config={"results": results}),
-                          snakefile=Path("Snakefile"), workdir=Path("."))
-        dag = wf.dag(DAGSettings(targets={"all_tables"}))
-        workflow = dag.workflow_api._workflow
-        workflow.dag_settings = dag.dag_settings
-        workflow._prepare_dag(forceall=True, ignore_incomplete=True, lock_warn_only=True, nolock=True)
-        workflow._build_dag()
-        return [(job.rule.name, int(job.resources.get("gpu", 0)), _api_models(dict(job.params.items())))
-                for job in workflow.dag.jobs]
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
+    jobs = dag_jobs(REPO / "config" / "paper.yaml", tmp_path_factory.mktemp("results"), forceall=True)
+    return [(job.rule.name, int(job.resources.get("gpu", 0)), _api_models(dict(job.params.items()))) for job in jobs]
 
 
 def test_the_judge_runs_in_cpu_jobs_of_its_own(paper_jobs):

@@ -6,7 +6,7 @@ import pickle
 
 import pandas as pd
 
-from conftest import REPO
+from conftest import REPO, dag_jobs
 from selfknow.protocols.persistent import inputs as I
 from selfknow.protocols.persistent.inputs import EvalFiles, Evaluation, MetricFiles, ScInput, ScTable
 from selfknow.protocols.persistent.jobs import pooled_transfer
@@ -65,31 +65,13 @@ def test_pooled_transfer_concatenates_each_checkpoint_splits_in_the_given_order(
     assert got["c1"]["item_id"].tolist() == ["a", "b", "c"] and got["c2"]["item_id"].tolist() == ["e"]
 
 
-def _dag_jobs(configfile, results):
-    """The jobs of `all_tables` for `configfile`, built as `snakemake -n` builds them. Snakemake
-    has no public API that returns a DAG's jobs: this calls the steps `printdag` runs."""
-    from snakemake.api import SnakemakeApi
-    from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
-
-    with SnakemakeApi(OutputSettings()) as api:
-        workflow_api = api.workflow(resource_settings=ResourceSettings(cores=1), snakefile=REPO / "Snakefile",
-                                    config_settings=ConfigSettings(configfiles=[configfile],
-                                                                   config={"results": str(results)}),
-                                    workdir=REPO)
-        workflow_api.dag(DAGSettings(targets={"all_tables"}))
-        workflow = workflow_api._workflow
-        workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True, nolock=True)
-        workflow._build_dag()
-        return list(workflow.dag.jobs)
-
-
 def _typed(value) -> bool:
     return isinstance(value, dict) and any(hasattr(x, "_fields") for kv in value.items() for x in kv)
 
 
 def test_every_typed_param_lists_exactly_the_input_of_its_name(tmp_path):
     checked = set()
-    for job in _dag_jobs(REPO / "config" / "test.yaml", tmp_path / "results"):
+    for job in dag_jobs(REPO / "config" / "test.yaml", tmp_path / "results"):
         for name, value in job.params.items():
             if _typed(value):
                 assert name in job.input.keys(), f"{job}: params.{name} without an input {name}"
