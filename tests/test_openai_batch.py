@@ -187,6 +187,24 @@ def test_partial_failure_retries_smaller_batch_and_names_permanent_failure(serve
     assert again.http_requests == 0
 
 
+def test_calls_run_together_share_one_batch_and_fail_alone(server, tmp_path):
+    """`together`: the calls' requests (two budgets, as the judge's candidate counts) go out as
+    one batch job; a request refused there is not sent again when its call is answered, and
+    only that call fails."""
+    lm = load_lm(spec(server), cache_dir=tmp_path / "cache")
+    short = lambda: lm.generate(["a", "b"], max_new_tokens=8)  # noqa: E731
+    long = lambda: lm.generate(["c"], max_new_tokens=24)  # noqa: E731
+    out = lm.together([short, long])
+    assert [[g.text for g in o] for o in out] == [["echo: a", "echo: b"], ["echo: c"]]
+    assert server.count("POST", "/v1/batches") == 1
+    assert sorted(x["body"]["max_tokens"] for x in input_lines(server, "batch_1")) == [8, 8, 24]
+    assert (lm.stats.hits, lm.stats.misses) == (0, 3)  # the gathering pass is not counted
+    with pytest.raises(RequestFailed, match=r"1 of 2 batch request\(s\) failed: .*HTTP 400"):
+        lm.together([lambda: lm.generate(["BAD d"], max_new_tokens=8), lambda: lm.generate(["e"], max_new_tokens=24)])
+    assert lm.generate(["e"], max_new_tokens=24)[0].text == "echo: e"  # answered and cached
+    assert server.count("POST", "/v1/batches") == 2
+
+
 def test_retries_exhausted_names_request(server, tmp_path):
     server.flaky_times = 10
     lm = load_lm(spec(server, max_retries=1), cache_dir=tmp_path / "cache")

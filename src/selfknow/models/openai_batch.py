@@ -88,6 +88,7 @@ class BatchJobs:
         # `together`: the requests its calls would send (while gathering), then their answers
         self._gathering: dict[str, tuple[int, str, dict]] | None = None
         self._gathered: dict[str, dict] = {}
+        self._gathered_ids: set[str] = set()
         self._gathered_failed = ""
 
     # ---- the two hooks of OpenAILM -----------------------------------------------------
@@ -108,15 +109,17 @@ class BatchJobs:
         if self._gathering is not None:
             self._gathering.update(self._requests)
             raise _Gathered
+        # inside `together` its batches answered (or failed) every request it gathered
         self._answers = {cid: self._gathered[cid] for cid in self._requests if cid in self._gathered}
         self._failed = self._gathered_failed
-        self._submit({cid: r for cid, r in self._requests.items() if cid not in self._answers})
+        self._submit({cid: r for cid, r in self._requests.items() if cid not in self._gathered_ids})
 
     def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
         """Run `calls` (each a call of the backend, e.g. one `generate` per budget) with their
         uncached requests in one set of batch jobs, all in flight at once, instead of one
         call's batches after another's: a first pass gathers what each call would send, the
-        batches run, and a second pass answers every call from them."""
+        batches run, and a second pass answers every call from them (all of them, before the
+        first failure is raised)."""
         stats = (self.lm.stats.hits, self.lm.stats.misses)
         self._gathering = {}
         try:
@@ -130,11 +133,19 @@ class BatchJobs:
         self.lm.stats.hits, self.lm.stats.misses = stats  # the first pass counted cache hits
         self._requests, self._answers, self._failed, self._used = gathered, {}, "", []
         self._submit(gathered)
-        self._gathered, self._gathered_failed = self._answers, self._failed
+        self._gathered, self._gathered_ids, self._gathered_failed = self._answers, set(gathered), self._failed
+        results, error = [], None
         try:
-            return [call() for call in calls]
+            for call in calls:  # every call, so that each one's answers are cached
+                try:
+                    results.append(call())
+                except RequestFailed as err:
+                    error = error or err
         finally:
-            self._gathered, self._gathered_failed = {}, ""
+            self._gathered, self._gathered_ids, self._gathered_failed = {}, set(), ""
+        if error is not None:
+            raise error
+        return results
 
     def _submit(self, requests: dict[str, tuple[int, str, dict]]) -> None:
         """Run `requests` (custom_id -> (index, endpoint, body)) as batch jobs, one set per
