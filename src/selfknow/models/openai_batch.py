@@ -119,30 +119,50 @@ class BatchJobs:
         uncached requests in one set of batch jobs, all in flight at once, instead of one
         call's batches after another's: a first pass gathers what each call would send, the
         batches run, and a second pass answers every call from them (all of them, before the
-        first failure is raised)."""
+        first failure is raised). A `together` inside a call joins the outer one."""
+        if self._gathering is not None:
+            return self._gather_pass(calls)
+        if self._gathered_ids:
+            return self._answer_pass(calls)
         stats = (self.lm.stats.hits, self.lm.stats.misses)
         self._gathering = {}
         try:
-            for call in calls:
-                try:
-                    call()
-                except _Gathered:
-                    pass
+            self._gather_pass(calls)
+        except _Gathered:
+            pass
         finally:
             gathered, self._gathering = self._gathering, None
         self.lm.stats.hits, self.lm.stats.misses = stats  # the first pass counted cache hits
         self._requests, self._answers, self._failed, self._used = gathered, {}, "", []
         self._submit(gathered)
         self._gathered, self._gathered_ids, self._gathered_failed = self._answers, set(gathered), self._failed
-        results, error = [], None
         try:
-            for call in calls:  # every call, so that each one's answers are cached
-                try:
-                    results.append(call())
-                except RequestFailed as err:
-                    error = error or err
+            return self._answer_pass(calls)
         finally:
             self._gathered, self._gathered_ids, self._gathered_failed = {}, set(), ""
+
+    @staticmethod
+    def _gather_pass(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Every call, its requests gathered; raises `_Gathered` once all ran if any had some."""
+        results, gathered = [], False
+        for call in calls:
+            try:
+                results.append(call())
+            except _Gathered:
+                gathered = True
+        if gathered:
+            raise _Gathered
+        return results
+
+    @staticmethod
+    def _answer_pass(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Every call (so that each one's answers are cached), then its first failure."""
+        results, error = [], None
+        for call in calls:
+            try:
+                results.append(call())
+            except RequestFailed as err:
+                error = error or err
         if error is not None:
             raise error
         return results

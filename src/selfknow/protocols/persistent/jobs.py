@@ -316,16 +316,23 @@ def judge_job(splits: Mapping[str, JudgeIO], model: str, checkpoint: str, judge:
     from selfknow.stages.jobs import load_judge
 
     judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"])
-    summary = {}
+    cands = {}
     for split, io in splits.items():
-        cand = read_parquet(io.candidates)
-        missing = [c for c in CANDIDATE_COLUMNS if c not in cand.columns]
+        cands[split] = read_parquet(io.candidates)
+        missing = [c for c in CANDIDATE_COLUMNS if c not in cands[split].columns]
         if missing:
             raise ValueError(f"{io.candidates}: candidate table lacks {missing}; rebuild it")
-        sc = judge_sc(cand[CANDIDATE_COLUMNS], read_parquet(io.items), judge=judge_lm,
-                      chat=is_chat(judge["spec"]), labels=judge["labels"], multi_reference=judge["multi_reference"])
+
+    def label(split: str):
+        return lambda: judge_sc(cands[split][CANDIDATE_COLUMNS], read_parquet(splits[split].items), judge=judge_lm,
+                                chat=is_chat(judge["spec"]), labels=judge["labels"],
+                                multi_reference=judge["multi_reference"])
+
+    # both splits' requests together: a batched judge waits for one set of batch jobs
+    summary = {}
+    for split, sc in zip(splits, judge_lm.together([label(split) for split in splits])):
         sc = sc[SC_COLUMNS + JUDGE_COLUMNS].assign(model=model, checkpoint=checkpoint, split=split)
-        write_parquet(sc, io.sc_out)
+        write_parquet(sc, splits[split].sc_out)
         summary.update(_sc_summary(split, sc))
     summary.update({"judge_cache_hits": judge_lm.stats.hits, "judge_calls": judge_lm.stats.misses})
     judge_lm.release()
