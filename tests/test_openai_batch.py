@@ -199,10 +199,16 @@ def test_calls_run_together_share_one_batch_and_fail_alone(server, tmp_path):
     assert server.count("POST", "/v1/batches") == 1
     assert sorted(x["body"]["max_tokens"] for x in input_lines(server, "batch_1")) == [8, 8, 24]
     assert (lm.stats.hits, lm.stats.misses) == (0, 3)  # the gathering pass is not counted
+    # a together inside a call (the judge's budgets inside its splits) joins the outer batch
+    inner = lambda p: lambda: lm.together([lambda: lm.generate([p], max_new_tokens=8),  # noqa: E731
+                                           lambda: lm.generate([p], max_new_tokens=24)])
+    nested = lm.together([inner("x"), inner("y")])
+    assert [[o[0].text for o in pair] for pair in nested] == [["echo: x"] * 2, ["echo: y"] * 2]
+    assert server.count("POST", "/v1/batches") == 2 and len(input_lines(server, "batch_2")) == 4
     with pytest.raises(RequestFailed, match=r"1 of 2 batch request\(s\) failed: .*HTTP 400"):
         lm.together([lambda: lm.generate(["BAD d"], max_new_tokens=8), lambda: lm.generate(["e"], max_new_tokens=24)])
     assert lm.generate(["e"], max_new_tokens=24)[0].text == "echo: e"  # answered and cached
-    assert server.count("POST", "/v1/batches") == 2
+    assert server.count("POST", "/v1/batches") == 3
 
 
 def test_retries_exhausted_names_request(server, tmp_path):
