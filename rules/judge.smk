@@ -1,6 +1,7 @@
 # Judging (SPEC §0.3): exact match is part of each generation record; the LLM judge grades a
 # sample of them in each audited label mode and the audit table reports how often the two
-# judges agree. (The persistent protocol's own labels: rule persistent_sc, `judge.correctness`.)
+# judges agree. (The persistent protocol's own labels: rules persistent_sc and persistent_judge,
+# `judge.correctness`.)
 
 rule llm_judge:
     input:

@@ -12,14 +12,14 @@ localrules:
 # One job per (model, checkpoint, dataset) serves both splits: one model load (minutes for a
 # 32B checkpoint) instead of two, and on the offline default 18 fewer jobs of ~7 s start-up.
 # The GCM backbone's train answers come along unused (paper scale: 0.6 of 372 GPU-hours and
-# 10,000 of 619,181 judge requests).
+# 10,000 of 619,181 judge requests). Exact-match labels are given here (cheap, no extra job);
+# under the LLM judge this job writes the unlabelled candidates and persistent_judge labels them.
 rule persistent_sc:
     input:
         unpack(get_persistent_sc_items),
         model=get_model_files,
-        judge_model=get_persistent_judge_files,
     output:
-        **{f"sc_{s}": f"{R}/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
+        **{f"sc_{s}": f"{R}/persistent/{P_SC_STAGE}/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
         **{f"beams_{s}": f"{R}/persistent/beams/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
     params:
         spec=get_model_spec,
@@ -31,7 +31,7 @@ rule persistent_sc:
         max_new_tokens=PC["max_new_tokens"],
         equivalence=PC["equivalence"],
         prompt_label=PC["prompt_label"],
-        judge=get_persistent_judge,
+        correctness=JUDGE["correctness"],
         cache=f"{R}/cache",
     threads: 1
     conda:
@@ -41,9 +41,39 @@ rule persistent_sc:
     benchmark:
         f"{R}/benchmarks/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}.tsv"
     resources:
-        **model_resources(get_model_spec, get_persistent_judge_spec, runtime=240),
+        **model_resources(get_model_spec, runtime=240),
     script:
         "../scripts/persistent_sc.py"
+
+
+# The LLM judge (persistent §3.1, §A.5) as a stage of its own: a job that loads no model of the
+# beam search, so no GPU waits on judge requests (an API judge's Batch API job may take its
+# whole 24-hour window). `api_batches` is 1 for a batched API judge: the profile's
+# `resources: api_batches` caps how many such jobs (batches) are in flight at once.
+if JUDGE["correctness"] == "llm":
+
+    rule persistent_judge:
+        input:
+            unpack(get_persistent_sc_items),
+            **{f"cand_{s}": f"{R}/persistent/candidates/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
+            judge_model=get_persistent_judge_files,
+        output:
+            **{f"sc_{s}": f"{R}/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
+        params:
+            judge=get_persistent_judge,
+            cache=f"{R}/cache",
+        threads: 1
+        conda:
+            "../envs/selfknow.yaml"
+        log:
+            f"{R}/logs/persistent/judge/{{model}}/{{ckpt}}/{{dataset}}.log",
+        benchmark:
+            f"{R}/benchmarks/persistent/judge/{{model}}/{{ckpt}}/{{dataset}}.tsv"
+        resources:
+            **model_resources(get_persistent_judge_spec, runtime=persistent_judge_runtime()),
+            api_batches=persistent_judge_batches(),
+        script:
+            "../scripts/persistent_judge.py"
 
 
 rule persistent_variant:

@@ -32,6 +32,9 @@ P_PAIRS = PC["random_label_pairs"]
 P_GCM = PC["gcm_model"] if "gcm_model" in PC else None
 P_VARIANTS = [v for v in TABLE_VARIANTS] + ["random_label"]
 P_SPLITS = ("train", "test")
+#: where persistent_sc writes its SC tables: labelled ("sc", exact match) or unlabelled for
+#: persistent_judge ("candidates", the LLM judge)
+P_SC_STAGE = "candidates" if config["judge"]["correctness"] == "llm" else "sc"
 
 
 wildcard_constraints:
@@ -128,24 +131,33 @@ def get_persistent_icl_by_domain(wildcards):
 
 
 def get_persistent_judge(wildcards):
-    """What labels a dataset's candidate answers (`judge.correctness`): exact match, or the LLM
-    judge's spec and settings; only the llm case carries the judge, so that changing the judge
-    model reruns nothing under exact match."""
+    """The LLM judge's spec and settings for a dataset's candidate answers (`judge.labels`,
+    `judge.multi_reference_datasets`)."""
     j = config["judge"]
-    if j["correctness"] == "exact":
-        return {"correctness": "exact"}
-    return {"correctness": "llm", "spec": model_spec(config, j["llm_judge"], R), "labels": j["labels"],
+    return {"spec": model_spec(config, j["llm_judge"], R), "labels": j["labels"],
             "multi_reference": wildcards.dataset in j["multi_reference_datasets"]}
 
 
 def get_persistent_judge_spec(wildcards):
-    """The LLM judge's spec when it labels the candidates in the job (None under exact match)."""
-    return get_persistent_judge(wildcards).get("spec")
+    """The LLM judge's spec (persistent_judge loads it)."""
+    return get_persistent_judge(wildcards)["spec"]
 
 
 def get_persistent_judge_files(wildcards):
-    j = config["judge"]
-    return model_files(j["llm_judge"]) if j["correctness"] == "llm" else []
+    return model_files(config["judge"]["llm_judge"])
+
+
+def persistent_judge_batches():
+    """1 for an API judge with `batch: true` (one Batch API job in flight), else 0."""
+    spec = _model_entry(config["judge"]["llm_judge"])
+    return int(spec["backend"] == "openai" and spec["batch"])
+
+
+def persistent_judge_runtime():
+    """Minutes: a batched judge waits up to `batch_max_wait_s` for its batch (a rerun resumes
+    it after that), the others label within the rule's usual 4 hours."""
+    spec = _model_entry(config["judge"]["llm_judge"])
+    return int(spec["batch_max_wait_s"] // 60) + 30 if persistent_judge_batches() else 240
 
 
 def get_variant_sc(wildcards):

@@ -7,10 +7,12 @@ from pathlib import Path
 from conftest import REPO
 
 
-def dag_jobs(configfile: Path, results: Path, default_resources: list[str] | None = None, target: str = "all_tables"):
+def dag_jobs(configfile: Path, results: Path, default_resources: list[str] | None = None, target: str = "all_tables",
+             *, forceall: bool = False):
     """The jobs of `target` for `configfile` (outputs under `results`), with `default_resources`
-    ("name=value", as a profile's default-resources) for the rules that set none. Snakemake has
-    no public API that returns a DAG's jobs: this calls the steps `printdag` runs."""
+    ("name=value", as a profile's default-resources) for the rules that set none; every job with
+    `forceall`, as for an empty results directory. Snakemake has no public API that returns a
+    DAG's jobs: this calls the steps `printdag` runs."""
     from snakemake.api import SnakemakeApi
     from snakemake.resources import Resources
     from snakemake.settings.types import ConfigSettings, DAGSettings, OutputSettings, ResourceSettings
@@ -24,6 +26,6 @@ def dag_jobs(configfile: Path, results: Path, default_resources: list[str] | Non
                                     workdir=REPO)
         workflow_api.dag(DAGSettings(targets={target}))
         workflow = workflow_api._workflow
-        workflow._prepare_dag(forceall=False, ignore_incomplete=True, lock_warn_only=True, nolock=True)
+        workflow._prepare_dag(forceall=forceall, ignore_incomplete=True, lock_warn_only=True, nolock=True)
         workflow._build_dag()
         return list(workflow.dag.jobs)

@@ -63,7 +63,7 @@ def test_changing_any_manifest_setting_fails_the_check(manifest, paper):
 SAMPLE = [
     ("persistent.num_beams", 8), ("persistent.adapter.lr", 1.0e-4), ("persistent.max_new_tokens", 100),
     ("datasets.jeopardy.test_range", [15000, 19000]), ("judge.llm_judge", "gpt-5.5"),
-    ("models[name=gpt-5.4].batch", True),
+    ("models[name=gpt-5.4-judge].batch", False),
     ("ladder.n_sessions", 10), ("datasets.mmlu.subject_range", [0, 25]), ("ladder.llm_user_model", "qwen-turbo"),
     ("ladder.extension.gsm8k.n_items", 100), ("datasets.mmlu.revision", "main"),
     ("lcae.n_items", 50), ("seed", 7), ("lcae.reflection", "generic"), ("lcae.repeats", 2),

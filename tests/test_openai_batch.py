@@ -4,14 +4,12 @@ resume, partial failure, and the request cache shared with the synchronous path.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import time
 
 import pytest
 import yaml
 
-from batch_server import BatchServer
+from batch_server import BatchServer, kill_once_waiting
 from conftest import REPO
 from selfknow.config import ConfigError, validate_config
 from selfknow.models import ModelSpecError, load_lm
@@ -107,18 +105,8 @@ lm.generate(["k1", "k2"], max_new_tokens=8)
 def test_killed_client_resumes_recorded_batch(server, tmp_path):
     server.hold = {"batch_1"}  # the batch runs until the first client is dead
     cache = tmp_path / "cache"
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_CLIENT, json.dumps(spec(server)),
-                             str(cache)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 120
-        while not (records(tmp_path) and server.count("GET", "/v1/batches/") >= 1):
-            assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "the client never recorded its batch"
-            time.sleep(0.05)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-        proc.stdout.close()
+    kill_once_waiting([sys.executable, "-c", _KILLED_CLIENT, json.dumps(spec(server)), str(cache)],
+                      lambda: records(tmp_path) and server.count("GET", "/v1/batches/") >= 1)
     assert json.loads(records(tmp_path)[0].read_text())["batch_id"] == "batch_1"
 
     server.hold = set()
@@ -197,6 +185,30 @@ def test_partial_failure_retries_smaller_batch_and_names_permanent_failure(serve
     assert [g.text for g in again.generate(["fine", "FLAKY one"], max_new_tokens=8)] \
         == ["echo: fine", "echo: FLAKY one"]
     assert again.http_requests == 0
+
+
+def test_calls_run_together_share_one_batch_and_fail_alone(server, tmp_path):
+    """`together`: the calls' requests (two budgets, as the judge's candidate counts) go out as
+    one batch job; a request refused there is not sent again when its call is answered, and
+    only that call fails."""
+    lm = load_lm(spec(server), cache_dir=tmp_path / "cache")
+    short = lambda: lm.generate(["a", "b"], max_new_tokens=8)  # noqa: E731
+    long = lambda: lm.generate(["c"], max_new_tokens=24)  # noqa: E731
+    out = lm.together([short, long])
+    assert [[g.text for g in o] for o in out] == [["echo: a", "echo: b"], ["echo: c"]]
+    assert server.count("POST", "/v1/batches") == 1
+    assert sorted(x["body"]["max_tokens"] for x in input_lines(server, "batch_1")) == [8, 8, 24]
+    assert (lm.stats.hits, lm.stats.misses) == (0, 3)  # the gathering pass is not counted
+    # a together inside a call (the judge's budgets inside its splits) joins the outer batch
+    inner = lambda p: lambda: lm.together([lambda: lm.generate([p], max_new_tokens=8),  # noqa: E731
+                                           lambda: lm.generate([p], max_new_tokens=24)])
+    nested = lm.together([inner("x"), inner("y")])
+    assert [[o[0].text for o in pair] for pair in nested] == [["echo: x"] * 2, ["echo: y"] * 2]
+    assert server.count("POST", "/v1/batches") == 2 and len(input_lines(server, "batch_2")) == 4
+    with pytest.raises(RequestFailed, match=r"1 of 2 batch request\(s\) failed: .*HTTP 400"):
+        lm.together([lambda: lm.generate(["BAD d"], max_new_tokens=8), lambda: lm.generate(["e"], max_new_tokens=24)])
+    assert lm.generate(["e"], max_new_tokens=24)[0].text == "echo: e"  # answered and cached
+    assert server.count("POST", "/v1/batches") == 3
 
 
 def test_retries_exhausted_names_request(server, tmp_path):

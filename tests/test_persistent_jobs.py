@@ -133,7 +133,7 @@ def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
     test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
     out = J.sc_job({"test": test}, str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    n_shots=2, icl_by_domain=False, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
-                   prompt_label="Question", cache_dir=str(tmp_path / "cache"), judge={"correctness": "exact"})
+                   prompt_label="Question", cache_dir=str(tmp_path / "cache"), correctness="exact")
     sc = pd.read_parquet(tmp_path / "sc.parquet")
     assert out["test_items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
     # "wrong" + "Wrong." = 0.5 ties the correct 0.5: first appearance (the correct one) wins
@@ -166,10 +166,18 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
     split = lambda beams, sc: {"test": J.SplitIO(str(tmp_path / "test.parquet"), 4, str(tmp_path / beams),  # noqa: E731
                                                  str(tmp_path / sc))}
     exact = J.sc_job(split("b0.parquet", "exact.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
-                     judge={"correctness": "exact"}, **run)
-    out = J.sc_job(split("b1.parquet", "llm.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
-                   judge={"correctness": "llm", "spec": spec, "labels": "generate", "multi_reference": False}, **run)
+                     correctness="exact", **run)
+    # under the LLM judge the beam-search job asks no judge: it leaves the candidates unlabelled
+    cand = J.sc_job(split("b1.parquet", "cand.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
+                    correctness="llm", **run)
+    assert not judge.prompts and cand["test_items"] == 4
+    assert list(pd.read_parquet(tmp_path / "cand.parquet").columns) == J.CANDIDATE_COLUMNS + ["model", "checkpoint",
+                                                                                             "split"]
+    out = J.judge_job({"test": J.JudgeIO(str(tmp_path / "test.parquet"), str(tmp_path / "cand.parquet"),
+                                         str(tmp_path / "llm.parquet"))}, "m", "C1",
+                      {"spec": spec, "labels": "generate", "multi_reference": False}, str(tmp_path / "cache"))
     em, llm = (pd.read_parquet(tmp_path / f).set_index("item_id").sort_index() for f in ("exact.parquet", "llm.parquet"))
+    assert set(llm["checkpoint"]) == {"C1"} and set(llm["split"]) == {"test"}
     assert exact["test_accuracy"] == 0 and not em["correct"].any()        # exact match: the paraphrase is wrong
     assert llm["correct"].tolist() == [True, True, False, True]       # the judge: right
     assert [list(g) for g in llm["group_labels"]] == [["R", "W"], ["R", "W"], [None, None], ["R", None]]
@@ -817,7 +825,7 @@ def test_variant_job_switches_adapters_on_one_resident_base(variant, loads, pair
     release_bases()
 
 
-def test_sc_job_frees_the_answering_model_before_an_hf_judge_loads(tmp_path, tiny_model, monkeypatch):
+def test_judge_job_loads_only_the_judge(tmp_path, tiny_model, monkeypatch):
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
 
     from selfknow.models.hf import release_bases
@@ -833,17 +841,22 @@ def test_sc_job_frees_the_answering_model_before_an_hf_judge_loads(tmp_path, tin
     judge_dir = tmp_path / "judge"  # the tiny model's tokenizer with room for the judge's prompt
     GPT2LMHeadModel(GPT2Config.from_pretrained(tiny_model["path"], n_positions=1024)).save_pretrained(judge_dir)
     AutoTokenizer.from_pretrained(tiny_model["path"]).save_pretrained(judge_dir)
-    judge = {"correctness": "llm", "spec": {"name": "judge", "backend": "hf", "path": str(judge_dir)},
-             "labels": "generate", "multi_reference": False}
+    judge = {"spec": {"name": "judge", "backend": "hf", "path": str(judge_dir)}, "labels": "generate",
+             "multi_reference": False}
     release_bases()
     with job_log(str(tmp_path / "sc.log"), "sc") as summary:
-        test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
+        test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "c.parquet"))
         summary.update(J.sc_job({"test": test}, str(tmp_path / "train.parquet"), tiny_model, "C3",
                                 n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=4,
                                 equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"),
-                                judge=judge))
+                                correctness="llm"))
+    assert "judge_calls" not in summary
+    release_bases()
+    with job_log(str(tmp_path / "judge.log"), "judge") as summary:
+        io = J.JudgeIO(str(tmp_path / "test.parquet"), str(tmp_path / "c.parquet"), str(tmp_path / "sc.parquet"))
+        summary.update(J.judge_job({"test": io}, tiny_model["name"], "C3", judge, str(tmp_path / "cache")))
     assert summary["judge_calls"] == 3
-    assert _logged_residency(tmp_path / "sc.log") == (2, 1)  # the checkpoint, then the judge
+    assert _logged_residency(tmp_path / "judge.log") == (1, 1)  # the judge alone
     release_bases()
 
 

@@ -153,6 +153,36 @@ def test_persistent_requests_by_hand(tmp_path):
     assert set(df["stage"]) == {"persistent_sc", "persistent_variants"}
 
 
+@pytest.mark.parametrize("judge_entry, hidden, device, hours", [
+    # the authors' request shape through the Batch API: no reasoning; 3 jobs x the 24 h window waited
+    ({"mode": "responses", "batch": True}, 0, "API batch", 3 * 24.0),
+    # a reasoning judge, synchronous: its reasoning headroom per request counted, no wait estimate
+    ({"request_preset": "openai_reasoning"}, 8192, "API", None)])
+def test_persistent_judge_requests_reasoning_and_waiting(tmp_path, judge_entry, hidden, device, hours):
+    results = tmp_path / "results"
+    _write_items(results, "qa", 6, 7, mcq=False)
+    cfg = validate_config({
+        "seed": 1, "results": str(results),
+        "models": [{"name": "p", "backend": "hf", "hub_id": "org/p", "gpu": 1,
+                    "checkpoints": [{"name": "c1"}, {"name": "c2"}, {"name": "c3"}]},
+                   {"name": "j", "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "gpt-5.4",
+                    **judge_entry}],
+        "datasets": {"qa": {"loader": "triviaqa", "path": str(tmp_path), "shuffle_seed": 1, "n_icl": 2,
+                            "reserved_icl": 2, "blacklist": False,
+                            "train_range": [0, 6], "test_range": [6, 13]}},
+        "judge": {"llm_judge": "j", "correctness": "llm"},
+        "persistent": {"models": ["p"], "datasets": ["qa"], "train_checkpoints": 1, "n_train": 4, "n_test": 5,
+                       "n_shots": 2, "seeds": [0], "variance_seeds": [0, 1]}})
+    df, _ = make_plan(cfg)
+    j = _row(df, "j", "persistent_judge")
+    # one judge job per beam-search job, one request per question, each with the authors'
+    # budget for 10 beams (max(4 x 10 + 2, 16) = 42) plus hidden reasoning where it reasons
+    assert (j["jobs"], j["requests"]) == (_row(df, "p", "persistent_sc")["jobs"], 3 * (4 + 5))
+    assert j["completion_tokens"] == 27 * (42 + hidden) and j["device"] == device
+    assert j["device_hours"] == pytest.approx(hours) if hours else pd.isna(j["device_hours"])
+    assert _row(df, "p", "persistent_sc")["device"] == "1 GPU"
+
+
 def test_cli_plan_prints_table_and_csv(lcae_config, tmp_path, capsys):
     import yaml
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from batch_server import kill_once_waiting
 from selfknow.stages.items import build_items
 from selfknow.stages.judge import judge_candidates
 from selfknow.models import load_lm
@@ -44,7 +45,8 @@ SIZE_KEYS = {
     "lcae.n_items", "lcae.examinee_models", "lcae.repeats", "lcae.max_new_tokens",
 }
 #: model entry keys that are about the machine (devices, memory, concurrency), not the protocol
-MACHINE_KEYS = {"params_b", "dtype", "device", "gpu", "base_url", "max_concurrency", "mem_mb", "batch_size"}
+MACHINE_KEYS = {"params_b", "dtype", "device", "gpu", "base_url", "max_concurrency", "mem_mb", "batch_size",
+                "batch_poll_s"}
 
 
 @pytest.fixture(scope="module")
@@ -334,6 +336,59 @@ def test_judge_stand_in_labels_paraphrases_and_refusals_are_counted(server):
     statuses = [v.status for v in verdicts]
     assert 0 < statuses.count("refused") < 20 and 0 < statuses.count("unparsable") < 20
     assert all(not any(v.correct) for v in verdicts if v.status != "ok")
+
+
+def test_gpt_5_1_and_later_take_a_temperature_unless_asked_to_reason():
+    s = StandInServer(["gpt-5.4"], reasoning=["gpt-5.4"])
+    try:
+        body = {"model": "gpt-5.4", "input": "q", "max_output_tokens": 16, "temperature": 0}
+        assert _post(s, "/responses", body)[0] == 200  # no effort sent: GPT-5.4 reasons none
+        code, err = _post(s, "/responses", {**body, "reasoning": {"effort": "medium"}})
+        assert code == 400 and err["error"]["param"] == "temperature"
+    finally:
+        s.close()
+
+
+_JUDGE_CLIENT = """
+import json, sys
+from selfknow.models import load_lm
+from selfknow.stages.judge import judge_candidates
+lm = load_lm(json.loads(sys.argv[1]), cache_dir=sys.argv[2])
+v = judge_candidates(lm, ["Capital of Kalo?", "Capital of Rend?"], [["Kalomir"], ["Rendar"]],
+                     [["Kalomir", "Vosdar"], ["Rendar"]], chat=True, labels="generate")
+print(json.dumps([[x.status, list(x.labels)] for x in v]))
+"""
+
+
+def test_rehearsal_judge_batch_killed_mid_flight_resumes_without_resubmitting(configs, tmp_path):
+    """The rehearsal's judge entry sends the authors' request (POST /v1/responses lines of one
+    Batch API job: model, input, max_output_tokens max(4n+2, 16), temperature 0, nothing else),
+    both candidate counts in one batch; a client killed while it waits resumes that batch."""
+    from selfknow.config import model_entry
+
+    s = StandInServer(["gpt-5.4"], reasoning=["gpt-5.4"])
+    spec = {**model_entry(configs[1], configs[1]["judge"]["llm_judge"]), "base_url": s.url, "batch_poll_s": 0.05}
+    run = [sys.executable, "-c", _JUDGE_CLIENT, json.dumps(spec), str(tmp_path / "cache")]
+    env = {**environment(configs[1], tmp_path), "PYTHONPATH": str(ROOT / "src")}
+    records = lambda: sorted((tmp_path / "cache-batches").glob("*.json"))  # noqa: E731
+    s.batch_api.hold = {"batch_1"}
+    try:
+        kill_once_waiting(run, lambda: records() and s.batch_api.batches["batch_1"]["status"] == "in_progress",
+                          env=env)
+        s.batch_api.hold = set()
+        out = subprocess.run(run, env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert len(s.batch_api.batches) == 1 and len(s.batch_api.files) == 2  # the input, the output
+        lines = [json.loads(x) for x in s.batch_api.files["file-1"]["content"].decode().splitlines()]
+        assert {x["url"] for x in lines} == {"/v1/responses"}
+        assert sorted((x["body"]["max_output_tokens"], x["body"]["temperature"]) for x in lines) == [(16, 0.0), (16, 0.0)]
+        assert all(set(x["body"]) == {"model", "input", "max_output_tokens", "temperature"} for x in lines)
+        assert {x["body"]["model"] for x in lines} == {"gpt-5.4"}
+        verdicts = json.loads(out.stdout.strip().splitlines()[-1])
+        assert all(status in ("ok", "refused", "unparsable") for status, _ in verdicts)
+        assert records() == []
+    finally:
+        s.close()
 
 
 def test_api_endpoint_is_one_local_server(configs):

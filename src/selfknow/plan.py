@@ -37,7 +37,10 @@ How the requests are found, stage by stage:
 
 Tokens: prompts are measured as characters / `CHARS_PER_TOKEN`; completions as the requests'
 budgets (an upper bound: an answer stops at its stop string); beams as `num_beams` x budget.
-Hidden reasoning tokens of reasoning models are not included.
+Hidden reasoning tokens of reasoning models are not included, except the persistent judge's
+where it reasons (`judge_reasoning_tokens`: its reasoning headroom per request, an upper bound).
+A batched API model (`batch: true`) costs no device time but waiting: its rows' hours are its
+jobs x the batch completion window (an upper bound, shown apart from GPU and CPU hours).
 """
 from __future__ import annotations
 
@@ -421,12 +424,16 @@ class Planner:
         pc, judge = self.cfg["persistent"], self.cfg["judge"]
         base = self.R / "persistent"
         splits = ("train", "test")
-        done = _exists(*(base / kind / m / c / ds / f"{split}.parquet" for kind in ("sc", "beams") for split in splits))
-        lm = self.lm(m, c, "persistent_sc", done)
         beams, judged = pc["num_beams"], judge["correctness"] == "llm"
+        labelled = [base / "sc" / m / c / ds / f"{split}.parquet" for split in splits]
+        # under the LLM judge, persistent_sc writes candidates and persistent_judge the SC tables
+        sc_out = [base / "candidates" / m / c / ds / f"{split}.parquet" for split in splits] if judged else labelled
+        done = _exists(*sc_out, *(base / "beams" / m / c / ds / f"{split}.parquet" for split in splits))
+        lm = self.lm(m, c, "persistent_sc", done)
         if judged:
             jm, per_q = judge["llm_judge"], 1 if judge["labels"] == "generate" else beams
-            self.ledger.job(jm, "persistent_judge", done)
+            judge_done, hidden = _exists(*labelled), judge_reasoning_tokens(model_entry(self.cfg, jm))
+            self.ledger.job(jm, "persistent_judge", judge_done)
         train, by_domain = self._train_frame(ds, pc["n_shots"]), icl_by_domain(self.cfg["datasets"][ds])
         out = {}
         for split in splits:
@@ -437,7 +444,7 @@ class Planner:
             if judged:
                 prompt = sum(tokens(q) for q in items["question"]) + len(items) * (beams * pc["max_new_tokens"] + 80)
                 self.ledger.add(jm, "persistent_judge", per_q * len(items), per_q * prompt,
-                                per_q * len(items) * max_judge_tokens(beams), done=done)
+                                per_q * len(items) * (max_judge_tokens(beams) + hidden), done=judge_done)
                 self.ledger.note(jm, "persistent_judge", "one request per question (generate) or per beam "
                                                          "(constrained, upper bound on the answer groups)")
             out[split] = Sample(len(items), self._scoring_tokens(items))
@@ -631,6 +638,26 @@ class Planner:
                     self.ledger.note(m, "lcae_stage2", "DPR routes: about half the items taken as slow")
 
 
+def judge_reasoning_tokens(spec: dict) -> int:
+    """Hidden reasoning tokens per request of an API judge that reasons (an effort other than
+    "none" sent, `request_options`): its reasoning headroom `reasoning_tokens`, an upper bound;
+    0 for a judge asked no effort (the authors' request shape) or a local judge."""
+    from selfknow.models.openai_api import request_options
+
+    if spec["backend"] != "openai":
+        return 0
+    opts = request_options(spec)
+    return int(opts["reasoning_tokens"]) if opts["reasoning_effort"] not in (None, "none") else 0
+
+
+def batch_window_hours(spec: dict) -> float:
+    """The hours one Batch API job may take (`batch_completion_window`, e.g. "24h")."""
+    window = str(spec["batch_completion_window"])
+    if not window.endswith("h") or not window[:-1].isdigit():
+        raise ValueError(f"model {spec['name']!r}: batch_completion_window {window!r} is not '<hours>h'")
+    return float(window[:-1])
+
+
 # ----------------------------------------------------------------------------- the report
 PLAN_COLUMNS = ["model", "stage", "jobs", "done_jobs", "requests", "cached", "prompt_tokens",
                 "completion_tokens", "reasoning_tokens", "train_tokens", "usd", "device", "device_hours", "basis"]
@@ -684,6 +711,8 @@ def plan_frame(cfg: dict, ledger: Ledger) -> pd.DataFrame:
             work = r.prompt_tokens + r.completion_tokens + TRAIN_PASSES * r.train_tokens
             hours = work / spec["throughput_tok_s"] / 3600 * max(1, spec["gpu"])
             device = f"{spec['gpu']} GPU" if spec["gpu"] else "CPU"
+        elif spec["batch"]:
+            hours, device = r.jobs * batch_window_hours(spec), "API batch"  # waiting, an upper bound
         else:
             hours, device = float("nan"), "API"
         rows.append({"model": model, "stage": stage, "jobs": r.jobs, "done_jobs": r.done_jobs,
@@ -729,14 +758,15 @@ def render_plan(df: pd.DataFrame, datasets: dict[str, str]) -> str:
                      f"{_human(r.prompt_tokens)} | {_human(r.completion_tokens)} | {_human(r.reasoning_tokens)} | "
                      f"{usd} | {r.device} | {hours} |")
     priced = df["usd"].notna()
-    hours = "; ".join(f"{kind} {df.loc[df['device'].str.endswith(kind), 'device_hours'].sum():,.2f}"
-                      for kind in ("GPU", "CPU") if df["device"].str.endswith(kind).any())
+    hours = "; ".join(f"{name} {df.loc[df['device'].str.endswith(kind), 'device_hours'].sum():,.2f}"
+                      for kind, name in (("GPU", "GPU"), ("CPU", "CPU"), ("batch", "batch wait"))
+                      if df["device"].str.endswith(kind).any())
     lines.append(f"| **total** | | {df['jobs'].sum()} ({df['done_jobs'].sum()}) | {df['requests'].sum():,} | "
                  f"{df['cached'].sum():,} | {_human(df['prompt_tokens'].sum())} | "
                  f"{_human(df['completion_tokens'].sum())} | {_human(df['reasoning_tokens'].sum())} | "
                  f"{df.loc[priced, 'usd'].sum():,.2f} | | {hours} |")
     out = "\n".join(lines)
-    unpriced = sorted(set(df.loc[(df["device"] == "API") & ~priced, "model"]))
+    unpriced = sorted(set(df.loc[df["device"].str.startswith("API") & ~priced, "model"]))
     foot = [f"[{i + 1}] estimate: {n}" for i, n in enumerate(notes)]
     foot += [f"items: {name}: {basis}" for name, basis in sorted(datasets.items())]
     if unpriced:
@@ -744,7 +774,8 @@ def render_plan(df: pd.DataFrame, datasets: dict[str, str]) -> str:
                     "lcae.prices): " + ", ".join(unpriced))
     foot.append("completion tokens are the requests' budgets (upper bounds); reasoning tokens are the hidden "
                 "reasoning of reasoning models, billed as output (see the price table); "
-                "hours = (prompt + completion + 3 x adapter-training tokens) / throughput_tok_s x GPUs")
+                "hours = (prompt + completion + 3 x adapter-training tokens) / throughput_tok_s x GPUs; "
+                "API batch hours = jobs x the batch completion window, time waited (upper bound), no device")
     return out + "\n\n" + "\n".join(f"- {line}" for line in foot) + "\n"
 
 
@@ -753,7 +784,7 @@ def render_prices(cfg: dict, df: pd.DataFrame) -> str:
     hidden reasoning tokens per request and their basis, and its dollars in total."""
     lines = ["| API model | USD / 1M in | USD / 1M out | batch | price source | reasoning tok / request | "
              "reasoning basis | USD |", "|---|---|---|---|---|---|---|---|"]
-    api = df[df["device"] == "API"]
+    api = df[df["device"].str.startswith("API")]
     for model in sorted(set(api["model"])):
         spec = model_entry(cfg, model)
         price = price_per_mtok(cfg, model)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -94,6 +94,12 @@ class LM(abc.ABC):
         if stage not in BUDGET_STAGES:
             raise ValueError(f"unknown budget stage {stage!r}; known: {', '.join(BUDGET_STAGES)}")
         return int(self.token_budgets.get(stage, default))
+
+    def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """The results of `calls` (calls of this model that need none of each other's
+        answers), in order. A backend may send their requests at once: the openai backend
+        with `batch: true` runs them all as one set of Batch API jobs."""
+        return [call() for call in calls]
 
     def release(self) -> None:
         """Free the model weights this LM holds in the process (a later call loads them

@@ -271,6 +271,13 @@ class OpenAILM(LM):
         raise RequestFailed(f"model {self.name!r}: {method} {self.base_url}{path} request "
                             f"{index} failed after {attempt + 1} attempt(s): {last}")
 
+    def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        # ---- batch hook: the calls' uncached requests go out as one set of batch jobs
+        if self.batch is not None:
+            return self.batch.together(calls)
+        # ---- end of batch hook
+        return super().together(calls)
+
     def _map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
         """fn over the request indices `idx`, `max_concurrency` at a time. If any fails, the
         others still finish and are cached (PartialFailure); the first error is raised."""

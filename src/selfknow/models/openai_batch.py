@@ -56,6 +56,10 @@ class _Captured(Exception):
     """Raised by `BatchJobs.post` in the capture phase, after recording the request."""
 
 
+class _Gathered(Exception):
+    """Raised by `BatchJobs.prepare` while `BatchJobs.together` gathers requests."""
+
+
 def _custom_id(endpoint: str, body: dict, index: int) -> str:
     # the index keeps equal bodies of different cache requests (repeats of a
     # temperature-0 prompt) apart, one line each, as the synchronous path sends each
@@ -81,11 +85,17 @@ class BatchJobs:
         self._answers: dict[str, dict] = {}
         self._failed = ""  # the message naming every request that failed for good
         self._used: list[str] = []  # job keys of this call's batches, whose records go at the end
+        # `together`: the requests its calls would send (while gathering), then their answers
+        self._gathering: dict[str, tuple[int, str, dict]] | None = None
+        self._gathered: dict[str, dict] = {}
+        self._gathered_ids: set[str] = set()
+        self._gathered_failed = ""
 
     # ---- the two hooks of OpenAILM -----------------------------------------------------
     def prepare(self, fn: Callable[[int], Any], idx: Sequence[int]) -> None:
         """Capture the request `fn(i)` sends for each i in `idx` and run them as batch jobs
-        (one per endpoint); afterwards `post` answers those requests."""
+        (one per endpoint); afterwards `post` answers those requests. Inside `together`, the
+        requests are only gathered (first pass) or answered from its batches (second pass)."""
         self._requests, self._answers, self._failed, self._used = {}, {}, "", []
         self._capturing = True
         try:
@@ -96,8 +106,72 @@ class BatchJobs:
                     pass
         finally:
             self._capturing = False
+        if self._gathering is not None:
+            self._gathering.update(self._requests)
+            raise _Gathered
+        # inside `together` its batches answered (or failed) every request it gathered
+        self._answers = {cid: self._gathered[cid] for cid in self._requests if cid in self._gathered}
+        self._failed = self._gathered_failed
+        self._submit({cid: r for cid, r in self._requests.items() if cid not in self._gathered_ids})
+
+    def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Run `calls` (each a call of the backend, e.g. one `generate` per budget) with their
+        uncached requests in one set of batch jobs, all in flight at once, instead of one
+        call's batches after another's: a first pass gathers what each call would send, the
+        batches run, and a second pass answers every call from them (all of them, before the
+        first failure is raised). A `together` inside a call joins the outer one."""
+        if self._gathering is not None:
+            return self._gather_pass(calls)
+        if self._gathered_ids:
+            return self._answer_pass(calls)
+        stats = (self.lm.stats.hits, self.lm.stats.misses)
+        self._gathering = {}
+        try:
+            self._gather_pass(calls)
+        except _Gathered:
+            pass
+        finally:
+            gathered, self._gathering = self._gathering, None
+        self.lm.stats.hits, self.lm.stats.misses = stats  # the first pass counted cache hits
+        self._requests, self._answers, self._failed, self._used = gathered, {}, "", []
+        self._submit(gathered)
+        self._gathered, self._gathered_ids, self._gathered_failed = self._answers, set(gathered), self._failed
+        try:
+            return self._answer_pass(calls)
+        finally:
+            self._gathered, self._gathered_ids, self._gathered_failed = {}, set(), ""
+
+    @staticmethod
+    def _gather_pass(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Every call, its requests gathered; raises `_Gathered` once all ran if any had some."""
+        results, gathered = [], False
+        for call in calls:
+            try:
+                results.append(call())
+            except _Gathered:
+                gathered = True
+        if gathered:
+            raise _Gathered
+        return results
+
+    @staticmethod
+    def _answer_pass(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Every call (so that each one's answers are cached), then its first failure."""
+        results, error = [], None
+        for call in calls:
+            try:
+                results.append(call())
+            except RequestFailed as err:
+                error = error or err
+        if error is not None:
+            raise error
+        return results
+
+    def _submit(self, requests: dict[str, tuple[int, str, dict]]) -> None:
+        """Run `requests` (custom_id -> (index, endpoint, body)) as batch jobs, one set per
+        endpoint; store the answers; name the requests that failed for good in `_failed`."""
         by_endpoint: dict[str, dict[str, dict]] = {}
-        for cid, (_, endpoint, body) in self._requests.items():
+        for cid, (_, endpoint, body) in requests.items():
             by_endpoint.setdefault(endpoint, {})[cid] = body
         failures: dict[str, str] = {}
         for endpoint, bodies in sorted(by_endpoint.items()):
@@ -107,10 +181,9 @@ class BatchJobs:
         for job_key in self._used:
             self._drop_record(job_key)
         if failures:
-            listed = "; ".join(f"request {self._requests[cid][0]} (custom_id {cid}): {err}"
-                               for cid, err in sorted(failures.items(),
-                                                      key=lambda kv: self._requests[kv[0]][0]))
-            self._failed = (f"model {self.lm.name!r}: {len(failures)} of {len(self._requests)} "
+            listed = "; ".join(f"request {requests[cid][0]} (custom_id {cid}): {err}"
+                               for cid, err in sorted(failures.items(), key=lambda kv: requests[kv[0]][0]))
+            self._failed = (f"model {self.lm.name!r}: {len(failures)} of {len(requests)} "
                             f"batch request(s) failed: {listed}")
 
     def post(self, endpoint: str, body: dict, index: int) -> dict:

@@ -6,9 +6,13 @@ is given (others get 404, as a wrong model name does on a real endpoint), and ke
 where exact API behaviour matters:
 
 - reasoning models (`reasoning`: OpenAI's o-series and gpt-5 family) answer HTTP 400, worded
-  as OpenAI words it, to `max_tokens`, `stop` and a non-default `temperature`/`top_p`
-  (`reasoning_rule_violation`), and spend `reasoning_spend` hidden tokens from the token limit
-  before the answer: a limit without room to reason gives an empty answer cut at "length";
+  as OpenAI words it, to `max_tokens`, `stop` and, while they reason, a non-default
+  `temperature`/`top_p` (`reasoning_rule_violation`), and spend `reasoning_spend` hidden tokens
+  from the token limit before the answer: a limit without room to reason gives an empty answer
+  cut at "length". GPT-5.1 and later reason only when asked (`reasoning_effort`, `reasoning.effort`
+  other than "none"), and otherwise take a temperature (`reasons`);
+- OpenAI's files and batches endpoints (`selfknow.rehearsal.batches`), each line answered as
+  its synchronous request would be;
 - a strict `json_schema` response format gets an instance of the schema, a non-strict one
   HTTP 400 (`schema_instance`);
 - `logprobs` gets next-token `top_logprobs` (chat) or `logprobs` (completions);
@@ -31,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from selfknow.stages.judge import normalise_answer
 
 from . import provider_rules
+from .batches import BatchStore
 
 #: hidden reasoning tokens a reasoning model spends before its answer
 REASONING_SPEND = 64
@@ -39,9 +44,25 @@ _CANDIDATE = re.compile(r"^(\d+)\. (.*)$", re.MULTILINE)
 _REFERENCE = re.compile(r"^(?:Ground-truth answer|Reference ground-truth answers): (.*)$", re.MULTILINE)
 
 
+_NO_REASONING_BY_DEFAULT = re.compile(r"^gpt-5\.[1-9]")
+
+
+def reasons(model: str, body: dict) -> bool:
+    """Whether a request makes an OpenAI reasoning model reason: its effort, else the model's
+    default, which is "none" from GPT-5.1 on and "medium" before (OpenAI API reference,
+    `reasoning.effort`: "gpt-5.1 defaults to none ... All models before gpt-5.1 default to
+    medium")."""
+    effort = body.get("reasoning_effort", (body.get("reasoning") or {}).get("effort"))
+    if effort is None:
+        return not _NO_REASONING_BY_DEFAULT.match(model)
+    return effort != "none"
+
+
 def reasoning_rule_violation(path: str, body: dict) -> tuple[str, str] | None:
     """(param, message) of the first rule an OpenAI reasoning model (o-series, gpt-5 family)
-    answers with HTTP 400, as OpenAI words it; None if the body keeps them all."""
+    answers with HTTP 400, as OpenAI words it; None if the body keeps them all. Sampling
+    parameters are refused only while the model reasons (`reasons`: OpenAI's "latest model"
+    guide, GPT-5.1 parameter compatibility)."""
     if path.endswith("/chat/completions"):
         if "max_tokens" in body:
             return "max_tokens", ("Unsupported parameter: 'max_tokens' is not supported with this "
@@ -49,7 +70,7 @@ def reasoning_rule_violation(path: str, body: dict) -> tuple[str, str] | None:
         if "stop" in body:
             return "stop", "Unsupported parameter: 'stop' is not supported with this model."
     for param in ("temperature", "top_p"):
-        if param in body and body[param] != 1:
+        if param in body and body[param] != 1 and reasons(str(body.get("model")), body):
             return param, (f"Unsupported value: '{param}' does not support {body[param]!r} with this "
                            f"model. Only the default (1) value is supported.")
     return None
@@ -78,11 +99,13 @@ def schema_instance(fmt: dict, unit=None) -> dict:
 
 
 def send_json(handler: BaseHTTPRequestHandler, code: int, obj, headers=()) -> None:
-    """Answer the request `handler` serves with HTTP `code` and `obj` as JSON; a client that
-    hung up (after its own timeout) is no error of the server's."""
-    data = json.dumps(obj).encode()
+    """Answer the request `handler` serves with HTTP `code` and `obj` as JSON (bytes as they
+    are: a file's content); a client that hung up (after its own timeout) is no error of the
+    server's."""
+    binary = isinstance(obj, bytes)
+    data = obj if binary else json.dumps(obj).encode()
     handler.send_response(code)
-    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Type", "application/octet-stream" if binary else "application/json")
     handler.send_header("Content-Length", str(len(data)))
     for k, v in headers:
         handler.send_header(k, v)
@@ -168,6 +191,8 @@ class StandInServer:
         self.reasoning_spend = reasoning_spend
         self.requests = 0
         self.lock = threading.Lock()
+        # a batch line is answered as its request would be
+        self.batch_api = BatchStore(lambda url, body, cid: self.respond(url, body))
         server = self
 
         class Handler(QuietHandler):
@@ -175,11 +200,18 @@ class StandInServer:
                 if self.path.rstrip("/").endswith("/models"):
                     return self._send(200, {"object": "list", "data": [
                         {"id": m, "object": "model", "owned_by": "rehearsal"} for m in sorted(server.models)]})
-                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                with server.lock:
+                    routed = server.batch_api.route("GET", self.path, None, b"")
+                self._send(*(routed or (404, {"error": {"message": f"no route {self.path}"}})))
 
             def do_POST(self):
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if self.path in ("/v1/files", "/v1/batches"):
+                    with server.lock:
+                        return self._send(*server.batch_api.route("POST", self.path, self.headers.get("Content-Type"),
+                                                                  raw))
                 try:
-                    body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                    body = json.loads(raw)
                 except (ValueError, TypeError):
                     return self._send(400, {"error": {"message": "the body is not JSON", "type": "invalid_request_error"}})
                 with server.lock:
@@ -201,8 +233,8 @@ class StandInServer:
         model = body.get("model")
         if model not in self.models:
             return self._error(404, f"The model '{model}' does not exist", "model")
-        reasoning = model in self.reasoning
-        broken = reasoning_rule_violation(path, body) if reasoning else None
+        reasoning = model in self.reasoning and reasons(model, body)
+        broken = reasoning_rule_violation(path, body) if model in self.reasoning else None
         if broken:
             return self._error(400, broken[1], broken[0])
         broken = provider_rules.violation(self.providers.get(model), model, path, body)

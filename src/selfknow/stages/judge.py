@@ -164,10 +164,15 @@ def judge_candidates(lm, questions: Sequence[str], references: Sequence[Sequence
     if labels == "generate":
         out: list[Judgment | None] = [None] * len(prompts)
         # one generation call per candidate count: the budget depends on it, and a question's
-        # request (so its cache key) must not depend on which questions share its batch
-        for n in sorted({len(c) for c in candidates}):
-            idx = [i for i, c in enumerate(candidates) if len(c) == n]
-            replies = lm.generate([prompts[i] for i in idx], max_new_tokens=lm.budget("judge", max_judge_tokens(n)), chat=chat)
+        # request (so its cache key) must not depend on which questions share its batch; the
+        # calls go together (a batched API judge: one set of batch jobs, not one per count)
+        groups = {n: [i for i, c in enumerate(candidates) if len(c) == n] for n in sorted({len(c) for c in candidates})}
+
+        def call(n: int, idx: list[int]):
+            return lambda: lm.generate([prompts[i] for i in idx], max_new_tokens=lm.budget("judge", max_judge_tokens(n)),
+                                       chat=chat)
+
+        for (n, idx), replies in zip(groups.items(), lm.together([call(n, idx) for n, idx in groups.items()])):
             for i, r in zip(idx, replies):
                 out[i] = _verdict(r.text, n, r.finish_reason)
         return out  # type: ignore[return-value]

@@ -2,8 +2,10 @@
 computes, and writes its outputs atomically; the scripts in `scripts/persistent_*.py` call
 exactly one of them.
 
-- `sc_job`       beams (resumable) + self-consistency + judged candidates for one
-                 (model, checkpoint, dataset), each of its splits;
+- `sc_job`       beams (resumable) + self-consistency for one (model, checkpoint, dataset),
+                 each of its splits; the candidates labelled by exact match, or left for
+- `judge_job`    the LLM judge, a job of its own (no model of the beam search is loaded
+                 while the judge's requests wait, e.g. for a Batch API job);
 - `variant_job`  trains every adapter of one training variant and seed and scores every
                  (adapter, checkpoint, answers) pair the variant needs (`variants.plan_variant`);
 - `variant_slice_job` a variant whose scorings the transfer variant already computes
@@ -39,6 +41,8 @@ log = logging.getLogger("selfknow.persistent")
 
 SC_COLUMNS = ["item_id", "question", "prediction", "confidence", "correct", "group_answers",
               "group_probs", "group_members", "group_correct"]
+#: an SC table before its candidates are labelled (`sc_job` under the LLM judge, `judge_job`'s input)
+CANDIDATE_COLUMNS = [c for c in SC_COLUMNS if c not in ("correct", "group_correct")]
 #: who labelled the candidates (`judge_sc`), for the judge counts of the table notes
 JUDGE_COLUMNS = ["group_labels", "judge", "judge_status"]
 CONF_COLUMNS = ["variant", "seed", "adapter", "scorer", "target", "dataset", "item_id", "answer",
@@ -227,26 +231,27 @@ class SplitIO(NamedTuple):
 
 def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoint: str, *, n_shots: int,
            icl_by_domain: bool, seed: int, num_beams: int, max_new_tokens: int, equivalence: str,
-           prompt_label: str, cache_dir: str, judge: Mapping, threads: int = 1) -> dict:
+           prompt_label: str, cache_dir: str, correctness: str, threads: int = 1) -> dict:
     """Beam search (`num_beams`, stop at the first newline) on a seeded sample of `n_items`
-    questions of each split, resumable by chunks; then SC grouping (§3.1.1, §A.6) and the labels
-    of every candidate group (`judge_sc`). One job serves a checkpoint's splits of a dataset so
-    the model (and the judge) load once. The `n_shots` in-context examples come from the
-    train items (`prompts.question_shots`; with `icl_by_domain`, those of each question's own
-    domain, BioASQ's question type). `judge`: {"correctness": "exact"}, or
-    {"correctness": "llm", "spec": the judge model's spec, "labels": "generate" | "constrained",
-    "multi_reference": bool} (config `judge`). Writes each split's long beam table and SC table;
+    questions of each split, resumable by chunks; then SC grouping (§3.1.1, §A.6). One job
+    serves a checkpoint's splits of a dataset so the model loads once. The `n_shots`
+    in-context examples come from the train items (`prompts.question_shots`; with
+    `icl_by_domain`, those of each question's own domain, BioASQ's question type).
+    `correctness` (config `judge.correctness`): "exact" labels every candidate group here
+    (`judge_sc`, cheap) and writes the SC table; "llm" writes the unlabelled candidates
+    (`CANDIDATE_COLUMNS`) for `judge_job`, so that no judge request is made while this job
+    holds the model's GPU. Writes each split's long beam table and SC (or candidate) table;
     the summary's keys carry the split's name."""
     import torch
 
-    from selfknow.config import is_chat
-    from selfknow.stages.jobs import load_judge
     from selfknow.models import load_lm
     from selfknow.resumable import map_chunks
 
     from .prompts import qa_prompts, question_shots
     from .self_consistency import self_consistency_frame
 
+    if correctness not in ("exact", "llm"):
+        raise ValueError(f"judge.correctness must be 'exact' or 'llm', got {correctness!r}")
     torch.set_num_threads(int(threads))
     t0 = time.time()
     train = read_parquet(train_path)
@@ -270,24 +275,70 @@ def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoin
         beams[split] = pd.DataFrame(columns=BEAM_TABLE) if b.empty else b
     summary = {"beam_seconds": round(time.time() - t0, 1), "cache_hits": lm.stats.hits,
                "model_calls": lm.stats.misses}
-    lm.release()  # done with it: its weights go before the NLI model's and the judge's load
+    lm.release()  # done with it: its weights go before the NLI model's load
     equivalent = make_equivalence(equivalence, num_threads=threads, device=side_device(spec))
-    judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"]) if judge["correctness"] == "llm" else None
     for split, io in splits.items():
         sc = self_consistency_frame(beams[split], equivalent)
-        if judge_lm is not None:
-            sc = judge_sc(sc, items[split], judge=judge_lm, chat=is_chat(judge["spec"]), labels=judge["labels"],
-                          multi_reference=judge["multi_reference"])
-        else:
-            sc = judge_sc(sc, items[split])
-        sc = sc[SC_COLUMNS + JUDGE_COLUMNS].assign(model=spec["name"], checkpoint=checkpoint, split=split)
+        tag = {"model": spec["name"], "checkpoint": checkpoint, "split": split}
+        if correctness == "llm":
+            write_parquet(sc[CANDIDATE_COLUMNS].assign(**tag), io.sc_out)
+            summary.update({f"{split}_items": len(sc), f"{split}_mean_confidence": _mean(sc["confidence"])})
+            continue
+        sc = judge_sc(sc, items[split])[SC_COLUMNS + JUDGE_COLUMNS].assign(**tag)
         write_parquet(sc, io.sc_out)
-        counts = {k: v for k, v in judge_counts(sc).items() if k != "judge"}
-        summary.update({f"{split}_{k}": v for k, v in {
-            "items": len(sc), "accuracy": round(float(sc["correct"].mean()), 4),
-            "mean_confidence": round(float(sc["confidence"].mean()), 4), **counts}.items()})
-    if judge_lm is not None:
-        summary.update({"judge_cache_hits": judge_lm.stats.hits, "judge_calls": judge_lm.stats.misses})
+        summary.update(_sc_summary(split, sc))
+    return summary
+
+
+def _mean(values) -> float:
+    return round(float(np.mean(values)), 4) if len(values) else float("nan")
+
+
+def _sc_summary(split: str, sc: pd.DataFrame) -> dict:
+    counts = {k: v for k, v in judge_counts(sc).items() if k != "judge"}
+    return {f"{split}_{k}": v for k, v in {"items": len(sc), "accuracy": _mean(sc["correct"]),
+                                            "mean_confidence": _mean(sc["confidence"]), **counts}.items()}
+
+
+class JudgeIO(NamedTuple):
+    """One split of a `judge_job`: its questions (references), candidates in, SC table out."""
+
+    items: str
+    candidates: str
+    sc_out: str
+
+
+def judge_job(splits: Mapping[str, JudgeIO], model: str, checkpoint: str, judge: Mapping, cache_dir: str) -> dict:
+    """The LLM judge's labels of every candidate group of one (model, checkpoint, dataset)'s
+    splits (`judge_sc`; persistent §3.1, §A.5), read from `sc_job`'s candidate tables: the
+    labelled SC tables the protocol's later rules read. `judge`: {"spec": the judge model's
+    spec, "labels": "generate" | "constrained", "multi_reference": bool} (config `judge`).
+    An API judge with `batch: true` sends every split's requests of one candidate count as
+    one Batch API job and waits for it (a rerun resumes it: `selfknow.models.openai_batch`)."""
+    from selfknow.config import is_chat
+    from selfknow.stages.jobs import load_judge
+
+    judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"])
+    cands = {}
+    for split, io in splits.items():
+        cands[split] = read_parquet(io.candidates)
+        missing = [c for c in CANDIDATE_COLUMNS if c not in cands[split].columns]
+        if missing:
+            raise ValueError(f"{io.candidates}: candidate table lacks {missing}; rebuild it")
+
+    def label(split: str):
+        return lambda: judge_sc(cands[split][CANDIDATE_COLUMNS], read_parquet(splits[split].items), judge=judge_lm,
+                                chat=is_chat(judge["spec"]), labels=judge["labels"],
+                                multi_reference=judge["multi_reference"])
+
+    # both splits' requests together: a batched judge waits for one set of batch jobs
+    summary = {}
+    for split, sc in zip(splits, judge_lm.together([label(split) for split in splits])):
+        sc = sc[SC_COLUMNS + JUDGE_COLUMNS].assign(model=model, checkpoint=checkpoint, split=split)
+        write_parquet(sc, splits[split].sc_out)
+        summary.update(_sc_summary(split, sc))
+    summary.update({"judge_cache_hits": judge_lm.stats.hits, "judge_calls": judge_lm.stats.misses})
+    judge_lm.release()
     return summary
 
 
