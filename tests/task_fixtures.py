@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from selfknow.stages.tasks import sandbox
+from selfknow.stages.tasks.humaneval import CodeRun
 from selfknow.stages.tasks.sandbox import Limits, SandboxError
 
 # fast limits: every hostile snippet must end well inside a test's patience
@@ -22,3 +23,8 @@ def sandbox_python() -> str:
         except SandboxError:
             continue
     pytest.skip("no interpreter here can be run by the sandbox")
+
+
+def code_run(python: str, *, unfence: bool = False, limits: Limits = LIMITS) -> CodeRun:
+    """HumanEval's settings with the isolation required (never the unisolated fallback)."""
+    return CodeRun(python=python, limits=limits, unfence=unfence, allow_unisolated=False)
