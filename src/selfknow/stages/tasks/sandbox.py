@@ -328,8 +328,8 @@ def _read_ready(fd: int) -> bytes:
         return b""
 
 
-def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, own_uid: bool,
-             scratch_root: str | None, wall_s: float, capture: str) -> _Run:
+def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, own_uid: bool, wall_s: float,
+             capture: str) -> _Run:
     """Run `code` (None limits: the probe's trivial run), its output kept in `capture`."""
     python = shutil.which(python, path="/usr/bin:/bin") or python  # a bare name: as the child's PATH finds it
     uid = _fresh_uid() if own_uid else None
@@ -337,7 +337,9 @@ def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, ow
     if limits is not None:
         # as root with a uid of its own, the count is exact; `unshare` and the namespace's init are 2 more
         nproc = (limits.max_processes if uid is not None else _own_task_count() + limits.max_processes) + 2 * namespaces
-    job = tempfile.mkdtemp(prefix="selfknow-sandbox-", dir=scratch_root)
+    # in the system's temporary directory, which every uid can traverse (the job's files are
+    # read, and its scratch directory mounted, as the snippet's uid)
+    job = tempfile.mkdtemp(prefix="selfknow-sandbox-")
     os.chmod(job, 0o755 if uid is not None else 0o700)
     scratch = os.path.join(job, "scratch")
     os.mkdir(scratch, 0o700)
@@ -398,12 +400,15 @@ def isolation(python: str) -> Isolation:
     def probe(namespaces: bool) -> tuple[bool, str]:
         capture = tempfile.mkdtemp(prefix="selfknow-sandbox-out-")
         try:
-            run = _execute("pass", None, python, namespaces, own_uid, None, 30.0, capture)
+            run = _execute("pass", None, python, namespaces, own_uid, 30.0, capture)
             return run.proved, _tail(run.stderr, 2000).strip() or f"exit status {run.returncode}"
         finally:
             shutil.rmtree(capture)
 
-    ok, why = probe(False)
+    try:
+        ok, why = probe(False)
+    except SandboxError as e:
+        ok, why = False, str(e)
     if not ok:
         hint = (" (its files must be world-readable and executable for the unprivileged uid, e.g. /usr/bin/python3, "
                 "not one under /root)") if own_uid else ""
@@ -414,10 +419,9 @@ def isolation(python: str) -> Isolation:
     return Isolation(True, own_uid) if ok else Isolation(False, own_uid, why)
 
 
-def run_python(code: str, limits: Limits, python: str, *, allow_unisolated: bool,
-               scratch_root: str | None = None) -> Result:
+def run_python(code: str, limits: Limits, python: str, *, allow_unisolated: bool) -> Result:
     """Run `code` with the interpreter `python` under `limits`, in a fresh scratch directory
-    (under `scratch_root`, default the system temporary directory) deleted afterwards.
+    deleted afterwards.
     Raises SandboxError when the kernel isolation is unavailable and `allow_unisolated` is off."""
     iso = isolation(python)
     if not iso.namespaces and not allow_unisolated:
@@ -428,7 +432,7 @@ def run_python(code: str, limits: Limits, python: str, *, allow_unisolated: bool
             "where it can read your files and environment and write wherever you can.")
     capture = tempfile.mkdtemp(prefix="selfknow-sandbox-out-")
     try:
-        run = _execute(code, limits, python, iso.namespaces, iso.own_uid, scratch_root, limits.wall_s, capture)
+        run = _execute(code, limits, python, iso.namespaces, iso.own_uid, limits.wall_s, capture)
         stderr = _tail(run.stderr, limits.output_bytes)
         return Result(status=_status(run.proved, run.returncode, run.timed_out, stderr), returncode=run.returncode,
                       stdout=_tail(run.stdout, limits.output_bytes), stderr=stderr, wall_s=run.wall_s,
