@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 from dataclasses import asdict
@@ -54,12 +56,13 @@ def _as_user(argv: list[str], env: dict[str, str]) -> list[str]:
             *(f"{k}={v}" for k, v in env.items()), *argv]
 
 
-def _run(who: str, code: str, python: str, secret: str, limits: Limits = LIMITS) -> sandbox.Result:
+def _run(who: str, code: str, python: str, secret: str, limits: Limits = LIMITS,
+         home: str = "/nonexistent") -> sandbox.Result:
     if who == "me":
         return run_python(code, limits, python, allow_unisolated=False)
     if os.geteuid() != 0:
         pytest.skip("switching to an unprivileged user needs root")
-    env = {"PATH": "/usr/bin:/bin", "HOME": "/nonexistent", "SELFKNOW_TEST_SECRET": secret}
+    env = {"PATH": "/usr/bin:/bin", "HOME": home, "SELFKNOW_TEST_SECRET": secret}
     argv = _as_user(["/usr/bin/python3", "-I", "-c", _DRIVER, str(REPO / "src"), json.dumps(asdict(limits)), python],
                     env)
     done = subprocess.run(argv, input=code, capture_output=True, text=True, timeout=120)
@@ -179,6 +182,22 @@ def test_the_parents_environment_cannot_be_read(python, secret, who):
     r = _run(who, STEAL_ENV, python, secret)
     assert r.passed, r.stderr
     assert secret not in r.stdout + r.stderr and "SELFKNOW_TEST_SECRET" not in r.stdout + r.stderr
+
+
+def test_the_callers_home_is_hidden(python, secret):
+    if os.geteuid() != 0:
+        pytest.skip("switching to an unprivileged user needs root")
+    home = Path(tempfile.mkdtemp(prefix="selfknow-test-home-"))  # where the user can reach it
+    try:
+        (home / ".netrc").write_text(secret)
+        for p in (home, home / ".netrc"):
+            os.chown(p, OTHER_UID, OTHER_UID)
+        code = f"import os\nprint(os.listdir({str(home)!r}))\nprint(open({str(home / '.netrc')!r}).read())"
+        r = _run("unprivileged", code, python, secret, home=str(home))
+        assert r.status == "failed" and "No such file" in r.stderr and secret not in r.stdout + r.stderr, r.stderr
+        assert r.stdout.strip() == "[]"
+    finally:
+        shutil.rmtree(home)
 
 
 @pytest.fixture()
