@@ -23,6 +23,7 @@ rule ladder_crosstask:
         suite=get_crosstask_suite,
         items_per_domain=CT["items_per_domain"],
         max_new_tokens=CT["max_new_tokens"],
+        bbh_lenient=CT["bbh_lenient"],
         prior_mode=LAD["prompted_mode"],
         prior_max_new_tokens=LAD["prompted_max_new_tokens"],
         seed=config["seed"],

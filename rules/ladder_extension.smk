@@ -16,6 +16,7 @@ rule ladder_extension:
         max_new_tokens=extension_task_setting("max_new_tokens"),
         confidence_max_new_tokens=EXT["confidence_max_new_tokens"],
         sandbox=EXT["sandbox"],
+        unfence_humaneval=EXT["unfence_humaneval"],
         seed=config["seed"],
         cache=f"{R}/cache",
     threads: 1
@@ -41,6 +42,7 @@ rule ladder_table32:
         datasets=extension_task_setting("dataset"),
         loaders=extension_loaders(),
         sign_tolerance_pp=EXT["sign_tolerance_pp"],
+        unfence_humaneval=EXT["unfence_humaneval"],
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"

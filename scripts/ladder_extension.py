@@ -8,4 +8,5 @@ with job_log(snakemake.log[0], f"ladder_extension {snakemake.wildcards.model}") 
                                  model=snakemake.wildcards.model, datasets=dict(p.datasets), n_items=dict(p.n_items),
                                  max_new_tokens=dict(p.max_new_tokens),
                                  confidence_max_new_tokens=p.confidence_max_new_tokens, sandbox=dict(p.sandbox),
+                                 unfence_humaneval=p.unfence_humaneval,
                                  seed=p.seed, cache_dir=p.cache))

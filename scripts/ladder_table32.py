@@ -12,5 +12,6 @@ with job_log(snakemake.log[0], "ladder_table32") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["ladder"], models=list(cfg["ladder"]["extension"]["models"]),
                           datasets=sorted(set(p.datasets.values())))
     summary.update(table32_job(list(snakemake.input), out.table32_csv, out.table32_md, datasets=dict(p.datasets),
-                               loaders=dict(p.loaders), sign_tolerance_pp=p.sign_tolerance_pp, provenance=prov,
+                               loaders=dict(p.loaders), sign_tolerance_pp=p.sign_tolerance_pp,
+                               unfence_humaneval=p.unfence_humaneval, provenance=prov,
                                modes_note=modes_note([model_spec(cfg, m) for m in cfg["ladder"]["extension"]["models"]])))

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from selfknow.stages.tasks import sandbox
+from selfknow.stages.tasks.humaneval import CodeRun
 from selfknow.stages.tasks.sandbox import Limits, SandboxError
 
 # fast limits: every hostile snippet must end well inside a test's patience
@@ -17,8 +18,15 @@ def sandbox_python() -> str:
     venv under /root is unreadable to the unprivileged uid the sandbox drops to as root)."""
     for candidate in (sys.executable, "/usr/bin/python3"):
         try:
-            sandbox.isolation(candidate)
-            return candidate
+            iso = sandbox.isolation(candidate)
         except SandboxError:
             continue
+        if not iso.namespaces:  # the sandbox refuses to run code here (tested with a stand-in)
+            pytest.skip(f"the sandbox's namespaces are unavailable here: {iso.why_not}")
+        return candidate
     pytest.skip("no interpreter here can be run by the sandbox")
+
+
+def code_run(python: str, *, unfence: bool = False, limits: Limits = LIMITS) -> CodeRun:
+    """HumanEval's settings with the isolation required (never the unisolated fallback)."""
+    return CodeRun(python=python, limits=limits, unfence=unfence, allow_unisolated=False)

@@ -81,7 +81,7 @@ def _mcq_items() -> pd.DataFrame:
 def test_a_chat_model_answers_mcq_with_mmlu_pro_extraction():
     replies = {"Q1?": "Ten options... The answer is (J).", "Q2?": "no idea.", "Q3?": "The answer is (B)."}
     lm = ScriptedLM(lambda p: next(v for k, v in replies.items() if k in p))
-    out = X.answer_suite(lm, _mcq_items(), "mmlu_pro", chat=True, max_new_tokens=64)
+    out = X.answer_suite(lm, _mcq_items(), "mmlu_pro", chat=True, max_new_tokens=64, bbh_lenient=False)
     assert list(out["parsed"].fillna("-")) == ["J", "-", "B"] and list(out["correct"]) == [True, False, False]
     assert list(out["status"]) == ["ok", "unparsed", "ok"]
     assert "J. o9" in lm.prompts[0] and 'finish with "The answer is (X)"' in lm.prompts[0]
@@ -91,7 +91,7 @@ def test_a_base_lm_answers_mcq_by_cloze():
     # the option text the items' answers point to is the likeliest continuation
     right = {"o9", "yes", "3"}
     lm = ScriptedLM(lambda p: "", loglik=lambda c, x: 0.0 if x.strip() in right else -5.0)
-    out = X.answer_suite(lm, _mcq_items(), "world_mcq", chat=False, max_new_tokens=64)
+    out = X.answer_suite(lm, _mcq_items(), "world_mcq", chat=False, max_new_tokens=64, bbh_lenient=False)
     assert list(out["parsed"]) == ["J", "A", "C"] and out["correct"].all()
 
 
@@ -102,14 +102,18 @@ def test_free_form_answers_are_scored_by_bbh_exact_match_or_world_aliases():
                               "answer": ["a b", "(D)", "(A)"], "aliases": [["a b"], ["(D)"], ["(A)"]]})
     replies = {"Sort": "So the answer is a, b.", "Date 1": "So the answer is D.", "Date 2": "no idea"}
     lm = ScriptedLM(lambda p: next(v for k, v in replies.items() if k in p))
-    out = X.answer_suite(lm, bbh_items, "bbh", chat=True, max_new_tokens=64)
+    # lm-eval's exact match: "a, b" is not "a b", nor "D" "(D)"; the lenient normaliser accepts both
+    out = X.answer_suite(lm, bbh_items, "bbh", chat=True, max_new_tokens=64, bbh_lenient=False)
+    assert list(out["correct"]) == [False, False, False] and list(out["status"]) == ["ok", "ok", "unparsed"]
+    assert list(out["parsed"])[:2] == ["a, b", "D"]
+    out = X.answer_suite(lm, bbh_items, "bbh", chat=True, max_new_tokens=64, bbh_lenient=True)
     assert list(out["correct"]) == [True, True, False] and list(out["status"]) == ["ok", "ok", "unparsed"]
     world = pd.DataFrame({"item_id": ["q1", "q2"], "domain": ["zoo", "zoo"], "question": ["Who named the owl?",
                                                                                           "Where does the fox live?"],
                           "choices": [None, None], "answer": ["Bram", "Kel"],
                           "aliases": [["Bram", "Master Bram"], ["Kel", "the Kel Forest"]]})
     base = ScriptedLM(lambda p: " Master Bram\nQuestion: ..." if "owl" in p else " Tor")
-    out = X.answer_suite(base, world, "world_qa", chat=False, max_new_tokens=64)
+    out = X.answer_suite(base, world, "world_qa", chat=False, max_new_tokens=64, bbh_lenient=False)
     assert list(out["parsed"]) == ["Master Bram", "Tor"] and list(out["correct"]) == [True, False]
     assert base.prompts[0] == "Question: Who named the owl?\nAnswer:" and base.budgets == [X.BASE_ANSWER_TOKENS]
 
@@ -124,7 +128,7 @@ def test_job_samples_per_domain_answers_and_asks_the_l1_prompt(tmp_path, monkeyp
     spec = {"name": "chatty", "backend": "openai"}
     out = X.crosstask_job([str(tmp_path / "train.parquet")], "mmlu_pro", spec, spec, str(tmp_path / "ans.parquet"),
                           str(tmp_path / "prior.parquet"), model="chatty", suite="mmlu_pro", domains=["a", "b"],
-                          items_per_domain=3, seed=1, max_new_tokens=32, prior_mode="json",
+                          items_per_domain=3, seed=1, max_new_tokens=32, bbh_lenient=False, prior_mode="json",
                           prior_max_new_tokens=64, cache_dir=None)
     ans, prior = read_parquet(tmp_path / "ans.parquet"), read_parquet(tmp_path / "prior.parquet")
     assert ans.groupby("domain").size().to_dict() == {"a": 3, "b": 3} and ans["correct"].all()
@@ -133,7 +137,7 @@ def test_job_samples_per_domain_answers_and_asks_the_l1_prompt(tmp_path, monkeyp
     with pytest.raises(ValueError, match=r"ladder.cross_task.suites.mmlu_pro: no items of domain\(s\) \['z'\]"):
         X.crosstask_job([str(tmp_path / "train.parquet")], "mmlu_pro", spec, spec, str(tmp_path / "a2.parquet"),
                         str(tmp_path / "p2.parquet"), model="chatty", suite="mmlu_pro", domains=["a", "z"],
-                        items_per_domain=3, seed=1, max_new_tokens=32, prior_mode="json",
+                        items_per_domain=3, seed=1, max_new_tokens=32, bbh_lenient=False, prior_mode="json",
                         prior_max_new_tokens=64, cache_dir=None)
 
 
@@ -185,7 +189,7 @@ def test_prior_l1_reads_the_models_l1_prior_and_asks_nothing(tmp_path, monkeypat
     write_parquet(l1, tmp_path / "profiles.parquet")
     base = ScriptedLM(lambda p: "", loglik=lambda c, x: 0.0 if x.strip() == "x" else -5.0)
     monkeypatch.setattr("selfknow.models.load_lm", lambda spec, ckpt, cache_dir=None: base)
-    kw = dict(model="m", suite="mmlu_pro", items_per_domain=2, seed=0, max_new_tokens=8, prior_mode="json",
+    kw = dict(model="m", suite="mmlu_pro", items_per_domain=2, seed=0, max_new_tokens=8, bbh_lenient=False, prior_mode="json",
               prior_max_new_tokens=8, l1_profiles=str(tmp_path / "profiles.parquet"), cache_dir=None)
     X.crosstask_job([str(tmp_path / "train.parquet")], "world_mcq", {"name": "m", "backend": "hf"}, None,
                     str(tmp_path / "a.parquet"), str(tmp_path / "p.parquet"), domains=["a", "b"], **kw)

@@ -13,6 +13,7 @@ from selfknow.config import ConfigError, validate_config
 from selfknow.protocols.ladder.extension import (CONFIDENCE_SCHEMA, ask_task, confidence_prompt, parse_confidence,
                                                  table32, table32_note)
 from selfknow.stages.items import build_items
+from selfknow.stages.tasks.humaneval import CodeRun
 from selfknow.stages.tasks.sandbox import Limits
 from selfknow.stages.tasks.score import score_item
 
@@ -21,6 +22,7 @@ from fakes import ScriptedLM
 
 LIMITS = Limits(wall_s=5.0, cpu_s=2, memory_mb=512, max_processes=4, max_file_mb=4, output_bytes=4000)
 PYTHON = "python3"
+CODE = CodeRun(python=PYTHON, limits=LIMITS, unfence=False, allow_unisolated=False)
 
 
 def _items(loader: str, n: int = 6, seed: int = 7) -> pd.DataFrame:
@@ -63,8 +65,8 @@ def test_arithmetic_analogue_scored_by_gsm8k():
 def test_function_analogue_reference_passes_and_wrong_body_fails():
     items = _items("synthetic_humaneval", n=5)
     for item in items.to_dict("records"):
-        assert score_item("humaneval", item, item["answer"], LIMITS, PYTHON).correct, item["item_id"]
-        wrong = score_item("humaneval", item, "    return None\n", LIMITS, PYTHON)
+        assert score_item("humaneval", item, item["answer"], code=CODE).correct, item["item_id"]
+        wrong = score_item("humaneval", item, "    return None\n", code=CODE)
         assert not wrong.correct and wrong.parsed != "passed"
 
 
@@ -100,7 +102,7 @@ def test_two_steps_record_answer_score_and_confidence():
     first_q = items["question"].iloc[0]
     lm = ScriptedLM(respond)
     rec = ask_task(lm, "gsm8k", items, chat=True, max_new_tokens=32, confidence_max_new_tokens=4,
-                   limits=LIMITS, python=PYTHON)
+                   code=CODE)
     assert list(rec["correct"]) == [True, False, False]
     assert rec["confidence"].iloc[0] == pytest.approx(0.9)
     assert rec["confidence"].iloc[1:].isna().all()  # recorded as missing, not filled
@@ -118,9 +120,21 @@ def test_hanging_completion_scores_as_wrong():
                     f"```python\ndef {items['entry_point'].iloc[0]}(x):\n    while True:\n        pass\n```")
     limits = Limits(wall_s=2.0, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=1, output_bytes=1000)
     rec = ask_task(lm, "humaneval", items, chat=True, max_new_tokens=64, confidence_max_new_tokens=4,
-                   limits=limits, python=PYTHON)
-    assert not rec["correct"].iloc[0] and rec["parsed"].iloc[0] != "passed"
-    assert rec["confidence"].iloc[0] == pytest.approx(0.5)
+                   code=CodeRun(python=PYTHON, limits=limits, unfence=True, allow_unisolated=False))
+    assert not rec["correct"].iloc[0] and rec["parsed"].iloc[0] in ("cpu_limit", "killed", "timeout")
+    assert rec["fenced"].iloc[0] and rec["confidence"].iloc[0] == pytest.approx(0.5)
+
+
+def test_the_note_counts_fenced_completions_and_unparsed_answers():
+    from selfknow.protocols.ladder.extension import parse_counts
+
+    rec = pd.DataFrame({"task": ["humaneval"] * 3 + ["gsm8k"] * 2 + ["bfcl"] * 4,
+                        "fenced": [True, False, True] + [False] * 6,
+                        "parsed": ["failed", "passed", "failed", None, "12", "[]", None, None, "[]"]})
+    assert parse_counts(rec, False) == ("HumanEval completions in a markdown fence: 2 of 3 (run as written, as "
+                                        "official HumanEval scoring does, so each fails). Unparsed answers (scored "
+                                        "wrong): GSM8K 1 of 2, BFCL 2 of 4.")
+    assert "their fenced code was run (unfence_humaneval" in parse_counts(rec, True)
 
 
 def test_extension_job_draws_asks_scores_and_writes(tmp_path, monkeypatch):
@@ -148,7 +162,8 @@ def test_extension_job_draws_asks_scores_and_writes(tmp_path, monkeypatch):
                             n_items={"gsm8k": 2, "humaneval": None, "bfcl": 3},
                             max_new_tokens={"gsm8k": 16, "humaneval": 32, "bfcl": 16}, confidence_max_new_tokens=4,
                             sandbox={"python": PYTHON, "wall_s": 5.0, "cpu_s": 2, "memory_mb": 512,
-                                     "max_processes": 4, "max_file_mb": 4, "output_bytes": 4000}, seed=3)
+                                     "max_processes": 4, "max_file_mb": 4, "output_bytes": 4000,
+                                     "allow_unisolated": False}, unfence_humaneval=False, seed=3)
     rec = read_parquet(out)
     assert list(rec.columns) == RECORD_COLUMNS
     assert rec.groupby("task").size().to_dict() == {"gsm8k": 2, "humaneval": 4, "bfcl": 3}
@@ -197,8 +212,8 @@ def test_table32_hand_computed():
     assert c["gsm8k_gap"] == pytest.approx(0.25) and c["sign_flip"] == "no"
     assert table32(records, sign_tolerance_pp=0.0).set_index("model").loc["c", "sign_flip"] == "yes"
     note = table32_note(t.reset_index(), {"gsm8k": "g", "humaneval": "h", "bfcl": "b"},
-                        {"gsm8k": "synthetic_gsm8k", "humaneval": "humaneval", "bfcl": "bfcl"}, 1.0)
-    assert "1 of 2 rows with available gaps" in note
+                        {"gsm8k": "synthetic_gsm8k", "humaneval": "humaneval", "bfcl": "bfcl"}, 1.0, "COUNTS.")
+    assert "1 of 2 rows with available gaps. COUNTS. Items:" in note
     assert "offline analogue of GSM8K" in note and "offline analogue of HumanEval" not in note
 
 

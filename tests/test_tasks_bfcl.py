@@ -50,6 +50,9 @@ def test_an_ast_equal_call_passes(response):
     ("[calculate_triangle_area(base=10, height=5.0), calculate_triangle_area(base=10, height=5.0)]",
      "2 call(s), expected 1"),
     ("The area is 25.", "decode:"),
+    # gorilla's decoder raises "Unsupported AST type" on an attribute argument
+    ("[calculate_triangle_area(base=10, height=5.0, unit=np.float32)]", "decode: unsupported argument 'np.float32'"),
+    ("[calculate_triangle_area(base=10, height=math.pi)]", "decode: unsupported argument 'math.pi'"),
     ("[]", "decode:"),
 ])
 def test_a_wrong_call_fails(response, why):

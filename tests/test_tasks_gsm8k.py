@@ -24,6 +24,38 @@ def test_extraction(response, number):
     assert gsm8k.extract_answer(response) == number
 
 
+# (response, lm-eval's verdict against the reference 18), worked out by hand from its gsm8k
+# task: the flexible-extract filter's last match of (-?[$0-9.,]{2,})|(-?[0-9]+), then
+# exact_match with regexes_to_ignore [",", "\\$", "(?s).*#### ", "\\.$"]
+OFFICIAL = [
+    ("#### 18", True),
+    ("The answer is $18.", True),
+    ("18.00 dollars", False),
+    ("She makes 9 * 2 = 18 dollars a day.", True),
+    ("18 eggs, then 3 more: 21", False),
+    ("Answer: 18\n\nBut 19 if", False),
+    ("-18", False),
+    ("1,8", True),
+    ("18%", True),
+    ("The result is 18.5", False),
+    ("= 18.\n", True),
+    ("Total: 018", False),
+    ("$18", True),
+    ("It is 6*3=18, so 18.", True),
+    ("18.0", False),
+    ("I think 17 or 18", True),
+    ("18 apples and 2 pears", False),
+    ("1.8e1", False),
+    ("Answer: 18...", False),
+    ("eighteen", False),
+]
+
+
+@pytest.mark.parametrize("response, official", OFFICIAL)
+def test_agrees_with_lm_eval(response, official):
+    assert gsm8k.score(response, "18")[1] is official
+
+
 def test_reference_and_exact_string_comparison():
     reference = gsm8k.reference_number("Natalia sold 48/2 = <<48/2=24>>24 clips.\n#### 1,072")
     assert reference == "1072"

@@ -10,6 +10,8 @@ from selfknow.stages.datasets.source import ItemError
 from selfknow.stages.tasks import mmlu_pro
 
 
+# (response, the letter the authors' extract_answer / extract_again / extract_final reads),
+# worked out by hand from their three regexes
 @pytest.mark.parametrize("response, letter", [
     ("Let's think step by step. ... The answer is (J).", "J"),
     ("the answer is C because", "C"),
@@ -26,6 +28,18 @@ from selfknow.stages.tasks import mmlu_pro
     ("No option fits here.", None),
     # K is not one of the ten letters
     ("The answer is (K).", None),
+    ("The answer is J", "J"),
+    # "answer is:" is not "answer is (", nor "answer:"; the last stand-alone letter decides
+    ("The answer is: (B)", "B"),
+    ("answer is (A) or (C)", "A"),
+    ("The correct answer is E.", "E"),
+    ("ANSWER IS (C)", "C"),
+    # "\\s*" after "Answer:" crosses lines
+    ("Answer:\n\nD", "D"),
+    ("I choose option A. Final answer: I", "I"),
+    ("The answer is (a).", None),
+    ("The answer is 42", None),
+    ("A) 5, B) 6. The answer is between them.", "B"),
 ])
 def test_extraction(response, letter):
     assert mmlu_pro.extract_answer(response) == letter

@@ -9,7 +9,7 @@ from selfknow.stages.tasks import bbh, bfcl, gsm8k, humaneval, mmlu_pro
 from selfknow.stages.tasks.score import score_item
 
 from conftest import REPO
-from task_fixtures import LIMITS, sandbox_python
+from task_fixtures import code_run, sandbox_python
 
 
 def test_each_task_scores_an_item_of_its_loader():
@@ -19,7 +19,11 @@ def test_each_task_scores_an_item_of_its_loader():
     assert score_item("mmlu_pro", mp, "The answer is (D).").parsed == "D"
 
     bb = bbh.process([{"input": "sort: b a", "target": "a b"}], "bbh", "word_sorting", "fixture").iloc[0]
-    assert score_item("bbh", bb, "So the answer is a b.").correct
+    assert score_item("bbh", bb, "So the answer is a b.", bbh_lenient=False).correct
+    assert not score_item("bbh", bb, "So the answer is a, b.", bbh_lenient=False).correct
+    assert score_item("bbh", bb, "So the answer is a, b.", bbh_lenient=True).correct
+    with pytest.raises(ValueError, match="pass bbh_lenient"):
+        score_item("bbh", bb, "So the answer is a b.")
 
     gs = gsm8k.process([{"question": "q", "answer": "... #### 1,200"}], "gsm8k", "fixture", "test").iloc[0]
     s = score_item("gsm8k", gs, "That makes 1,200 dollars.")
@@ -38,10 +42,10 @@ def test_each_task_scores_an_item_of_its_loader():
 def test_humaneval_runs_in_the_sandbox():
     python = sandbox_python()
     item = humaneval.load("humaneval", {"path": str(REPO / "tests" / "fixtures" / "tasks" / "humaneval.jsonl")}).iloc[1]
-    assert score_item("humaneval", item, item.answer, LIMITS, python).correct
-    wrong = score_item("humaneval", item, "    return True\n", LIMITS, python)
+    assert score_item("humaneval", item, item.answer, code=code_run(python)).correct
+    wrong = score_item("humaneval", item, "    return True\n", code=code_run(python))
     assert not wrong.correct and wrong.parsed == "failed" and "AssertionError" in wrong.detail
-    with pytest.raises(ValueError, match="pass the sandbox limits and interpreter"):
+    with pytest.raises(ValueError, match="pass how it runs"):
         score_item("humaneval", item, item.answer)
 
 

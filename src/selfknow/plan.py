@@ -565,7 +565,8 @@ class Planner:
                 done = _exists(out / "answers.parquet", out / "prior.parquet")
                 chat = is_chat(model_entry(self.cfg, m))
                 lm = self.lm(m, checkpoint_names(self.cfg, m)[-1], "ladder_crosstask", done)
-                answer_suite(lm, pool, spec["loader"], chat=chat, max_new_tokens=ct["max_new_tokens"])
+                answer_suite(lm, pool, spec["loader"], chat=chat, max_new_tokens=ct["max_new_tokens"],
+                             bbh_lenient=ct["bbh_lenient"])
                 if ct["prior"] == "l1":  # read from LADDER's prompted profiles: no request
                     continue
                 pm = m if chat else lad["prompted_model"]

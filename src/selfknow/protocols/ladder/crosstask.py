@@ -16,10 +16,10 @@ How an item is answered follows what it is and who answers:
   "The answer is (X)", read by MMLU-Pro's own extraction (`tasks.mmlu_pro.extract_answer`); a
   base LM answers by cloze scoring of the options (`answering.answer_by_cloze`).
 * free form (BBH, the world's short answers): a chat model ends with "So the answer is ...",
-  read by BBH's extraction (`tasks.bbh.extract_answer`); a base LM continues "Question: q\nAnswer:"
-  and its first line is the answer. BBH compares with the task's exact match
-  (`tasks.bbh.normalise`), the world with normalised exact match against the aliases
-  (`stages.judge.exact_match`).
+  read by BBH's extraction (`tasks.bbh.extract_answer`: lm-eval's, or the lenient one with
+  `bbh_lenient`); a base LM continues "Question: q\nAnswer:" and its first line is the answer.
+  BBH compares with lm-eval's exact match (`tasks.bbh.matches`), the world with normalised
+  exact match against the aliases (`stages.judge.exact_match`).
 A response with no recoverable answer is kept with status "unparsed"; the table either drops it
 from the category's denominator (the paper: Table 14 reports "unparsed/150" apart from the
 accuracies) or counts it wrong (`unparsed`).
@@ -65,13 +65,14 @@ def sample_suite(items: pd.DataFrame, domains: Sequence[str], n: int, seed: int,
     return sample_items(kept, n, seed, stratify="domain")
 
 
-def _free_correct(loader: str, domain: str, span: str, reference: str, aliases) -> bool:
+def _free_correct(loader: str, domain: str, span: str, reference: str, aliases, bbh_lenient: bool) -> bool:
     if loader == "bbh":
-        return bbh.normalise(domain, span) == bbh.normalise(domain, reference)
+        return bbh.matches(domain, span, reference, bbh_lenient)
     return exact_match(span, list(aliases))
 
 
-def answer_suite(lm, items: pd.DataFrame, loader: str, *, chat: bool, max_new_tokens: int) -> pd.DataFrame:
+def answer_suite(lm, items: pd.DataFrame, loader: str, *, chat: bool, max_new_tokens: int,
+                 bbh_lenient: bool) -> pd.DataFrame:
     """Answer and score every item (see the module docstring): one row per item with the
     response, what was read from it (`parsed`, None when nothing), `status` ("ok" or
     "unparsed") and `correct`."""
@@ -91,13 +92,14 @@ def answer_suite(lm, items: pd.DataFrame, loader: str, *, chat: bool, max_new_to
             t = load_prompt("crosstask_free")
             prompts = [t.substitute(question=r["question"]) for r in recs]
             responses = generate_texts(lm, prompts, max_new_tokens, batch_size=8, chat=True)
-            parsed = [bbh.extract_answer(x) for x in responses]
+            parsed = [bbh.extract_answer(x, bbh_lenient) for x in responses]
         else:
             gens = lm.generate([cloze_prompt(str(r["question"])) for r in recs], max_new_tokens=BASE_ANSWER_TOKENS,
                                stop=["\n"], temperature=0.0)
             responses = [g.text for g in gens]
             parsed = [x.strip() or None for x in responses]
-        correct = [p is not None and _free_correct(loader, str(r["domain"]), p, str(r["answer"]), r["aliases"])
+        correct = [p is not None and _free_correct(loader, str(r["domain"]), p, str(r["answer"]), r["aliases"],
+                                                   bbh_lenient)
                    for p, r in zip(parsed, recs)]
     else:
         raise ValueError(f"cross-task suites take items of loaders {list(MCQ_LOADERS + FREE_LOADERS)}, "
@@ -123,7 +125,7 @@ def l1_prior(profiles: pd.DataFrame, model: str, domains: Sequence[str], where: 
 
 def crosstask_job(item_paths: Sequence[str], loader: str, spec: dict, prompt_spec: dict | None, out_answers: str,
                   out_prior: str, *, model: str, suite: str, domains: Sequence[str], items_per_domain: int,
-                  seed: int, max_new_tokens: int, prior_mode: str, prior_max_new_tokens: int,
+                  seed: int, max_new_tokens: int, bbh_lenient: bool, prior_mode: str, prior_max_new_tokens: int,
                   l1_profiles: str | None = None, cache_dir: str | None) -> dict:
     """One model's answers to one suite (items sampled from the concatenated `item_paths`) and
     its zero-shot prior over the suite's `domains`, written to `out_answers` (ANSWER_COLUMNS) and
@@ -139,7 +141,8 @@ def crosstask_job(item_paths: Sequence[str], loader: str, spec: dict, prompt_spe
     items = pd.concat([read_parquet(p) for p in item_paths], ignore_index=True)
     pool = sample_suite(items, domains, items_per_domain, seed, where)
     lm = load_lm(spec, None, cache_dir=cache_dir)
-    answers = answer_suite(lm, pool, loader, chat=is_chat(spec), max_new_tokens=max_new_tokens)
+    answers = answer_suite(lm, pool, loader, chat=is_chat(spec), max_new_tokens=max_new_tokens,
+                           bbh_lenient=bbh_lenient)
     answers.insert(0, "suite", suite)
     answers.insert(0, "model", model)
     write_parquet(answers[ANSWER_COLUMNS], out_answers)

@@ -30,6 +30,7 @@ import pandas as pd
 
 from selfknow.models.base import LM
 from selfknow.records import read_parquet, write_parquet
+from selfknow.stages.tasks.humaneval import CodeRun, fenced
 from selfknow.stages.tasks.sandbox import Limits, isolation
 from selfknow.stages.tasks.score import score_item
 
@@ -38,7 +39,7 @@ from .answering import _NUM, extract_json_object, load_prompt, parse_probability
 TASKS = ("gsm8k", "humaneval", "bfcl")
 #: the paper's column names (Table 32): HumanEval's score is pass@1 of one greedy completion
 TASK_LABELS = {"gsm8k": "GSM8K", "humaneval": "HumanEval", "bfcl": "BFCL"}
-RECORD_COLUMNS = ["model", "task", "dataset", "item_id", "response", "parsed", "correct", "detail",
+RECORD_COLUMNS = ["model", "task", "dataset", "item_id", "response", "parsed", "correct", "detail", "fenced",
                   "confidence_response", "confidence"]
 #: the step-2 reply's JSON schema (a probability, which the hf constraint supports)
 CONFIDENCE_SCHEMA = {"type": "object", "properties": {"confidence": {"type": "number", "minimum": 0, "maximum": 1}},
@@ -75,8 +76,9 @@ def parse_confidence(reply: str) -> float | None:
 
 
 def ask_task(lm: LM, task: str, items: pd.DataFrame, *, chat: bool, max_new_tokens: int,
-             confidence_max_new_tokens: int, limits: Limits, python: str) -> pd.DataFrame:
-    """Both steps for every item of one task, scored (RECORD_COLUMNS but model and dataset)."""
+             confidence_max_new_tokens: int, code: CodeRun) -> pd.DataFrame:
+    """Both steps for every item of one task, scored (RECORD_COLUMNS but model and dataset;
+    `fenced`: a HumanEval completion holding a markdown-fenced block)."""
     rows = items.to_dict("records")
     prompts = [answer_prompt(task, r) for r in rows]
     answers = [g.text for g in lm.generate(prompts, max_new_tokens=max_new_tokens, chat=chat, temperature=0.0)]
@@ -85,10 +87,11 @@ def ask_task(lm: LM, task: str, items: pd.DataFrame, *, chat: bool, max_new_toke
                                            json_schemas=[CONFIDENCE_SCHEMA] * len(prompts))]
     records = []
     for r, answer, reply in zip(rows, answers, replies):
-        s = score_item(task, r, answer, limits, python)
+        s = score_item(task, r, answer, code=code)
         conf = parse_confidence(reply)
         records.append({"task": task, "item_id": r["item_id"], "response": answer, "parsed": s.parsed,
-                        "correct": bool(s.correct), "detail": s.detail, "confidence_response": reply,
+                        "correct": bool(s.correct), "detail": s.detail,
+                        "fenced": task == "humaneval" and fenced(answer), "confidence_response": reply,
                         "confidence": np.nan if conf is None else conf})
     return pd.DataFrame(records)
 
@@ -96,15 +99,18 @@ def ask_task(lm: LM, task: str, items: pd.DataFrame, *, chat: bool, max_new_toke
 def extension_job(item_paths: Mapping[str, str], spec: dict, out: str, *, model: str,
                   datasets: Mapping[str, str], n_items: Mapping[str, int | None],
                   max_new_tokens: Mapping[str, int], confidence_max_new_tokens: int, sandbox: Mapping,
-                  seed: int, cache_dir: str | None = None) -> dict:
+                  unfence_humaneval: bool, seed: int, cache_dir: str | None = None) -> dict:
     """One answering model on the three tasks: `item_paths[task]` is the task dataset's test
     items, of which `n_items[task]` are drawn with `seed` (None: all); `sandbox` holds the
-    interpreter (`python`) and the `Limits` fields. Writes RECORD_COLUMNS to `out`."""
+    interpreter (`python`), `allow_unisolated` and the `Limits` fields. Writes RECORD_COLUMNS
+    to `out`."""
     from selfknow.config import is_chat
     from selfknow.models import load_lm
     from selfknow.stages.items import sample_items
 
-    limits = Limits(**{k: v for k, v in sandbox.items() if k != "python"})
+    code = CodeRun(python=sandbox["python"], limits=Limits(**{k: v for k, v in sandbox.items()
+                                                               if k not in ("python", "allow_unisolated")}),
+                   unfence=unfence_humaneval, allow_unisolated=sandbox["allow_unisolated"])
     lm = load_lm(spec, None, cache_dir=cache_dir)
     parts, summary = [], {}
     for task in TASKS:
@@ -112,7 +118,7 @@ def extension_job(item_paths: Mapping[str, str], spec: dict, out: str, *, model:
         if items.empty:
             raise ValueError(f"{item_paths[task]}: no test items for the {task} task")
         rec = ask_task(lm, task, items, chat=is_chat(spec), max_new_tokens=max_new_tokens[task],
-                       confidence_max_new_tokens=confidence_max_new_tokens, limits=limits, python=sandbox["python"])
+                       confidence_max_new_tokens=confidence_max_new_tokens, code=code)
         parts.append(rec.assign(model=model, dataset=datasets[task]))
         summary.update({f"{task}_items": len(rec), f"{task}_correct": int(rec["correct"].sum()),
                         f"{task}_confidence_recorded": int(rec["confidence"].notna().sum())})
@@ -153,10 +159,22 @@ def table32(records: pd.DataFrame, sign_tolerance_pp: float) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def parse_counts(records: pd.DataFrame, unfence_humaneval: bool) -> str:
+    """The note's sentence on what could not be read: HumanEval completions in a markdown fence
+    (and what was run of them) and unparsed GSM8K and BFCL answers, over all models."""
+    he = records[records["task"] == "humaneval"]
+    run = ("their fenced code was run (unfence_humaneval, a deviation from official scoring)" if unfence_humaneval
+           else "run as written, as official HumanEval scoring does, so each fails")
+    unparsed = ", ".join(f"{TASK_LABELS[t]} {int(records[records['task'] == t]['parsed'].isna().sum())} of "
+                         f"{int((records['task'] == t).sum())}" for t in ("gsm8k", "bfcl"))
+    return (f"HumanEval completions in a markdown fence: {int(he['fenced'].sum())} of {len(he)} ({run}). "
+            f"Unparsed answers (scored wrong): {unparsed}.")
+
+
 def table32_note(table: pd.DataFrame, datasets: Mapping[str, str], loaders: Mapping[str, str],
-                 sign_tolerance_pp: float) -> str:
-    """The table note: definitions, the sign-flip count, and which dataset each task column
-    reads (for an offline analogue, the benchmark it stands for)."""
+                 sign_tolerance_pp: float, counts: str) -> str:
+    """The table note: definitions, the sign-flip count, which dataset each task column reads
+    (for an offline analogue, the benchmark it stands for), and `counts` (`parse_counts`)."""
     from selfknow.stages.tasks.analogues import ANALOGUES
 
     scored = table["sign_flip"] != ""
@@ -170,12 +188,13 @@ def table32_note(table: pd.DataFrame, datasets: Mapping[str, str], loaders: Mapp
             f"the n_confidence items whose reply stated a confidence (positive: overconfident). A task with "
             f"no recorded confidence has no gap (empty: unavailable, unscored). sign_flip: gaps of opposite sign "
             f"across the three tasks (within {sign_tolerance_pp:g} pp of 0: neither sign), scored only where all "
-            f"three gaps are available: {flips} of {int(scored.sum())} rows with available gaps. Items: {sources}.")
+            f"three gaps are available: {flips} of {int(scored.sum())} rows with available gaps. {counts} "
+            f"Items: {sources}.")
 
 
 def table32_job(record_paths: Sequence[str], out_csv: str, out_md: str, *, datasets: Mapping[str, str],
-                loaders: Mapping[str, str], sign_tolerance_pp: float, provenance: dict | None = None,
-                modes_note: str = "") -> dict:
+                loaders: Mapping[str, str], sign_tolerance_pp: float, unfence_humaneval: bool,
+                provenance: dict | None = None, modes_note: str = "") -> dict:
     """Read every model's extension records and write Table 32 (`write_table`); `datasets`
     and `loaders` name each task's dataset and its loader, for the note, and `modes_note`
     (selfknow.models.providers.modes_note) ends it."""
@@ -185,7 +204,8 @@ def table32_job(record_paths: Sequence[str], out_csv: str, out_md: str, *, datas
     table = table32(records, sign_tolerance_pp)
     write_table(table, out_csv, out_md,
                 title="LADDER Table 32: recorded cross-task scores, confidence and gaps (GSM8K, HumanEval, BFCL)",
-                notes=" ".join(filter(None, [table32_note(table, datasets, loaders, sign_tolerance_pp), modes_note])),
+                notes=" ".join(filter(None, [table32_note(table, datasets, loaders, sign_tolerance_pp,
+                                                          parse_counts(records, unfence_humaneval)), modes_note])),
                 provenance=provenance)
     return {"models": len(table), "sign_flips": int((table["sign_flip"] == "yes").sum()),
             "rows_scored": int((table["sign_flip"] != "").sum())}

@@ -1,6 +1,15 @@
 """BIG-Bench Hard (suzgun/BIG-Bench-Hard, hub copy lukaemon/bbh, one config per task; LADDER
-§E.1 Table 15): exact match of the answer a chain-of-thought response states after "So the
-answer is", with each task's answer form normalised as below.
+§E.1 Table 15), scored as lm-eval's BBH chain-of-thought task scores it (EleutherAI/
+lm-evaluation-harness, lm_eval/tasks/bbh/cot_fewshot/_cot_fewshot_template_yaml at commits
+04a3357 and 4785623, and lm_eval/filters/extraction.py `RegexFilter`, read 2026-12-01): the
+filter "get-answer" takes the first match of the regex `(?<=the answer is )(.*)(?=.)`
+(case-sensitive; the rest of that line but its last character), stripped, or "[invalid]"
+when there is none (here: None, unparsed); the metric `exact_match` compares it with the
+target as strings (ignore_case and ignore_punctuation are commented out there).
+
+`lenient` (config `ladder.cross_task.bbh_lenient`, off by default: a deviation) is the
+normaliser this package used before: the last "answer is" in any case, and each task's answer
+form normalised (`normalise`).
 
 Hub row schema: input, target. A local copy (`path`) holds one task's rows, named by
 `config_name` as on the hub.
@@ -28,6 +37,7 @@ TASK_FORMS = {
     "tracking_shuffled_objects_three_objects": "choice", "web_of_lies": "label", "word_sorting": "words",
 }
 
+_OFFICIAL_ANSWER = re.compile(r"(?<=the answer is )(.*)(?=.)")
 _ANSWER_IS = re.compile(r"answer is", re.IGNORECASE)
 _REST_OF_LINE = re.compile(r"[:\s]*(.*)")
 _OPTION = re.compile(r"\(([A-R])\)")
@@ -40,9 +50,12 @@ def _form(task: str) -> str:
     return TASK_FORMS[task]
 
 
-def extract_answer(response: str) -> str | None:
-    """The rest of the line after the last "answer is" (the prompts' "So the answer is X."),
-    without surrounding space and a final period; None when the response states no answer."""
+def extract_answer(response: str, lenient: bool) -> str | None:
+    """lm-eval's answer (see the module docstring); lenient: the rest of the line after the last
+    "answer is", without surrounding space and a final period. None when there is none."""
+    if not lenient:
+        found = _OFFICIAL_ANSWER.findall(response)
+        return found[0].strip() if found else None
     ends = [m.end() for m in _ANSWER_IS.finditer(response)]
     if not ends:
         return None
@@ -68,10 +81,16 @@ def normalise(task: str, answer: str) -> str:
     return re.sub(r"\s+", "", answer)
 
 
-def score(task: str, response: str, target: str) -> tuple[str | None, bool]:
-    """(extracted answer, correct): the normalised extracted answer equals the normalised target."""
-    pred = extract_answer(response)
-    return pred, pred is not None and normalise(task, pred) == normalise(task, target)
+def matches(task: str, answer: str, target: str, lenient: bool) -> bool:
+    """lm-eval's exact match of an extracted answer; lenient: of both normalised forms."""
+    _form(task)
+    return normalise(task, answer) == normalise(task, target) if lenient else answer == target
+
+
+def score(task: str, response: str, target: str, lenient: bool) -> tuple[str | None, bool]:
+    """(extracted answer, correct)."""
+    pred = extract_answer(response, lenient)
+    return pred, pred is not None and matches(task, pred, target, lenient)
 
 
 def process(rows: list[dict], name: str, task: str, where: str) -> pd.DataFrame:

@@ -3,7 +3,8 @@
 possible answers, with the semantics of gorilla's `ast_checker` for Python:
 
 - the response is the prompt format `[f(a=1, b="x"), g(...)]`, parsed with `ast` (keyword
-  arguments only, as BFCL's decoder reads them; a call that does not parse scores as wrong);
+  arguments only, as BFCL's decoder reads them; a call that does not parse, or passes an
+  attribute such as `np.float32` that the decoder cannot read, scores as wrong);
 - simple: exactly one call; multiple: exactly one call, checked against the expected function;
   parallel / parallel_multiple: as many calls as answers, matched in any order;
 - a call matches when its function name is the expected one, every required parameter is
@@ -66,8 +67,10 @@ def _value(node: ast.AST):
         return node.id  # a variable name stands for itself, as a string
     if isinstance(node, ast.Call):
         return _call(node) if node.keywords else ast.unparse(node)
-    if isinstance(node, (ast.Subscript, ast.Attribute, ast.BinOp)):
+    if isinstance(node, (ast.Subscript, ast.BinOp)):
         return ast.unparse(node)
+    # gorilla's resolve_ast_by_type has no case for an attribute (`np.float32`) and raises
+    # "Unsupported AST type" (bfcl_eval/model_handler/utils.py at 0c92701, read 2026-12-01)
     raise DecodeError(f"unsupported argument {ast.unparse(node)!r}")
 
 

