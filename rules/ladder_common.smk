@@ -36,15 +36,16 @@ def get_ladder_prompted_files(wildcards):
     return model_files(ladder_prompted_name(wildcards.model))
 
 
-def ladder_user_name():
-    return LAD["llm_user_model"] if "llm_user_model" in LAD else None
+def ladder_user_name(model):
+    """The LLM user of answering model `model`: ladder.user_models[model], else llm_user_model."""
+    return LAD.get("user_models", {}).get(model, LAD.get("llm_user_model"))
 
 
 def get_ladder_user_spec(wildcards):
     """The LLM user's spec, or None when no session of the run uses the LLM user."""
-    if ladder_user_name() is None or not ladder_uses_llm_user():
+    if ladder_user_name(wildcards.model) is None or not ladder_uses_llm_user():
         return None
-    return ladder_model_spec(ladder_user_name())
+    return ladder_model_spec(ladder_user_name(wildcards.model))
 
 
 def ladder_uses_llm_user():
@@ -54,9 +55,20 @@ def ladder_uses_llm_user():
 def get_ladder_session_files(wildcards):
     """The answering model's files, plus the LLM user's when it simulates any session."""
     files = model_files(wildcards.model)
-    if ladder_uses_llm_user() and ladder_user_name():
-        files = files + [f for f in model_files(ladder_user_name()) if f not in files]
+    user = ladder_user_name(wildcards.model)
+    if ladder_uses_llm_user() and user:
+        files = files + [f for f in model_files(user) if f not in files]
     return files
+
+
+def get_ladder_tiers(wildcards):
+    """The model's given subject tiers (ladder.tiers), or None: tiers from the pool's answers."""
+    return LAD.get("tiers", {}).get(wildcards.model)
+
+
+#: a chat model's answer settings (sessions_job's `answering`)
+LADDER_ANSWERING = {"format": LAD["answer_format"], "temperature": LAD["answer_temperature"],
+                    "max_new_tokens": LAD["answer_max_new_tokens"], "per_turn": LAD["answer_per_turn"]}
 
 
 def ladder_score_outputs():

@@ -8,7 +8,8 @@ out, cfg, inp = dict(snakemake.output.items()), snakemake.config, snakemake.inpu
 lad = cfg["ladder"]
 # the answering models, and who answers their prompted levels (ZS, LSA in Figure 11) and
 # simulates the LLM user
-names = {*lad["models"], *(lad[k] for k in ("prompted_model", "llm_user_model") if k in lad)}
+names = {*lad["models"], *(lad[k] for k in ("prompted_model", "llm_user_model") if k in lad),
+         *lad.get("user_models", {}).values()}
 models = [m["name"] for m in cfg["models"] if m["name"] in names]
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "ladder_appendix") as summary:

@@ -10,7 +10,8 @@ out, cfg = dict(snakemake.output.items()), snakemake.config
 lad = cfg["ladder"]
 # the answering models, and who answers their prompted levels and simulates the LLM user
 models = [m["name"] for m in cfg["models"]
-          if m["name"] in {*lad["models"], lad.get("prompted_model"), lad.get("llm_user_model")}]
+          if m["name"] in {*lad["models"], lad.get("prompted_model"), lad.get("llm_user_model"),
+                           *lad.get("user_models", {}).values()}]
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "ladder_tables") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["ladder"], models=models, datasets=[lad["dataset"]])

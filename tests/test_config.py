@@ -139,6 +139,20 @@ def test_a_completions_mode_api_model_is_a_base_model_to_the_protocols_and_its_b
     assert stage2_repeats_shared(models["base-api"], 0.0) and not stage2_repeats_shared(models["api"], 0.0)
 
 
+def test_ladder_user_models_and_tiers_are_checked(cfg):
+    cfg["ladder"]["user_models"] = {"wm-small": "smollm2"}
+    cfg["ladder"]["tiers"] = {"wm-small": {"strong": ["d0"], "mid": ["d1"], "weak": ["d2"]}}
+    validate_config(copy.deepcopy(cfg), "cfg.yaml")
+    other = copy.deepcopy(cfg)
+    other["ladder"]["user_models"] = {"not-in-the-panel": "gpt-9"}   # unused outside the panel
+    validate_config(other, "cfg.yaml")
+    bad = copy.deepcopy(cfg)
+    bad["ladder"]["user_models"] = {"wm-small": "gpt-9"}
+    assert "ladder.user_models.wm-small" in _err(bad)
+    cfg["ladder"]["tiers"]["wm-small"]["weak"] = ["d2", "d0"]
+    assert "cfg.yaml: ladder.tiers.wm-small: domain 'd0' is in more than one tier" in _err(cfg)
+
+
 def test_a_base_api_model_in_ladder_or_lcae_needs_prompt_log_probabilities(cfg):
     base = {"name": "api", "backend": "openai", "model": "gpt", "base_url": "http://x/v1", "mode": "completions"}
     cfg["models"].append(base)

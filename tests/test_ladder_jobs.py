@@ -66,7 +66,7 @@ def run(tmp_path_factory, monkeypatch_module):
     spec = {"name": "answerer", "backend": "hf", "path": "x"}
     s = J.sessions_job(str(tmp / "items.parquet"), spec, str(tmp / "main.parquet"),
                        str(tmp / "alt.parquet"), n_sessions=6, n_turns=20, items_per_domain=4,
-                       seed=3, user="rule", alt_sessions=2,
+                       seed=3, user="rule", alt_sessions=2, user_max_new_tokens=150,
                        user_spec={"name": "user", "backend": "hf", "path": "x", "chat": True},
                        parts_dir=str(tmp / "parts"), cache_dir=None)
     p = J.prompted_job(str(tmp / "main.parquet"), {"name": "prompted", "backend": "hf",
@@ -116,7 +116,7 @@ def test_sessions_job_resumes_and_discards_stale_chunks(run, monkeypatch_module,
     lm = answering_lm(items)
     monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
     kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, user="rule", alt_sessions=0,
-              user_spec=None, parts_dir=str(tmp_path / "parts"), cache_dir=None)
+              user_spec=None, user_max_new_tokens=150, parts_dir=str(tmp_path / "parts"), cache_dir=None)
     spec = {"name": "answerer", "backend": "hf", "path": "x"}
     J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
                    str(tmp_path / "a.parquet"), **kw)
@@ -128,6 +128,39 @@ def test_sessions_job_resumes_and_discards_stale_chunks(run, monkeypatch_module,
     J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
                    str(tmp_path / "a.parquet"), **{**kw, "n_turns": 8})
     assert len(pd.read_parquet(tmp_path / "m.parquet")) == 3 * 8   # stale chunks discarded
+
+
+def test_sessions_job_chat_model_answers_each_turn_with_given_tiers(run, monkeypatch_module, tmp_path):
+    """A chat answerer in the authors' format: one call per session turn (no pool pass when
+    the tiers are given), their tiers on every turn; other answer settings discard the chunks."""
+    import selfknow.models as M
+    items = run["items"]
+    write_parquet(items, tmp_path / "items.parquet")
+    lm = ScriptedLM(lambda p: "Answer: B\nConfidence: 62", model_id="chat")
+    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
+    doms = sorted(items["domain"].unique())
+    tiers = {"strong": doms[:2], "mid": doms[2:4], "weak": doms[4:]}
+    answering = {"format": "authors", "temperature": 0.3, "max_new_tokens": 200, "per_turn": True}
+    kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, user="rule", alt_sessions=0,
+              user_spec=None, user_max_new_tokens=150, parts_dir=str(tmp_path / "parts"), cache_dir=None,
+              answering=answering, tiers=tiers)
+    spec = {"name": "chat", "backend": "hf", "path": "x", "chat": True}
+    out = J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
+                         str(tmp_path / "a.parquet"), **kw)
+    main = pd.read_parquet(tmp_path / "m.parquet")
+    assert len(lm.prompts) == 3 * 10 and out["per_turn"] and out["answer_mode"] == "authors"
+    assert set(lm.budgets) == {200} and (main["confidence"] == 0.62).all()
+    tier_of = {d: t for t, ds in tiers.items() for d in ds}
+    assert (main["tier"] == main["domain"].map(tier_of)).all()
+    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
+                   str(tmp_path / "a.parquet"), **kw)
+    assert len(lm.prompts) == 3 * 10                          # resumed from the chunks
+    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
+                   str(tmp_path / "a.parquet"), **{**kw, "answering": {**answering, "temperature": 0.0}})
+    assert len(lm.prompts) == 2 * 3 * 10                      # other settings: answered again
+    with pytest.raises(ValueError, match="chat model: pass the ladder answer settings"):
+        J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
+                       str(tmp_path / "a.parquet"), **{**kw, "answering": None})
 
 
 def test_prompted_job_counts_unparsable_profiles_without_dropping(run):

@@ -12,8 +12,10 @@ import pytest
 import ladder_fixtures
 from fakes import ScriptedLM
 from selfknow.protocols.ladder import records
-from selfknow.protocols.ladder.answering import (answer_by_cloze, answer_by_json,
-                                                 extract_json_object, parse_answer_reply,
+from selfknow.protocols.ladder.answering import (answer_by_cloze, answer_by_prompt,
+                                                 extract_json_object, format_choices,
+                                                 load_prompt, make_answer_fn,
+                                                 parse_answer_reply, parse_authors_reply,
                                                  parse_probability)
 from selfknow.protocols.ladder.personas import (AUTHOR_TEMPLATES, EXPLICITNESS, STYLES,
                                                 TOLERANCES, Persona, author_persona,
@@ -86,12 +88,64 @@ def test_json_answering_counts_unparsed_and_scores_them_wrong():
         gold = items.set_index("question").loc[q, "answer"]
         r = replies[k % 4]
         return r % gold if "%s" in r else r
-    ans = answer_by_json(ScriptedLM(respond), items)
+    ans = answer_by_prompt(ScriptedLM(respond), items, answer_format="json")
     assert len(ans) == len(items)                       # nothing dropped
     assert (ans["answer_status"] == "unparsed").sum() == 4
     scored = score_answers(items, ans)
     assert not scored.loc[scored["answer"].isna(), "correct"].any()
     assert scored.loc[scored["answer"].notna(), "correct"].all()
+
+
+@pytest.mark.parametrize("text, answer, conf, status", [
+    ("Answer: B\nConfidence: 85", "B", 0.85, "ok"),
+    ("Answer: C\nConfidence: 0.85", "C", 0.0, "ok"),           # \\d+ reads the 0, as theirs
+    ("**Answer:** B\nConfidence: 85", None, 0.85, "unparsed"),  # no letter right after "Answer:"
+    ("answer: B\nconfidence: 85", None, 0.5, "unparsed"),       # case-sensitive
+    ("Answer: B", "B", 0.5, "no_confidence"),
+    ("Answer: E\nConfidence: 40", None, 0.4, "unparsed"),
+    ("Confidence: 150\nAnswer:A", "A", 1.0, "ok"),
+    ("[ERROR: timeout]", None, 0.5, "unparsed"),
+])
+def test_parse_authors_reply(text, answer, conf, status):
+    pa = parse_authors_reply(text)
+    assert (pa.answer, pa.status) == (answer, status)
+    assert pa.confidence == pytest.approx(conf)
+
+
+def test_authors_answer_prompt_renders_their_text():
+    """The authors' session prompt (yin1245/selfbound capbound_session_api.py), typed by hand."""
+    got = load_prompt("answer_mcq_authors").substitute(question="What costs $5?",
+                                                       choices=format_choices(["a", "b", "c", "d"]))
+    assert got == ("Answer the question and give your confidence 0-100%.\n\nQuestion: What costs $5?\n"
+                   "Choices:\nA. a\nB. b\nC. c\nD. d\n\nFormat your response exactly as:\n"
+                   "Answer: [A/B/C/D]\nConfidence: [0-100]")
+
+
+def test_released_confidences_are_whole_percentages(shared_data):
+    """What the authors' parser can produce, the released records hold: every confidence is
+    N/100 for a whole N in 0..100 (or the 0.5 fallback, itself one)."""
+    for path in sorted((shared_data / "ladder-selfbound" / "sessions").glob("*.json")):
+        doc = json.loads(path.read_text())
+        conf = np.array([t["agent_confidence"] for s in doc["sessions"] for t in s["log"]])
+        assert np.allclose(conf * 100, np.round(conf * 100), atol=1e-9), path.name
+        assert conf.min() >= 0 and conf.max() <= 1, path.name
+
+
+def test_paper_config_tiers_and_users_are_the_released_sessions(shared_data):
+    """config/paper.yaml's ladder.tiers and simulated user per model are each released file's
+    metadata (agent_profile tiers, user_model)."""
+    from conftest import REPO
+    from selfknow.config import load_config
+    lad = load_config(REPO / "config" / "paper.yaml")["ladder"]
+    names = {m.lower(): m for m in lad["models"]}
+    files = sorted((shared_data / "ladder-selfbound" / "sessions").glob("*.json"))
+    assert files
+    for path in files:
+        meta = json.loads(path.read_text())["metadata"]
+        m = names[meta["agent_model"].lower()]
+        for t in ("strong", "mid", "weak"):
+            assert sorted(lad["tiers"][m][t]) == sorted(meta["agent_profile"][f"{t}_domains"]), (m, t)
+        assert lad.get("user_models", {}).get(m, lad["llm_user_model"]) == meta["user_model"], m
 
 
 def test_parse_probability_and_json_extraction():
@@ -212,7 +266,7 @@ def test_llm_user_prompts_and_batching():
         seen.append(prompt)
         return "  Thanks, noted.  \n"
     lm = ScriptedLM(respond, model_id="sim-lm")
-    user = LLMUser(lm, batch_size=4)
+    user = LLMUser(lm, max_new_tokens=150, batch_size=4)
     p1 = Persona("p1", ("anatomy", "astronomy"), "curious", 0.3, 0.8)
     p2 = Persona("p2", ("virology",), "formal", 0.4, 0.9)
     rng = np.random.default_rng(0)
@@ -231,6 +285,24 @@ def test_llm_user_prompts_and_batching():
     ctx = TurnContext(0, 1, "Q", ("a", "b", "c", "d"), "law", "B", "C", False, p1)
     kinds = [user.plan(ctx, rng).kind for _ in range(20000)]
     assert np.mean([k == "out_wrong_doubt" for k in kinds]) == pytest.approx(0.3, abs=0.015)
+
+
+def test_llm_user_replies_are_each_sessions_own_draw():
+    """Identical turns of two sessions are two draws (the authors call the user every turn)."""
+    calls = []
+
+    class Recording(ScriptedLM):
+        def generate(self, prompts, *, sample_index=0, **kw):
+            calls.append((sample_index, kw["max_new_tokens"], kw["temperature"], len(prompts)))
+            return super().generate(prompts, **kw)
+    user = LLMUser(Recording(lambda p: "Noted."), max_new_tokens=150)
+    p1 = Persona("p1", ("anatomy",), "curious", 0.3, 0.8)
+    ctxs = [TurnContext(s, 1, "Which bone?", ("a", "b", "c", "d"), "anatomy", "B", "B", True, p1)
+            for s in (0, 3)]
+    plans = [user.plan(c, np.random.default_rng(0)) for c in ctxs]
+    assert user.prompts(ctxs[0], plans[0]) == user.prompts(ctxs[1], plans[1])
+    user.render(list(zip(ctxs, plans)))
+    assert sorted(calls) == [(1, 150, 0.7, 1), (4, 150, 0.7, 1)]
 
 
 # ----------------------------------------------------------------------------- sessions
@@ -309,6 +381,44 @@ def test_iter_sessions_with_lm_and_small_pool():
         assert len(df) == 20 and df["item_id"].is_unique
     with pytest.raises(ValueError, match="exceeds the question pool"):
         next(iter_sessions(items, lm, RuleBasedUser(), n_sessions=1, n_turns=30, seed=0))
+
+
+def sampling_lm(items: pd.DataFrame) -> ScriptedLM:
+    """A chat model in the authors' format whose reply depends on the draw (sample_index)."""
+    class Sampling(ScriptedLM):
+        def generate(self, prompts, *, sample_index=0, **kw):
+            self.draws = [*getattr(self, "draws", []), sample_index]
+            self._respond = lambda p: (f"Answer: {'ABCD'[(stable(p) + sample_index) % 4]}\n"
+                                       f"Confidence: {(stable(p) + 7 * sample_index) % 101}")
+            return super().generate(prompts, **kw)
+    stable = lambda p: sum(map(ord, p))  # noqa: E731
+    return Sampling(lambda p: "")
+
+
+def test_per_turn_answering_draws_afresh_each_session_and_uses_given_tiers():
+    items = make_items(10)
+    lm = sampling_lm(items)
+    fn = make_answer_fn(lm, "authors", temperature=0.3, max_new_tokens=200)
+    tiers = {d: ("strong", "strong", "mid", "mid", "weak", "weak")[i] for i, d in enumerate(DOMAINS)}
+    df = run_sessions(items, fn, RuleBasedUser(), n_sessions=6, n_turns=20, seed=2, tiers=tiers,
+                      per_turn=True, model="toy")
+    assert sorted(set(lm.draws)) == [1, 2, 3, 4, 5, 6]  # session s is draw s + 1; no profile pass
+    assert lm.budgets == [200] * len(lm.budgets)
+    assert (df["tier"] == df["domain"].map(tiers)).all()
+    seen = df.groupby("item_id")[["answer", "confidence"]].nunique()
+    assert (seen.max(axis=1) > 1).any()                # a repeated question is answered afresh
+    prompts = {p for p in lm.prompts}
+    assert all(p.endswith("Confidence: [0-100]") for p in prompts)
+    assert set(df["answer_status"]) <= {"ok"} and df["confidence"].between(0, 1).all()
+    # reused answers: one answer per item, identical across sessions; tiers from its accuracy
+    lm2 = sampling_lm(items)
+    reused = run_sessions(items, make_answer_fn(lm2, "authors"), RuleBasedUser(), n_sessions=6,
+                          n_turns=20, seed=2, per_turn=False, model="toy")
+    assert set(lm2.draws) == {0}
+    assert (reused.groupby("item_id")[["answer", "confidence"]].nunique().max(axis=1) == 1).all()
+    with pytest.raises(ValueError, match="no tier for domains"):
+        run_sessions(items, fn, RuleBasedUser(), n_sessions=1, n_turns=5, tiers={"dom_0": "weak"},
+                     per_turn=True)
 
 
 # ----------------------------------------------------------------------------- prompted

@@ -302,6 +302,17 @@ def test_server_refuses_what_a_reasoning_model_refuses_and_unknown_models(server
     assert _post(server, "/chat/completions", {"model": "nope", "messages": msg})[0] == 404
 
 
+def test_server_answers_the_ladder_authors_format_in_whole_percentages(server):
+    from selfknow.protocols.ladder.answering import format_choices, load_prompt, parse_authors_reply
+    prompt = load_prompt("answer_mcq_authors").substitute(question="Q?", choices=format_choices(["x", "y", "z", "w"]))
+    for seed in range(5):
+        _, body = _post(server, "/chat/completions", {"model": "plain", "temperature": 0.3, "seed": seed,
+                                                      "messages": [{"role": "user", "content": prompt}]})
+        reply = body["choices"][0]["message"]["content"]
+        assert re.fullmatch(r"Answer: [ABCD]\nConfidence: \d{1,3}", reply)
+        assert parse_authors_reply(reply).status == "ok"
+
+
 def test_server_answers_strict_schemas_and_logprobs(server):
     schema = {"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
                                                "a": {"type": "string", "enum": ["A", "B"]}},

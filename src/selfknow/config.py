@@ -239,6 +239,16 @@ def _check_references(cfg: dict, source: str) -> None:
         for k in ("llm_user_model", "prompted_model"):
             if k in lad:
                 need_model(f"ladder.{k}", lad[k])
+        # per-model entries for models outside the panel are kept unused (one table serves a
+        # smaller panel, as the rehearsal's)
+        for m, user in lad.get("user_models", {}).items():
+            if m in lad["models"]:
+                need_model(f"ladder.user_models.{m}", user)
+        for m, tiers in lad.get("tiers", {}).items():
+            listed = [d for t in ("strong", "mid", "weak") for d in tiers[t]]
+            if len(set(listed)) != len(listed):
+                dup = next(d for d in listed if listed.count(d) > 1)
+                raise ConfigError(f"{source}: ladder.tiers.{m}: domain '{dup}' is in more than one tier")
         if "extension" in lad:
             ext = lad["extension"]
             for i, n in enumerate(ext["models"]):

@@ -506,14 +506,12 @@ class Planner:
         import inspect
 
         from selfknow.protocols.ladder.answering import make_answer_fn
-        from selfknow.protocols.ladder.jobs import sessions_job
         from selfknow.protocols.ladder.prompted import lsa_query_confidence
 
         lad = self.cfg["ladder"]
         pool = self.items.sample(lad["dataset"], "test", lad["items_per_domain"], self.seed, stratify="domain")
         n_dom = pool["domain"].nunique()
         q_tok = int(np.mean([tokens(q) for q in pool["question"]]))
-        user_budget = inspect.signature(sessions_job).parameters["user_max_new_tokens"].default
         min_history = inspect.signature(lsa_query_confidence).parameters["min_history"].default
         alt = "llm" if lad["user"] == "rule" else "rule"
         for m in lad["models"]:
@@ -521,15 +519,26 @@ class Planner:
             last = checkpoint_names(self.cfg, m)[-1]
             sess = self.R / "ladder" / "sessions" / m
             done = _exists(sess / "main.parquet", sess / "alt_user.parquet")
-            make_answer_fn(self.lm(m, last, "ladder_answers", done), "json" if is_chat(spec) else "cloze")(pool)
+            answer_lm = self.lm(m, last, "ladder_answers", done)
+            if not is_chat(spec):
+                make_answer_fn(answer_lm, "cloze")(pool)
+            else:
+                answer = make_answer_fn(answer_lm, lad["answer_format"], temperature=lad["answer_temperature"],
+                                        max_new_tokens=lad["answer_max_new_tokens"])
+                if not lad["answer_per_turn"] or m not in lad.get("tiers", {}):
+                    answer(pool)  # one answer per item: reused, or the tiers' profile
+                if lad["answer_per_turn"]:
+                    for s in range(lad["n_sessions"]):  # the session's draw of n_turns questions
+                        drawn = np.random.default_rng([self.seed, s, 0]).permutation(len(pool))[:lad["n_turns"]]
+                        answer(pool.iloc[drawn], sample_index=s + 1)
             for kind, n in ((lad["user"], lad["n_sessions"]), (alt, lad["llm_user_sessions"])):
                 if kind == "llm" and n:
-                    um = lad["llm_user_model"]
+                    um = lad.get("user_models", {}).get(m, lad["llm_user_model"])
                     self.ledger.job(um, "ladder_user", done)
                     turns = n * lad["n_turns"]
-                    self.ledger.add(um, "ladder_user", turns, turns * (q_tok + 150), turns * user_budget, done=done)
-                    self.ledger.note(um, "ladder_user", "one request per session turn (an upper bound: identical "
-                                                        "turns share one)")
+                    self.ledger.add(um, "ladder_user", turns, turns * (q_tok + 150),
+                                    turns * lad["user_max_new_tokens"], done=done)
+                    self.ledger.note(um, "ladder_user", "one request per session turn")
             pm = m if is_chat(spec) else lad["prompted_model"]
             done = _exists(self.R / "ladder" / "prompted" / m / "profiles.parquet")
             self.ledger.job(pm, "ladder_prompted", done)

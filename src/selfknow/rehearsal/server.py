@@ -162,8 +162,9 @@ def judge_reply(prompt: str, key: str) -> str | None:
 def text_reply(prompt: str, key: str) -> str:
     """A reply to any other prompt that the workflow's parsers read: a probability for a
     "number between 0 and 100" question, Fast/Slow for the LCAE route, else an option letter
-    (among the prompt's options, A-D without any) with a confidence; a ReAct agent step (LADDER
-    Table 34) gets a thought and a calculate or finish action."""
+    (among the prompt's options, A-D without any) with a confidence: a whole percentage where
+    the prompt asks for 0-100 (LADDER's authors' answer format), else a probability; a ReAct
+    agent step (LADDER Table 34) gets a thought and a calculate or finish action."""
     u = _unit(key)
     if "finish[letter]" in prompt:
         letters = sorted(set(_OPTION.findall(prompt))) or list("ABCD")
@@ -175,7 +176,8 @@ def text_reply(prompt: str, key: str) -> str:
     if "Fast or Slow" in prompt:
         return "Fast" if u < 0.5 else "Slow"
     letters = sorted(set(_OPTION.findall(prompt))) or list("ABCD")
-    return f"Answer: {letters[int(u * len(letters))]}\nConfidence: {round(_unit(key, 'conf'), 2)}"
+    conf = int(_unit(key, 'conf') * 101) if "Confidence: [0-100]" in prompt else round(_unit(key, 'conf'), 2)
+    return f"Answer: {letters[int(u * len(letters))]}\nConfidence: {conf}"
 
 
 class StandInServer:

@@ -1,14 +1,17 @@
 """How the answering model produces (answer, confidence) for one LADDER turn (paper §3, §B.1).
 
-The answering model sees ONLY the current question (no history, no feedback). Two mechanisms:
+The answering model sees ONLY the current question (no history, no feedback). Mechanisms:
 
 * base LMs (the offline default's small GPT-2-style models): cloze scoring of the options'
   text after the question (`selfknow.stages.mcq`); answer = the most likely option, confidence = its
   probability renormalised over the options (`answer_by_cloze`).
-* instruct / API models: a prompted JSON reply {"answer": "B", "confidence": 0.8}, parsed
-  robustly (`answer_by_json`). A reply with no recoverable option letter gets answer None
-  (scored wrong downstream, as the authors' parser does) and is counted in `answer_status`,
-  never dropped.
+* instruct / API models, `ladder.answer_format`:
+  - "authors": the authors' session prompt (prompts/answer_mcq_authors.txt, "Answer: X /
+    Confidence: 0-100") read by their parser (`parse_authors_reply`);
+  - "json": our prompted JSON reply {"answer": "B", "confidence": 0.8}, parsed robustly
+    (`parse_answer_reply`).
+  A reply with no recoverable option letter gets answer None (scored wrong downstream, as the
+  authors' parser does) and is counted in `answer_status`, never dropped.
 
 Also home of the prompt-file loader and the tolerant JSON/number parsing that the prompted
 levels (`prompted.py`) share.
@@ -202,6 +205,34 @@ def parse_answer_reply(text: str | None, n_options: int = 4) -> ParsedAnswer:
     return ParsedAnswer(answer, conf, "ok")
 
 
+_AUTHORS_ANSWER = r"Answer:\s*([{letters}])"
+_AUTHORS_CONFIDENCE = re.compile(r"Confidence:\s*(\d+)")
+
+
+def parse_authors_reply(text: str | None, n_options: int = 4) -> ParsedAnswer:
+    """(answer letter, confidence) as the authors' session runner reads a reply
+    (yin1245/selfbound code/baselines/capbound_session_api.py, `no_memory_agent`): the first
+    case-sensitive "Answer:" followed by an option letter, and the first "Confidence:" followed
+    by digits, read as a whole percentage; no confidence -> DEFAULT_CONFIDENCE. So
+    "**Answer:** B" has no answer and "Confidence: 0.85" reads 0, as theirs. Percentages above
+    100 are clipped to 1 (none of the released records exceeds 1)."""
+    text = text or ""
+    m = re.search(_AUTHORS_ANSWER.format(letters=LETTERS[:n_options]), text)
+    answer = m.group(1) if m else None
+    mc = _AUTHORS_CONFIDENCE.search(text)
+    conf = min(int(mc.group(1)) / 100.0, 1.0) if mc else None
+    if answer is None:
+        return ParsedAnswer(None, DEFAULT_CONFIDENCE if conf is None else conf, "unparsed")
+    if conf is None:
+        return ParsedAnswer(answer, DEFAULT_CONFIDENCE, "no_confidence")
+    return ParsedAnswer(answer, conf, "ok")
+
+
+#: `ladder.answer_format` -> (prompt file, reply parser)
+ANSWER_FORMATS = {"authors": ("answer_mcq_authors", parse_authors_reply),
+                  "json": ("answer_mcq_json", parse_answer_reply)}
+
+
 # ----------------------------------------------------------------------------- answering
 def _choices(row) -> list[str]:
     ch = row["choices"]
@@ -210,11 +241,13 @@ def _choices(row) -> list[str]:
     return [str(c) for c in list(ch)]
 
 
-def answer_by_cloze(lm: LM, items: pd.DataFrame, batch_size: int = 32) -> pd.DataFrame:
+def answer_by_cloze(lm: LM, items: pd.DataFrame, sample_index: int = 0,
+                    batch_size: int = 32) -> pd.DataFrame:
     """Answer each MCQ item by cloze scoring of its options (`selfknow.stages.mcq`): answer = the
     most likely option's letter, confidence = its probability renormalised over the options.
     Returns ANSWER_COLUMNS, one row per item in input order; `answer_raw` holds the option
-    probabilities by letter as JSON."""
+    probabilities by letter as JSON. Log-probabilities do not vary, so `sample_index` is
+    ignored."""
     recs = items.to_dict("records")
     out = []
     for s in range(0, len(recs), batch_size):
@@ -227,34 +260,45 @@ def answer_by_cloze(lm: LM, items: pd.DataFrame, batch_size: int = 32) -> pd.Dat
     return pd.DataFrame(out, columns=ANSWER_COLUMNS)
 
 
-def answer_by_json(lm: LM, items: pd.DataFrame, *, max_new_tokens: int = 64,
-                   chat: bool = True, batch_size: int = 16) -> pd.DataFrame:
-    """Answer each MCQ item by a prompted JSON reply (prompts/answer_mcq_json.txt), greedy.
-    Unparsable replies keep answer None and status "unparsed" (counted, scored wrong)."""
-    tmpl = load_prompt("answer_mcq_json")
+def answer_by_prompt(lm: LM, items: pd.DataFrame, sample_index: int = 0, *,
+                     answer_format: str = "json", max_new_tokens: int = 64,
+                     temperature: float = 0.0, chat: bool = True,
+                     batch_size: int = 16) -> pd.DataFrame:
+    """Answer each MCQ item with the prompt and parser of `answer_format` (ANSWER_FORMATS).
+    `sample_index` tells draws apart where the answer may vary (temperature > 0 or a hosted
+    API): a fresh call per session turn passes the session's index. The model entry's
+    `token_budgets.ladder_answer` overrides `max_new_tokens`. Unparsable replies keep answer
+    None and status "unparsed" (counted, scored wrong)."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"unknown ladder.answer_format {answer_format!r}; known: {sorted(ANSWER_FORMATS)}")
+    name, parse = ANSWER_FORMATS[answer_format]
+    tmpl = load_prompt(name)
     recs = items.to_dict("records")
     prompts = [tmpl.substitute(question=r["question"], choices=format_choices(_choices(r)))
                for r in recs]
     texts: list[str] = []
     for s in range(0, len(prompts), batch_size):
         gens = lm.generate(prompts[s:s + batch_size], max_new_tokens=lm.budget("ladder_answer", max_new_tokens),
-                           chat=chat, temperature=0.0)
+                           chat=chat, temperature=temperature, sample_index=sample_index)
         texts.extend(g.text for g in gens)
     out = []
     for r, t in zip(recs, texts):
-        pa = parse_answer_reply(t, len(_choices(r)))
+        pa = parse(t, len(_choices(r)))
         out.append({"item_id": r["item_id"], "answer": pa.answer, "confidence": pa.confidence,
                     "answer_status": pa.status, "answer_raw": t})
     return pd.DataFrame(out, columns=ANSWER_COLUMNS)
 
 
-AnswerFn = Callable[[pd.DataFrame], pd.DataFrame]
+#: (items, sample_index) -> ANSWER_COLUMNS frame
+AnswerFn = Callable[..., pd.DataFrame]
 
 
 def make_answer_fn(lm: LM, mode: str = "cloze", **kwargs) -> AnswerFn:
-    """items -> ANSWER_COLUMNS frame. mode "cloze" (base LMs) or "json" (instruct/API)."""
+    """(items, sample_index=0) -> ANSWER_COLUMNS frame. mode "cloze" (base LMs) or a prompted
+    `ladder.answer_format` ("authors", "json"; kwargs go to `answer_by_prompt`)."""
     if mode == "cloze":
-        return lambda items: answer_by_cloze(lm, items, **kwargs)
-    if mode == "json":
-        return lambda items: answer_by_json(lm, items, **kwargs)
-    raise ValueError(f"unknown answer mode {mode!r}: expected 'cloze' or 'json'")
+        return lambda items, sample_index=0: answer_by_cloze(lm, items, sample_index, **kwargs)
+    if mode in ANSWER_FORMATS:
+        return lambda items, sample_index=0: answer_by_prompt(lm, items, sample_index,
+                                                              answer_format=mode, **kwargs)
+    raise ValueError(f"unknown answer mode {mode!r}: expected 'cloze' or one of {sorted(ANSWER_FORMATS)}")

@@ -3,7 +3,8 @@ atomically, and returns a summary dict for the job log.
 
 Per answering model (its last checkpoint):
 * `sessions_job`   the item pool (n per domain), answers (base LM: cloze scoring of
-                   the options; chat/API model: JSON), `n_sessions` sessions with the
+                   the options; chat/API model: `ladder.answer_format`, a fresh call per
+                   turn with `answer_per_turn`), `n_sessions` sessions with the
                    configured simulated user, and the first `alt_sessions` sessions again with
                    the other user (rule <-> LLM) for the simulator comparison (§E.8-§E.9).
                    Resumable: one chunk per session under `parts_dir`.
@@ -36,7 +37,7 @@ from .feedback import decoder_precision_recall
 from .metrics import answer_metrics, profile_metrics
 from .prompted import (MODEL_LEVEL, PROFILE_COLUMNS, gt_selfstats_profiles, lsa_profiles,
                        lsa_query_confidence, zs_prior, zs_prior_profiles)
-from .session import LIVE_COLUMNS, read_session_chunks, run_sessions_to_dir, score_answers
+from .session import LIVE_COLUMNS, read_session_chunks, run_sessions_to_dir
 
 log = logging.getLogger(__name__)
 
@@ -77,13 +78,17 @@ def _fresh_parts(parts_dir: Path, fingerprint: dict) -> None:
 def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_sessions: int,
                  n_turns: int, items_per_domain: int, seed: int, user: str, alt_sessions: int,
                  user_spec: dict | None, parts_dir: str, cache_dir: str | None,
-                 user_max_new_tokens: int = 80) -> dict:
+                 user_max_new_tokens: int, answering: Mapping | None = None,
+                 tiers: Mapping[str, Sequence[str]] | None = None) -> dict:
     """Sessions of one answering model (its last checkpoint), see the module docstring.
 
     items_path: the MCQ test items; the pool is `items_per_domain` per domain, seeded.
     user: "rule" or "llm" for the main sessions; the alternative user ("llm" when the main
-    one is "rule", else "rule") replays sessions 0..alt_sessions-1 with the same questions
-    and personas. user_spec: the LLM user's model spec (needed when either user is "llm")."""
+    one is "rule", else "rule") replays sessions 0..alt_sessions-1 with the same questions,
+    personas and answers. user_spec: the LLM user's model spec (needed when either user is
+    "llm"), user_max_new_tokens its reply budget. answering: a chat model's `ladder` answer settings {format, temperature,
+    max_new_tokens, per_turn} (a base LM answers by cloze, once per item). tiers: {strong,
+    mid, weak: [domains]} (the authors' profile), else from the pool's answers."""
     from selfknow.models import load_lm
     from .answering import make_answer_fn
     from .simulators import make_user
@@ -92,14 +97,22 @@ def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_
     if pool["choices"].isna().any():
         raise ValueError(f"{items_path}: LADDER needs multiple-choice items; some rows have no choices")
     lm = load_lm(spec, None, cache_dir=cache_dir)
-    mode = "json" if is_chat(spec) else "cloze"
-    answers = make_answer_fn(lm, mode)(pool)
+    if is_chat(spec):
+        if answering is None:
+            raise ValueError(f"model '{spec['name']}' is a chat model: pass the ladder answer settings")
+        mode, per_turn = answering["format"], bool(answering["per_turn"])
+        answer_fn = make_answer_fn(lm, mode, temperature=float(answering["temperature"]),
+                                   max_new_tokens=int(answering["max_new_tokens"]))
+    else:
+        mode, per_turn, answer_fn = "cloze", False, make_answer_fn(lm, "cloze")
+    tier_of = None if tiers is None else {d: t for t in ("strong", "mid", "weak") for d in tiers[t]}
     alt = "llm" if user == "rule" else "rule"
     user_lm = None
     if "llm" in (user, alt if alt_sessions else user):
         if user_spec is None:
             raise ValueError("the LLM-simulated user needs ladder.llm_user_model")
         user_lm = lm if user_spec["name"] == spec["name"] else load_lm(user_spec, None, cache_dir=cache_dir)
+    answers = None if per_turn else answer_fn(pool)
     parts = Path(parts_dir)
     written = {}
     for kind, n, out, sub in ((user, n_sessions, out_main, "main"), (alt, alt_sessions, out_alt, "alt")):
@@ -107,22 +120,24 @@ def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_
         _fresh_parts(d, {"model": spec["name"], "items": str(items_path), "n_turns": n_turns,
                          "per_domain": items_per_domain, "seed": seed, "user": kind,
                          "user_model": None if kind == "rule" or user_spec is None else user_spec["name"],
-                         "mode": mode})
+                         "mode": mode, "answering": None if mode == "cloze" else dict(answering),
+                         "tiers": tier_of})
         if n == 0:
             write_parquet(pd.DataFrame(columns=LIVE_COLUMNS), out)
-            written[sub] = 0
+            written[sub] = pd.DataFrame(columns=LIVE_COLUMNS)
             continue
         u = make_user(kind, user_lm, max_new_tokens=user_max_new_tokens) if kind == "llm" else make_user(kind)
-        paths = run_sessions_to_dir(d, pool, None, u, n_sessions=n, n_turns=n_turns, seed=seed,
-                                    answers=answers, model=spec["name"])
+        paths = run_sessions_to_dir(d, pool, answer_fn, u, n_sessions=n, n_turns=n_turns, seed=seed,
+                                    answers=answers, tiers=tier_of, per_turn=per_turn, model=spec["name"])
         turns = read_session_chunks(paths)
         write_parquet(turns, out)
-        written[sub] = len(turns)
-    scored = score_answers(pool, answers)
-    return {"pool": len(pool), "answer_mode": mode, "accuracy": round(float(scored["correct"].mean()), 4),
-        "unparsed_answers": int((answers["answer_status"] == "unparsed").sum()),
-        "turns_main": written["main"], "turns_alt": written["alt"],
-        "model_calls": lm.stats.misses, "cache_hits": lm.stats.hits}
+        written[sub] = turns
+    main = written["main"]
+    return {"pool": len(pool), "answer_mode": mode, "per_turn": per_turn,
+            "accuracy": round(float(main["correct"].astype(bool).mean()), 4) if len(main) else None,
+            "unparsed_answers": int((main["answer_status"] == "unparsed").sum()),
+            "turns_main": len(main), "turns_alt": len(written["alt"]),
+            "model_calls": lm.stats.misses, "cache_hits": lm.stats.hits}
 
 
 # ============================================================================= prompted

@@ -6,8 +6,9 @@ simulated user with the session's persona replies in natural language. The turn 
 question, domain, tier, answer, confidence, reference outcome, feedback text and persona state.
 
 As in the authors' runner (yin1245/selfbound `capbound_session_api.py`):
-* tiers come from the model's own per-domain accuracy (`agent_profile`): domains sorted by
-  accuracy, top third strong, then mid, then weak (6/7/7 of 20);
+* tiers come from the model's per-domain accuracy (`agent_profile`): domains sorted by
+  accuracy, top third strong, then mid, then weak (6/7/7 of 20); the authors' own tiers (from
+  their separate profiling, in each released file's metadata) can be given instead;
 * a session takes int(0.4 n) strong, int(0.2 n) mid and the rest weak questions (20/10/20 of
   50), each drawn without replacement from its tier's shuffled pool, then shuffled together.
 
@@ -15,9 +16,12 @@ Determinism and resumption: session s uses its own random streams seeded by (see
 session's content does not depend on which other sessions ran; `done_session_ids` sessions are
 skipped, and `run_sessions_to_dir` writes one parquet chunk per session atomically.
 
-Answering is deterministic (greedy / temperature 0, or log-probabilities), so a question gets
-the same answer in every session: answers are computed once per pool item and reused, which
-is the same record the per-turn call would produce at a fraction of the cost.
+Answering (`per_turn`): the authors' runner calls the answering model afresh at every turn, and
+their released sessions show it (a question's answer and confidence vary across the sessions
+it appears in), so a per-turn call is session `s`'s draw `s + 1` of the question (the cache
+tells draws apart where replies may vary; deterministic backends answer from one entry).
+Otherwise each pool item is answered once and its answer reused in every session. Tiers not
+given come from one answer per pool item (draw 0).
 """
 from __future__ import annotations
 
@@ -136,14 +140,12 @@ def draw_session_items(tier_of_item: np.ndarray, n_turns: int, rng: np.random.Ge
     return chosen[rng.permutation(len(chosen))]
 
 
-def _answers(items: pd.DataFrame, answer_fn: AnswerFn | LM | None,
+def _answers(items: pd.DataFrame, answer_fn: AnswerFn | None,
              answers: pd.DataFrame | None) -> pd.DataFrame:
     if answers is not None:
         return answers
     if answer_fn is None:
         raise ValueError("pass answer_fn (or an LM) or precomputed answers")
-    if isinstance(answer_fn, LM):
-        answer_fn = make_answer_fn(answer_fn, "cloze")
     return answer_fn(items)
 
 
@@ -154,34 +156,41 @@ def iter_sessions(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, user: Us
                   persona_scheme: str = "auto", personas: Sequence[Persona] | None = None,
                   done_session_ids: Iterable[int] = (), batch_sessions: int = 8,
                   model: str = "", source: str = "", answers: pd.DataFrame | None = None,
-                  ) -> Iterator[tuple[int, pd.DataFrame]]:
+                  per_turn: bool = False) -> Iterator[tuple[int, pd.DataFrame]]:
     """Run the sessions not in `done_session_ids`; yield (session_id, turns) per session, in
     session order. Sessions are rendered `batch_sessions` at a time (one batched user call).
 
-    items: MCQ pool with ITEM_COLUMNS (answer = reference letter or index). answer_fn: items
-    -> answers frame (answering.ANSWER_COLUMNS), or an LM (log-prob answering), or None with
-    `answers` given. tiers: {domain: strong|mid|weak}; default from the model's accuracy on
-    the pool (`agent_profile`). personas: one per session, else `make_persona(scheme)`.
-    Rows follow records.TURN_COLUMNS (session_id as the string of the 0-based index) plus
-    EXTRA_COLUMNS; `source` defaults to "live:<model>:seed<seed>"."""
+    items: MCQ pool with ITEM_COLUMNS (answer = reference letter or index). answer_fn:
+    (items, sample_index) -> answers frame (answering.ANSWER_COLUMNS), or an LM (log-prob
+    answering), or None with `answers` given (one per pool item). per_turn: every turn is a
+    fresh call, `answer_fn(session's items, sample_index=session_id + 1)`; else each pool
+    item's one answer is reused. tiers: {domain: strong|mid|weak}; default from the model's
+    accuracy on the pool (`agent_profile`). personas: one per session, else
+    `make_persona(scheme)`. Rows follow records.TURN_COLUMNS (session_id as the string of the
+    0-based index) plus EXTRA_COLUMNS; `source` defaults to "live:<model>:seed<seed>"."""
     source = source or f"live:{model}:seed{seed}"
     if n_sessions < 0 or n_turns <= 0:
         raise ValueError(f"n_sessions={n_sessions}, n_turns={n_turns}")
-    scored = score_answers(items, _answers(items, answer_fn, answers))
+    if isinstance(answer_fn, LM):
+        answer_fn = make_answer_fn(answer_fn, "cloze")
+    if per_turn and answer_fn is None:
+        raise ValueError("per-turn answering needs answer_fn (or an LM)")
+    pooled = (score_answers(items, _answers(items, answer_fn, answers))
+              if tiers is None or not per_turn else None)
     if tiers is None:
-        tiers = tier_map(agent_profile(scored))
-    unknown = set(scored["domain"]) - set(tiers)
+        tiers = tier_map(agent_profile(pooled))
+    unknown = set(items["domain"]) - set(tiers)
     if unknown:
         raise ValueError(f"no tier for domains {sorted(unknown)}")
     bad = set(tiers.values()) - set(TIERS)
     if bad:
         raise ValueError(f"unknown tier names {sorted(bad)}; expected {TIERS}")
-    scored["tier"] = scored["domain"].map(tiers)
-    tier_arr = scored["tier"].to_numpy()
-    domains = sorted(scored["domain"].unique())
+    items = items.reset_index(drop=True)
+    tier_arr = items["domain"].map(tiers).to_numpy()
+    domains = sorted(items["domain"].unique())
     if personas is not None and len(personas) < n_sessions:
         raise ValueError(f"{len(personas)} personas for {n_sessions} sessions")
-    recs = scored.to_dict("records")
+    recs = pooled.to_dict("records") if pooled is not None else None
     done = set(int(s) for s in done_session_ids)
     todo = [s for s in range(n_sessions) if s not in done]
     for b in range(0, len(todo), max(1, batch_sessions)):
@@ -192,9 +201,13 @@ def iter_sessions(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, user: Us
                        else make_persona(domains, sid, seed, persona_scheme))
             rng_q = np.random.default_rng([seed, sid, 0])
             rng_u = np.random.default_rng([seed, sid, 1])
-            for t, i in enumerate(draw_session_items(tier_arr, n_turns, rng_q, tier_fractions),
-                                  1):
-                r = recs[i]
+            idx = draw_session_items(tier_arr, n_turns, rng_q, tier_fractions)
+            if per_turn:
+                drawn = items.iloc[idx]
+                turn_recs = score_answers(drawn, answer_fn(drawn, sample_index=sid + 1)).to_dict("records")
+            else:
+                turn_recs = [recs[i] for i in idx]
+            for t, r in enumerate(turn_recs, 1):
                 ctx = TurnContext(sid, t, str(r["question"]), tuple(map(str, r["choices"])),
                                   r["domain"], r["answer"], r["gt_answer"], bool(r["correct"]),
                                   persona)
@@ -203,7 +216,7 @@ def iter_sessions(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, user: Us
                 rows.append({
                     "model": model, "session_id": str(sid), "turn": t,
                     "item_id": r["item_id"], "question": r["question"], "domain": r["domain"],
-                    "tier": r["tier"], "reference": r["gt_answer"], "answer": r["answer"],
+                    "tier": tiers[r["domain"]], "reference": r["gt_answer"], "answer": r["answer"],
                     "parsed": r["answer"] is not None, "abstain": False,
                     "confidence": float(r["confidence"]), "correct": bool(r["correct"]),
                     "feedback_text": None, "decoded_category": None, "decoded_label": np.nan,

@@ -170,13 +170,15 @@ class LLMUser:
     reference letter. Outside its expertise, a wrong answer draws the "doubt" direction with
     probability `tolerance`, else "accept".
 
-    Decoding: the authors sample at temperature 0.7. Calls go through the LM's request cache
-    keyed by prompt, so two turns with an identical prompt (same persona, question, answer and
-    direction) share one reply; pass `temperature=0` for fully deterministic replies."""
+    Decoding: the authors sample at temperature 0.7, at most 150 tokens, a fresh call every
+    turn (yin1245/selfbound capbound_session_api.py, `user_respond`). Session s's replies are
+    draw s + 1, so two sessions' turns with an identical prompt (same persona, question,
+    answer and direction) get replies of their own, while a rerun answers from the request
+    cache; pass `temperature=0` for fully deterministic replies."""
 
     name = "llm"
 
-    def __init__(self, lm: LM, *, temperature: float = 0.7, max_new_tokens: int = 80,
+    def __init__(self, lm: LM, *, max_new_tokens: int, temperature: float = 0.7,
                  batch_size: int = 16, include_choices: bool = False):
         self.lm, self.temperature = lm, temperature
         self.max_new_tokens, self.batch_size = max_new_tokens, batch_size
@@ -218,16 +220,17 @@ class LLMUser:
     def render(self, pairs: Sequence[tuple[TurnContext, Plan]]) -> list[str]:
         built = [self.prompts(c, p) for c, p in pairs]
         out: list[str | None] = [None] * len(built)
-        groups: dict[str, list[int]] = {}
-        for i, (system, _) in enumerate(built):
-            groups.setdefault(system, []).append(i)
-        # one system prompt per generate call (the interface takes a single `system`)
-        for system, idx in groups.items():
+        groups: dict[tuple[str, int], list[int]] = {}
+        for i, ((system, _), (ctx, _)) in enumerate(zip(built, pairs)):
+            groups.setdefault((system, ctx.session_id), []).append(i)
+        # one system prompt and one draw (the session's) per generate call
+        for (system, session), idx in groups.items():
             for s in range(0, len(idx), self.batch_size):
                 chunk = idx[s:s + self.batch_size]
                 gens = self.lm.generate([built[i][1] for i in chunk],
                                         max_new_tokens=self.max_new_tokens, chat=True,
-                                        system=system, temperature=self.temperature)
+                                        system=system, temperature=self.temperature,
+                                        sample_index=session + 1)
                 for i, g in zip(chunk, gens):
                     out[i] = g.text.strip()
         return [t or "" for t in out]

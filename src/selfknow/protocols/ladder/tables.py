@@ -180,7 +180,12 @@ NOTES = {
              "estimator's turn confidences: ZS and GT-SelfStats return the recorded answer "
              "confidence (the authors' baselines), so theirs are equal; LSA's are its per-turn "
              "queries (empty for sessions not queried). kendall_tau is empty where a profile is constant across domains "
-             "(NoMemory, Global): τ is undefined there (the paper's §D.4)."),
+             "(NoMemory, Global): τ is undefined there (the paper's §D.4). Answers: a chat model answers "
+             "every turn afresh in the authors' session format (ladder.answer_format, answer_temperature, "
+             "answer_max_new_tokens, answer_per_turn); a base model by cloze, once per question."),
+    "tiers": ("Tiers: the authors' own per-model tiers (their released sessions' metadata) where "
+              "ladder.tiers gives them, else the model's accuracy on the pool (top third strong, then mid, "
+              "then weak); accuracy = the sessions' answer accuracy in the tier."),
     "controls": ("Matched input: observed = the decoded labels; corrected = every decoded "
                  "label replaced by the true outcome (missing stays missing); clean = the true "
                  "outcome on every turn. The estimators are refitted under each; LSA is prompted "
