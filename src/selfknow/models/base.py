@@ -16,12 +16,15 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Generation:
-    """One decoded continuation. `tokens_in`/`tokens_out` feed cost accounting (LCAE CE)."""
+    """One decoded continuation. `tokens_in`/`tokens_out` feed cost accounting (LCAE CE).
+    `finish_reason`: "stop" (a stop string, EOS or the end of the answer), "length" (cut at
+    `max_new_tokens`: callers count it, never read it as a finished answer) or
+    "content_filter" (a provider withheld it)."""
 
     text: str
     tokens_in: int
     tokens_out: int
-    finish_reason: str = "stop"  # "stop" | "length"
+    finish_reason: str = "stop"
 
 
 @dataclass(frozen=True)
