@@ -91,6 +91,13 @@ class LM(abc.ABC):
     #: the model entry's `token_budgets` (set by `load_lm`)
     token_budgets: Mapping[str, int] = MappingProxyType({})
 
+    def identity(self) -> dict:
+        """What makes this model's answers what they are, the model part of every request's
+        cache key and of a resumable job's identity: backend, model id, revision (for local
+        weights a fingerprint of their files), adapter and backend settings."""
+        return {"backend": self.backend, "model_id": self.model_id, "revision": self.revision,
+                "adapter": self.adapter}
+
     def budget(self, stage: str, default: int) -> int:
         """Max new tokens of protocol stage `stage` (one of BUDGET_STAGES) for this model: the
         model entry's `token_budgets[stage]`, else the stage's own `default`."""

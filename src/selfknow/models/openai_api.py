@@ -163,6 +163,9 @@ class OpenAILM(LM):
             self.batch = BatchJobs(self, spec, cache_dir)
         # ---- end of batch hook
 
+    def identity(self) -> dict:
+        return self._calls.identity
+
     def _identity(self) -> dict:
         # base_url is left out on purpose: the same served model on another node or port
         # (a vLLM job on a new cluster node) must hit the same cache entries

@@ -10,6 +10,7 @@ from selfknow.models import load_lm
 from selfknow.models.registry import repeats_share_requests
 from selfknow.protocols.lcae.examinees import STATUSES, answer_items
 from selfknow.protocols.lcae.metacognition import assess
+from selfknow.protocols.lcae.prompting import prompts_version
 from selfknow.records import read_parquet, write_parquet
 from selfknow.resumable import map_chunks
 from selfknow.stats.item_fit import fit_band
@@ -50,8 +51,9 @@ def stage1_job(items_path: str, spec: dict, checkpoint: str, strategies: list[st
     df = map_chunks(
         work, lambda c: _per_group(c, "strategy", lambda g, s: answer_items(lm, g, s, chat=chat, max_new_tokens=max_new_tokens)),
         out, chunk_size=50, key="record_key", desc="stage1",
-        params={"spec": spec, "ckpt": checkpoint, "strategies": strategies, "mnt": max_new_tokens},
-        finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
+        params={"spec": spec, "ckpt": checkpoint, "strategies": strategies, "mnt": max_new_tokens,
+                "prompts": prompts_version()},
+        model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
     return {"records": len(df), **{s: int((df["status"] == s).sum()) for s in STATUSES},
             "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
 
@@ -107,8 +109,9 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
 
     df = map_chunks(work, run, out, chunk_size=50, key="record_key", desc="stage2",
                     params={"spec": spec, "ckpt": checkpoint, "conditions": conditions, "repeats": repeats,
-                            "reflection": reflection, "t": temperature, "mnt": max_new_tokens},
-                    finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
+                            "reflection": reflection, "t": temperature, "mnt": max_new_tokens,
+                            "prompts": prompts_version()},
+                    model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
     return {"records": len(df), "unparsed": int((~df["parsed"]).sum()), "slow": int((df["mode"] == "slow").sum()),
             "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
 
