@@ -76,6 +76,15 @@ def assessment_schema(n_choices: int) -> dict:
             "required": ["error_probability", "final_answer"], "additionalProperties": False}
 
 
+def draw_index(cond: str, repeat: int) -> int:
+    """The sample index of condition `cond`'s repeat `repeat`: every (condition, repeat) is its
+    own draw, so a sampled request is never answered from another condition's cache entry (a
+    Fast-routed DPR assessment, or an IDS+DPR reflection, has the same prompt as one of
+    another condition, yet the protocol compares them as separate samples). Greedy requests
+    on a deterministic backend ignore it and still share one entry (`CachedCalls.run`)."""
+    return repeat * len(CONDITIONS) + CONDITIONS.index(cond)
+
+
 def _difficulty(cond: str, item_error_p: float) -> str:
     return template("ids").format(item_error_p=item_error_p) if cond in ("ids", "ids_dpr") else ""
 
@@ -87,13 +96,14 @@ def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
     base = [dict(question=q, choices=list(c), answer=ans.get(i) or "(none)",
                  difficulty=_difficulty(cond, item_error_p[i])) for i, q, c in
             zip(items["item_id"], items["question"], items["choices"])]
+    draw = draw_index(cond, repeat)
     tok_in = np.zeros(len(base), int)
     tok_out = np.zeros(len(base), int)
     modes = ["fast"] * len(base)
     reflections = [""] * len(base)
     if cond in ("dpr", "ids_dpr"):
         route = lm.generate([fill("dpr_route", **b) for b in base], max_new_tokens=8, chat=True,
-                            temperature=temperature, sample_index=repeat)
+                            temperature=temperature, sample_index=draw)
         modes = ["slow" if "slow" in g.text.lower() else "fast" for g in route]
         tok_in += [g.tokens_in for g in route]
         tok_out += [g.tokens_out for g in route]
@@ -101,14 +111,14 @@ def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
         if slow:
             refl = lm.generate([fill(f"reflect_{reflection}", **{k: base[j][k] for k in ("question", "choices", "answer")})
                                 for j in slow], max_new_tokens=max_new_tokens, chat=True,
-                               temperature=temperature, sample_index=repeat)
+                               temperature=temperature, sample_index=draw)
             for j, g in zip(slow, refl):
                 reflections[j] = f"Your reflection:\n{g.text.strip()}\n"
                 tok_in[j] += g.tokens_in
                 tok_out[j] += g.tokens_out
     prompts = [fill("stage2_assess", reflection=r, **b) for b, r in zip(base, reflections)]
     gens = lm.generate(prompts, max_new_tokens=lm.budget("lcae_stage2", 64), chat=True, temperature=temperature,
-                       sample_index=repeat, json_schemas=[assessment_schema(len(b["choices"])) for b in base])
+                       sample_index=draw, json_schemas=[assessment_schema(len(b["choices"])) for b in base])
     for k, (i, b, g) in enumerate(zip(items["item_id"], base, gens)):
         p, revised = (float("nan"), None) if g.finish_reason == "length" else parse_assessment(g.text, len(b["choices"]))
         rows.append(dict(item_id=i, error_p=p, parsed=not np.isnan(p), finish_reason=g.finish_reason, mode=modes[k],
