@@ -298,3 +298,44 @@ def test_item_fit_note_counts_every_item_and_table3_uses_the_papers_column_order
     # the BCE cost of one item at reference 0.5 stated as 0: -0.5 log(eps) - 0.5 log(1 - eps)
     note = method_note(method="jml", eps=1e-6, base_models=[])
     assert "costs 6.9 (at ε = 1e-15: 17.3; at 1e-3: 3.5)" in note and "(L-1)/L" in note
+
+
+def test_table_notes_count_unparsed_and_truncated_replies_and_state_the_choices(tmp_path):
+    """write_tables end to end on synthetic stage outputs: every table note says how many
+    Stage-1 answers and Stage-2 self-assessments gave no answer, and the open choices."""
+    from selfknow.protocols.lcae.jobs import irt_job, stage3_job
+    from selfknow.protocols.lcae.tables import write_tables
+    from selfknow.records import write_parquet
+
+    rng = np.random.default_rng(3)
+    items = [f"q{k:02d}" for k in range(20)]
+    paths, s2paths = [], []
+    for m in range(3):
+        status = ["parsed"] * 18 + ["unparsed", "truncated"]
+        rows = [dict(item_id=q, strategy=s, correct=bool(rng.random() < 0.5) and st == "parsed", status=st,
+                     model=f"m{m}", checkpoint="final")
+                for s in ("standard", "cot") for q, st in zip(items, status)]
+        paths.append(str(tmp_path / f"s1_{m}.parquet"))
+        write_parquet(pd.DataFrame(rows), paths[-1])
+        s2 = pd.DataFrame([dict(item_id=q, condition=c, repeat=r, correct_final=bool(rng.random() < 0.5),
+                                error_p=np.nan if k == 0 else rng.random(), parsed=k != 0,
+                                finish_reason="length" if (k == 0 and c == "dpr") else "stop", mode="fast",
+                                tokens_in=1, tokens_out=1, model=f"m{m}", checkpoint="final")
+                           for c in ("baseline", "ids", "dpr", "ids_dpr") for r in range(2)
+                           for k, q in enumerate(items)])
+        s2paths.append(str(tmp_path / f"s2_{m}.parquet"))
+        write_parquet(s2, s2paths[-1])
+    irt_job(paths, str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"), method="jml")
+    stage3_job(s2paths, str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
+               str(tmp_path / "s3.parquet"), eps=1e-6)
+    names = ["table1", "table1_squared", "table2", "table3", "item_fit"]
+    outputs = {f"{n}_{x}": str(tmp_path / f"{n}.{x}") for n in names for x in ("csv", "md")}
+    write_tables(str(tmp_path / "s3.parquet"), str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
+                 outputs, str(tmp_path / "figure2.png"), {"m0": [1.0, 2.0]}, [], method="jml", eps=1e-6,
+                 base_models=["m2"])
+    for n in ("table1", "table2", "table3"):
+        md = (tmp_path / f"{n}.md").read_text()
+        assert ("Stage 1: of 120 answers (6 examinees), 6 gave no explicit final answer (unparsed) and 6 were "
+                "cut at the token budget (truncated)") in md
+        assert "Stage 2: of 480 self-assessments, 18 unparsed and 6 truncated" in md
+        assert "(L-1)/L" in md and "ε = 1e-06 (lcae.lcae_eps)" in md and "Base LMs (m2)" in md
