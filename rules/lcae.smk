@@ -113,12 +113,15 @@ rule lcae_stage3:
 rule lcae_tables:
     input:
         stage3=rules.lcae_stage3.output[0],
+        persons=rules.lcae_irt.output.persons,
         item_params=rules.lcae_irt.output.item_params,
     output:
         **named_table_targets("lcae", ["table1", "table1_squared", "table2", "table3", "item_fit"]),
         **named_figure_targets("lcae", ["figure2"]),
     params:
         prices=LC["prices"],
+        method=LC["rasch_method"],
+        eps=LC["lcae_eps"],
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"

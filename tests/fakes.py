@@ -9,7 +9,7 @@ from selfknow.models.base import LM, Beam, CallStats, Generation
 
 
 class ScriptedLM(LM):
-    """`respond(prompt) -> str` drives `generate`; beams, log-likelihoods and next-token
+    """`respond(prompt) -> str` (or `(text, finish_reason)`) drives `generate`; beams, log-likelihoods and next-token
     log-probabilities come from optional callables, defaulting to deterministic hashes."""
 
     backend = "scripted"
@@ -39,10 +39,12 @@ class ScriptedLM(LM):
         out = []
         for p in prompts:
             self.prompts.append(p)
-            text = self._respond(p)
+            text, finish = self._respond(p), "stop"
+            if isinstance(text, tuple):  # (text, finish_reason): a scripted cut reply
+                text, finish = text
             for s in stop or ():
                 text = text.split(s)[0]
-            out.append(Generation(text, len(p.split()), len(text.split())))
+            out.append(Generation(text, len(p.split()), len(text.split()), finish))
         self.stats.misses += len(prompts)
         return out
 

@@ -116,7 +116,7 @@ def test_resumable_generation_on_a_full_disk_resumes_after_space_is_freed(tmp_pa
         assert not out.exists()
         parts = sorted((disk / "gen.parquet.parts").iterdir())
         assert parts and not any(p.name.endswith(".tmp") for p in parts)
-        done = len(parts)
+        done = len([p for p in parts if p.suffix == ".parquet"])  # beside them: the run's identity stamp
         # free the space by moving the run to a bigger disk, parts and all
         big = tmp_path / "big"
         big.mkdir()
@@ -351,7 +351,7 @@ def smollm2(request):
 
 @pytest.mark.slow
 def test_lcae_stage1_counts_unparsed_smollm2_replies(smollm2):
-    from selfknow.protocols.lcae.examinees import answer_items, parse_final_letter
+    from selfknow.protocols.lcae.examinees import answer_items
 
     items = pd.DataFrame({
         "item_id": ["a", "b", "c"],
@@ -364,10 +364,10 @@ def test_lcae_stage1_counts_unparsed_smollm2_replies(smollm2):
     # three new tokens: the generated-knowledge reply ("Knowledge: ...") never reaches a letter
     out = answer_items(smollm2, items, "knowledge", chat=True, max_new_tokens=3)
     assert list(out["item_id"]) == ["a", "b", "c"]  # every row kept, in order
-    assert list(out["unparsed"]) == [parse_final_letter(t, 4) is None for t in out["raw"]]
-    assert out["unparsed"].sum() >= 1
-    assert not out.loc[out["unparsed"], "correct"].any()  # an unparsed reply is scored wrong
-    assert out.loc[out["unparsed"], "answer"].isna().all()
+    # three tokens never reach "Answer: X": every reply is cut, none is read as an answer
+    assert list(out["status"]) == ["truncated"] * 3 and set(out["finish_reason"]) == {"length"}
+    assert not out["correct"].any()  # a reply with no answer is scored wrong
+    assert out["answer"].isna().all()
 
 
 @pytest.mark.slow

@@ -21,7 +21,13 @@ def test_exact_match_aliases():
 def test_parse_option_letter():
     assert parse_option_letter("B", 4) == "B"
     assert parse_option_letter("(C) because...", 4) == "C"
-    assert parse_option_letter("I think the answer is d.", 4) == "D"
+    assert parse_option_letter("I think the answer is D.", 4) == "D"
+    assert parse_option_letter("B. Paris", 4) == "B"
+    # ten options (A-J): a sentence's first word or a lower-case article is no option label
+    assert parse_option_letter("I am not sure.", 10) is None
+    assert parse_option_letter("A 62-year-old man ...", 10) is None
+    assert parse_option_letter("the answer is a drug ...", 10) is None
+    assert parse_option_letter("I. Pyelonephritis", 10) == "I"
     assert parse_option_letter("E", 4) is None
     assert parse_option_letter("no idea", 4) is None
     assert parse_option_letter(None, 4) is None

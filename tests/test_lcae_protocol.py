@@ -4,7 +4,8 @@ import pandas as pd
 import pytest
 
 from fakes import ScriptedLM
-from selfknow.protocols.lcae.examinees import STRATEGIES, answer_items, parse_final_letter
+from selfknow.protocols.lcae.examinees import STRATEGIES, answer_items
+from selfknow.stages.judge import final_answer_letter
 from selfknow.protocols.lcae.metacognition import (CONDITIONS, assess, assessment_schema,
                                                    parse_assessment)
 
@@ -22,8 +23,26 @@ def _items():
     ("I am not sure.", None),
     ("Answer: E", None),
 ])
-def test_parse_final_letter(text, expected):
-    assert parse_final_letter(text, 4) == expected
+def test_final_answer_letter_four_options(text, expected):
+    assert final_answer_letter(text, 4) == expected
+
+
+@pytest.mark.parametrize("text,expected", [
+    # MedXpertQA has ten options A-J, so I and A are options: sentences that start with them,
+    # or a lower-case article after "answer is", must not be read as answers
+    ("I am not sure.", None),
+    ("A 62-year-old man presents with fever; the likeliest cause is listed.", None),
+    ("Hard to say, the answer is a drug that blocks the receptor.", None),
+    ("Answer: I am not sure.", None),
+    ("answer: j", None),
+    ("Answer: J", "J"),
+    ("Reasoning ... So the final answer is: (I).", "I"),
+    ("**Answer:** A", "A"),
+    ("Answer: B - pneumonia", "B"),
+    ("Answer: K", None),
+])
+def test_final_answer_letter_ten_options(text, expected):
+    assert final_answer_letter(text, 10) == expected
 
 
 @pytest.mark.parametrize("text,p,letter", [
@@ -46,8 +65,21 @@ def test_chat_strategies_parse_and_count_unparsed():
         out = answer_items(lm, _items(), s, chat=True, max_new_tokens=32)
         assert list(out["answer"][:2]) == ["B", "A"] and pd.isna(out["answer"][2])
         assert list(out["correct"]) == [True, False, False]
-        assert out["unparsed"].sum() == 1  # recorded and counted, never dropped
+        assert list(out["status"]) == ["parsed", "parsed", "unparsed"]  # recorded and counted, never dropped
         assert len(out) == 3
+
+
+def test_truncated_reply_is_counted_as_truncated_not_parsed():
+    """A reply cut at the budget may end on a draft "Answer: X": no letter is read from it."""
+    items = _items().assign(choices=[list("abcdefghij")] * 3, answer=["J", "I", "A"])
+    replies = {"Q one?": ("Step 1 ... Answer: J", "stop"), "Q two?": ("I think Answer: I, but let me check", "length"),
+               "Q three?": ("I am not sure.", "stop")}
+    lm = ScriptedLM(lambda p: next(v for k, v in replies.items() if k in p))
+    out = answer_items(lm, items, "cot", chat=True, max_new_tokens=32)
+    assert list(out["status"]) == ["parsed", "truncated", "unparsed"]
+    assert list(out["finish_reason"]) == ["stop", "length", "stop"]
+    assert out["answer"][0] == "J" and out["answer"][1:].isna().all()
+    assert list(out["correct"]) == [True, False, False]
 
 
 def test_base_standard_picks_the_most_likely_option():
@@ -206,3 +238,104 @@ def test_table1_squared_variant_is_the_mean_squared_error_over_repeats_with_the_
     assert table.loc[3, "examinee"] == "mean" and table.loc[3, "DPR"] == pytest.approx(table.loc[:2, "DPR"].mean())
     assert notes.startswith("Friedman χ²(3) = ") and "Holm-adjusted p" in notes
     assert not np.allclose(table.loc[:2, "Baseline"], per_condition_table(pd.DataFrame(rows), "lcae")[0].loc[:2, "Baseline"])
+
+
+def test_stage3_ability_equals_stage1_for_identical_answers(tmp_path):
+    """Stage 3 re-estimates θ with Stage-1 difficulties fixed over the same (calibrated) items,
+    so an examinee whose final answers are its Stage-1 answers keeps its Stage-1 ability,
+    exactly, even with an extreme item in the set (it was -0.928 vs -0.927 with the extreme
+    item in Stage 3 only)."""
+    from selfknow.protocols.lcae.jobs import irt_job, stage3_job
+    from selfknow.records import read_parquet, write_parquet
+
+    rng = np.random.default_rng(7)
+    n_items, theta = 30, rng.normal(0, 1, 8)
+    b = np.linspace(-2, 2, n_items)
+    X = (rng.random((8, n_items)) < 1 / (1 + np.exp(b[None, :] - theta[:, None]))).astype(int)
+    X[:, 0] = 1  # an item every examinee answers right: extreme, left out of the calibration
+    X[0, 1:3] = [0, 1]
+    items = [f"q{k:02d}" for k in range(n_items)]
+    paths = []
+    for m in range(4):
+        rows = [dict(item_id=q, strategy=s, correct=bool(X[2 * m + j, k]), status="parsed", model=f"m{m}",
+                     checkpoint="final") for j, s in enumerate(("standard", "cot")) for k, q in enumerate(items)]
+        paths.append(str(tmp_path / f"s1_{m}.parquet"))
+        write_parquet(pd.DataFrame(rows), paths[-1])
+    irt_job(paths, str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"), method="jml")
+    item_params = read_parquet(tmp_path / "items.parquet")
+    assert (item_params["extreme"] != "").sum() >= 1
+    s2 = pd.DataFrame([dict(item_id=q, condition="baseline", repeat=0, correct_final=bool(X[2, k]), error_p=0.3,
+                            parsed=True, finish_reason="stop", mode="fast", tokens_in=1, tokens_out=1,
+                            model="m1", checkpoint="final") for k, q in enumerate(items)])
+    write_parquet(s2, tmp_path / "s2.parquet")
+    stage3_job([str(tmp_path / "s2.parquet")], str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
+               str(tmp_path / "s3.parquet"), eps=1e-6)
+    s3 = read_parquet(tmp_path / "s3.parquet")
+    assert s3.loc[0, "theta"] == pytest.approx(s3.loc[0, "theta_stage1"], abs=1e-9)
+    assert s3.loc[0, "n_ability_items"] == n_items - int((item_params["extreme"] != "").sum())
+    assert s3.loc[0, "n_items"] == n_items  # LCAE still over every item
+
+
+def test_tied_conditions_say_the_friedman_test_is_undefined_not_nan():
+    from selfknow.protocols.lcae.tables import per_condition_table
+
+    rows = [{"examinee": ex, "condition": c, "repeat": 0, "theta": th}
+            for ex, th in (("m1", 0.2), ("m2", -0.4), ("m3", 1.0)) for c in ("baseline", "ids", "dpr", "ids_dpr")]
+    _, notes = per_condition_table(pd.DataFrame(rows), "theta")
+    assert "nan" not in notes and notes.startswith("Friedman test undefined: every examinee's value is the same")
+
+
+def test_item_fit_note_counts_every_item_and_table3_uses_the_papers_column_order():
+    from selfknow.protocols.lcae.tables import item_fit_summary, method_note, top_models_table
+
+    items = pd.DataFrame({"item_id": list("abcde"), "b": 0.0, "se": 0.1, "infit": [1.0, 1.0, 1.7, 2.5, np.nan],
+                          "outfit": [1.0, 1.0, 1.0, 1.0, np.nan], "band": "", "extreme": ["", "", "", "", "all_correct"]})
+    _, note = item_fit_summary(items)
+    assert "acceptable: 2, marginal: 1, severe: 1, extreme" in note and "): 1; 5 items in all." in note
+    s3 = pd.DataFrame([{"examinee": "m", "condition": c, "repeat": r, "theta": 0.0, "lcae": 1.0 + r}
+                       for c in ("baseline", "ids", "dpr", "ids_dpr") for r in range(3)])
+    assert list(top_models_table(s3).columns) == ["examinee", "ability", "Baseline", "DPR", "IDS", "DPR+IDS"]
+    # the BCE cost of one item at reference 0.5 stated as 0: -0.5 log(eps) - 0.5 log(1 - eps)
+    note = method_note(method="jml", eps=1e-6, base_models=[])
+    assert "costs 6.9 (at ε = 1e-15: 17.3; at 1e-3: 3.5)" in note and "(L-1)/L" in note
+
+
+def test_table_notes_count_unparsed_and_truncated_replies_and_state_the_choices(tmp_path):
+    """write_tables end to end on synthetic stage outputs: every table note says how many
+    Stage-1 answers and Stage-2 self-assessments gave no answer, and the open choices."""
+    from selfknow.protocols.lcae.jobs import irt_job, stage3_job
+    from selfknow.protocols.lcae.tables import write_tables
+    from selfknow.records import write_parquet
+
+    rng = np.random.default_rng(3)
+    items = [f"q{k:02d}" for k in range(20)]
+    paths, s2paths = [], []
+    for m in range(3):
+        status = ["parsed"] * 18 + ["unparsed", "truncated"]
+        rows = [dict(item_id=q, strategy=s, correct=bool(rng.random() < 0.5) and st == "parsed", status=st,
+                     model=f"m{m}", checkpoint="final")
+                for s in ("standard", "cot") for q, st in zip(items, status)]
+        paths.append(str(tmp_path / f"s1_{m}.parquet"))
+        write_parquet(pd.DataFrame(rows), paths[-1])
+        s2 = pd.DataFrame([dict(item_id=q, condition=c, repeat=r, correct_final=bool(rng.random() < 0.5),
+                                error_p=np.nan if k == 0 else rng.random(), parsed=k != 0,
+                                finish_reason="length" if (k == 0 and c == "dpr") else "stop", mode="fast",
+                                tokens_in=1, tokens_out=1, model=f"m{m}", checkpoint="final")
+                           for c in ("baseline", "ids", "dpr", "ids_dpr") for r in range(2)
+                           for k, q in enumerate(items)])
+        s2paths.append(str(tmp_path / f"s2_{m}.parquet"))
+        write_parquet(s2, s2paths[-1])
+    irt_job(paths, str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"), method="jml")
+    stage3_job(s2paths, str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
+               str(tmp_path / "s3.parquet"), eps=1e-6)
+    names = ["table1", "table1_squared", "table2", "table3", "item_fit"]
+    outputs = {f"{n}_{x}": str(tmp_path / f"{n}.{x}") for n in names for x in ("csv", "md")}
+    write_tables(str(tmp_path / "s3.parquet"), str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
+                 outputs, str(tmp_path / "figure2.png"), {"m0": [1.0, 2.0]}, [], method="jml", eps=1e-6,
+                 base_models=["m2"])
+    for n in ("table1", "table2", "table3"):
+        md = (tmp_path / f"{n}.md").read_text()
+        assert ("Stage 1: of 120 answers (6 examinees), 6 gave no explicit final answer (unparsed) and 6 were "
+                "cut at the token budget (truncated)") in md
+        assert "Stage 2: of 480 self-assessments, 18 unparsed and 6 truncated" in md
+        assert "(L-1)/L" in md and "ε = 1e-06 (lcae.lcae_eps)" in md and "Base LMs (m2)" in md

@@ -185,3 +185,63 @@ def test_hf_identity_fingerprint_changes_with_weights(tmp_path):
     full, sampled = hash_files(d), hash_files(d, sample_bytes=1000)
     (d / "model.safetensors").write_bytes(b"a" * 2000 + b"c" + b"a" * 2998 + b"b")
     assert hash_files(d, sample_bytes=1000) == sampled and hash_files(d) != full
+
+
+class SamplingChatLM:
+    """A chat model behind the real request cache whose every computed request is a fresh
+    draw (a counter): an API model at temperature > 0, or, with `deterministic`, local greedy
+    decoding. Routing prompts answer "Fast"; every other reply is an assessment JSON."""
+
+    backend, model_id, revision, adapter = "scripted", "m", None, None
+    token_budgets: dict = {}
+
+    def __init__(self, cache_dir, *, deterministic: bool):
+        from selfknow.models.base import LM
+
+        self.budget = LM.budget.__get__(self)
+        self.stats = CallStats()
+        self._calls = CachedCalls(cache_dir, lambda: dict(IDENTITY), self.stats,
+                                  greedy_deterministic=deterministic)
+        self.draws = 0
+
+    def generate(self, prompts, *, max_new_tokens, stop=None, chat=False, system=None, temperature=0.0,
+                 sample_index=0, json_schemas=None):
+        from selfknow.models.base import Generation
+
+        def compute(idx):
+            out = []
+            for i in idx:
+                self.draws += 1
+                text = "Fast" if "Fast or Slow" in prompts[i] else (
+                    json.dumps({"error_probability": self.draws / 1000, "final_answer": "A"}))
+                out.append({"text": text, "tokens_in": 1, "tokens_out": 1, "finish_reason": "stop"})
+            return out
+
+        got = self._calls.run("generate", [{"prompt": p} for p in prompts],
+                              {"max_new_tokens": max_new_tokens, "temperature": float(temperature)}, compute,
+                              sample_index=sample_index)
+        return [Generation(**g) for g in got]
+
+
+@pytest.mark.parametrize("temperature,deterministic,shared", [(0.7, False, False), (0.7, True, False),
+                                                              (0.0, True, True)])
+def test_lcae_dpr_fast_draws_are_not_the_baselines(tmp_path, temperature, deterministic, shared):
+    """Issue 24's DPR-fast case: a Fast-routed DPR assessment prompt is byte-identical to the
+    baseline's. Sampled (temperature 0.7, cold cache), each of the 12 DPR-fast rows (4 items x 3
+    repeats) is its own draw, not the baseline's reply; greedy on a deterministic backend the
+    identical requests still share one entry."""
+    import pandas as pd
+
+    from selfknow.protocols.lcae.metacognition import assess
+
+    items = pd.DataFrame({"item_id": list("abcd"), "question": [f"Q {k}?" for k in "abcd"],
+                          "choices": [["x", "y", "z"]] * 4, "answer": ["A"] * 4})
+    stage1 = pd.DataFrame({"item_id": list("abcd"), "answer": ["A", "B", "A", "C"]})
+    lm = SamplingChatLM(tmp_path / "cache", deterministic=deterministic)
+    out = {(c, r): assess(lm, items, stage1, c, dict.fromkeys("abcd", 0.4), chat=True, repeat=r,
+                          temperature=temperature)
+           for c in ("baseline", "dpr") for r in range(3)}
+    assert all((out["dpr", r]["mode"] == "fast").all() for r in range(3))
+    same = sum(int(b == d) for r in range(3)
+               for b, d in zip(out["baseline", r]["error_p"], out["dpr", r]["error_p"]))
+    assert same == (12 if shared else 0)

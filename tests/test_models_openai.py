@@ -444,3 +444,18 @@ def test_json_schemas_go_to_the_server_as_a_strict_response_format(server, tmp_p
     responses.generate(["p5"], max_new_tokens=32, json_schemas=schemas[1:])
     assert server.requests[-1][1]["text"] == {"format": {
         "type": "json_schema", "name": "reply", "schema": schemas[1], "strict": True}}
+
+
+def test_read_generation_keeps_length_and_content_filter_finish_reasons(server):
+    """A cut reply must say so (LCAE counts it as truncated) and a filtered one too (the judge
+    reads it as a refusal), on every endpoint shape."""
+    lm = load_lm(spec(server), cache_dir=None)
+    chat = {"choices": [{"index": 0, "message": {"content": "x"}, "finish_reason": None}], "usage": {}}
+    for given, ours in (("length", "length"), ("content_filter", "content_filter"), ("stop", "stop"),
+                        ("tool_calls", "stop")):
+        chat["choices"][0]["finish_reason"] = given
+        assert lm.read_generation(chat, "/chat/completions", 0)["finish_reason"] == ours
+    resp = {"status": "incomplete", "output": [], "usage": {}}
+    for given, ours in (("max_output_tokens", "length"), ("content_filter", "content_filter"), (None, "stop")):
+        resp["incomplete_details"] = {"reason": given}
+        assert lm.read_generation(resp, "/responses", 0)["finish_reason"] == ours

@@ -402,6 +402,27 @@ def test_rehearsal_judge_batch_killed_mid_flight_resumes_without_resubmitting(co
         s.close()
 
 
+def test_lcae_stand_in_hedges_and_runs_past_the_budget_and_both_are_counted(server):
+    """LCAE Stage 1 in the rehearsal: some ten-option answers are a hedge ("I am not sure.",
+    once read as option I) and some reason past the token budget (cut at "length"); the
+    Stage-1 records count them as unparsed and truncated, never as answers."""
+    import pandas as pd
+
+    from selfknow.protocols.lcae.examinees import answer_items
+
+    spec = {"name": "examinee", "backend": "openai", "base_url": server.url, "model": "plain", "max_retries": 0,
+            "timeout_s": 10}
+    lm = load_lm(spec, cache_dir=None)
+    items = pd.DataFrame({"item_id": [f"q{k}" for k in range(150)], "question": [f"Which drug {k}?" for k in range(150)],
+                          "choices": [[f"drug {c}" for c in "ABCDEFGHIJ"]] * 150, "answer": ["I"] * 150})
+    out = answer_items(lm, items, "cot", chat=True, max_new_tokens=256)
+    counts = out["status"].value_counts()
+    assert 0 < counts["unparsed"] < 25 and 0 < counts["truncated"] < 25 and counts["parsed"] > 100
+    assert (out.loc[out["status"] == "unparsed", "raw"] == "I am not sure.").all()
+    assert (out.loc[out["status"] == "truncated", "finish_reason"] == "length").all()
+    assert out.loc[out["status"] != "parsed", "answer"].isna().all()
+
+
 def test_api_endpoint_is_one_local_server(configs):
     port, models, reasoning = api_endpoint(configs[1])
     assert port == 18431 and "gpt-5.4" in reasoning and "qwen-max" in models and "qwen-max" not in reasoning

@@ -16,12 +16,15 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Generation:
-    """One decoded continuation. `tokens_in`/`tokens_out` feed cost accounting (LCAE CE)."""
+    """One decoded continuation. `tokens_in`/`tokens_out` feed cost accounting (LCAE CE).
+    `finish_reason`: "stop" (a stop string, EOS or the end of the answer), "length" (cut at
+    `max_new_tokens`: callers count it, never read it as a finished answer) or
+    "content_filter" (a provider withheld it)."""
 
     text: str
     tokens_in: int
     tokens_out: int
-    finish_reason: str = "stop"  # "stop" | "length"
+    finish_reason: str = "stop"
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,13 @@ class LM(abc.ABC):
     greedy_deterministic: bool = True
     #: the model entry's `token_budgets` (set by `load_lm`)
     token_budgets: Mapping[str, int] = MappingProxyType({})
+
+    def identity(self) -> dict:
+        """What makes this model's answers what they are, the model part of every request's
+        cache key and of a resumable job's identity: backend, model id, revision (for local
+        weights a fingerprint of their files), adapter and backend settings."""
+        return {"backend": self.backend, "model_id": self.model_id, "revision": self.revision,
+                "adapter": self.adapter}
 
     def budget(self, stage: str, default: int) -> int:
         """Max new tokens of protocol stage `stage` (one of BUDGET_STAGES) for this model: the

@@ -620,6 +620,9 @@ class HFLM(LM):
         self._calls = CachedCalls(cache_dir, self._identity, self.stats)
 
     # ---- identity and lazy loading -----------------------------------------------------
+    def identity(self) -> dict:
+        return self._calls.identity
+
     def _identity(self, with_adapter: bool = True) -> dict:
         """What makes this model's answers what they are: for local dirs a content
         fingerprint (so a retrained model misses), for the hub the revision; plus the dtype,

@@ -110,6 +110,10 @@ def _with_response_format(endpoint: str, body: dict, schema: dict, mode: str = "
     return True
 
 
+#: the provider's reason an answer ended -> ours (`Generation.finish_reason`): Chat/Completions
+#: `finish_reason`, Responses `incomplete_details.reason`; anything else ended normally
+_FINISH = {"length": "length", "max_output_tokens": "length", "content_filter": "content_filter"}
+
 class RequestFailed(RuntimeError):
     """An HTTP request still failed after all retries (or failed with a non-retryable
     status)."""
@@ -189,6 +193,9 @@ class OpenAILM(LM):
 
             self.batch = BatchJobs(self, spec, cache_dir)
         # ---- end of batch hook
+
+    def identity(self) -> dict:
+        return self._calls.identity
 
     def _identity(self) -> dict:
         # base_url is left out on purpose: the same served model on another node or port
@@ -365,18 +372,18 @@ class OpenAILM(LM):
                            if item.get("type") == "message"
                            for part in item.get("content") or []
                            if part.get("type") == "output_text")
-            cut = (data.get("incomplete_details") or {}).get("reason") == "max_output_tokens"
+            why = (data.get("incomplete_details") or {}).get("reason")
             usage = data.get("usage") or {}
             return {"text": text, "tokens_in": int(usage.get("input_tokens") or 0),
                     "tokens_out": int(usage.get("output_tokens") or 0),
-                    "finish_reason": "length" if cut else "stop"}
+                    "finish_reason": _FINISH.get(why, "stop")}
         choice = self._choice(data, endpoint, i)
         text = (choice.get("message") or {}).get("content") if endpoint == "/chat/completions" \
             else choice.get("text")
         usage = data.get("usage") or {}
         return {"text": text or "", "tokens_in": int(usage.get("prompt_tokens") or 0),
                 "tokens_out": int(usage.get("completion_tokens") or 0),
-                "finish_reason": "length" if choice.get("finish_reason") == "length" else "stop"}
+                "finish_reason": _FINISH.get(choice.get("finish_reason"), "stop")}
 
     def _use_chat(self, chat: bool) -> bool:
         return bool(chat) or self.chat_default

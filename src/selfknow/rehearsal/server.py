@@ -18,7 +18,10 @@ where exact API behaviour matters:
 - `logprobs` gets next-token `top_logprobs` (chat) or `logprobs` (completions);
 - a judge request (numbered candidate answers, `selfknow.stages.judge.candidates_prompt`) gets one
   "k. X" line per candidate, X in R/W/N; a few requests get a refusal or a reply in words
-  instead, which the workflow must count, never drop.
+  instead, which the workflow must count, never drop;
+- an LCAE Stage-1 answer is, for 8 requests in 100, a hedge with no final answer and, for 8 in
+  100, reasoning longer than any token budget (cut, `finish_reason` "length"), which the
+  LCAE table notes must count.
 
 Answers are deterministic functions of the request (a seeded hash of model, prompt and sample
 seed picks the option, the probability, the label), so a rerun is answered identically.
@@ -41,6 +44,10 @@ from .batches import BatchStore
 REASONING_SPEND = 64
 _OPTION = re.compile(r"^\s*\(?([A-J])[.)]\s", re.MULTILINE)
 _CANDIDATE = re.compile(r"^(\d+)\. (.*)$", re.MULTILINE)
+#: LCAE Stage-1 prompts (`protocols/lcae/prompts/`) ask for one of these final-answer forms
+_LCAE_STAGE1_FORMS = ('"Answer: X"', '"So the final answer is: X"')
+#: repeats of a reasoning sentence (7 tokens) in a reply longer than any budget of the configs
+_RAMBLE = 2000
 _REFERENCE = re.compile(r"^(?:Ground-truth answer|Reference ground-truth answers): (.*)$", re.MULTILINE)
 
 
@@ -176,6 +183,13 @@ def text_reply(prompt: str, key: str) -> str:
     if "Fast or Slow" in prompt:
         return "Fast" if u < 0.5 else "Slow"
     letters = sorted(set(_OPTION.findall(prompt))) or list("ABCD")
+    if any(form in prompt for form in _LCAE_STAGE1_FORMS):
+        # as real examinees do, some hedge with no final answer and some reason past the limit
+        odd = _unit(key, "lcae")
+        if odd < 0.08:
+            return "I am not sure."
+        if odd < 0.16:
+            return "Let me reason step by step. " * _RAMBLE + f"Answer: {letters[0]}"
     conf = int(_unit(key, 'conf') * 101) if "Confidence: [0-100]" in prompt else round(_unit(key, 'conf'), 2)
     return f"Answer: {letters[int(u * len(letters))]}\nConfidence: {conf}"
 

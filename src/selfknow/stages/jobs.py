@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from selfknow.config import is_chat
-from selfknow.stages.generation import fixed_shots, greedy_answers
+from selfknow.stages.generation import CHAT_MCQ, CHAT_QA, fixed_shots, greedy_answers
 from selfknow.stages.items import sample_items
 from selfknow.stages.judge import cohen_kappa, judge_candidates, judge_references, kappa_interval
 from selfknow.models import load_lm
@@ -32,8 +32,9 @@ def greedy_job(test_path: str, train_path: str, spec: dict, checkpoint: str, out
     chat = is_chat(spec)
     df = map_chunks(items, lambda c: greedy_answers(lm, c, shots=shots, chat=chat, max_new_tokens=max_new_tokens),
                     out, chunk_size=256, desc="greedy",
-                    params={"spec": spec, "ckpt": checkpoint, "shots": shots, "mnt": max_new_tokens},
-                    finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
+                    params={"spec": spec, "ckpt": checkpoint, "shots": shots, "mnt": max_new_tokens,
+                            "prompts": [CHAT_QA, CHAT_MCQ]},
+                    model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
     return {"items": len(df), "accuracy": round(float(df["correct"].mean()), 4),
             "unparsed": int(df["unparsed"].sum()), "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
 

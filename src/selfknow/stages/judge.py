@@ -33,23 +33,40 @@ def exact_match(prediction: str | None, aliases: Iterable[str]) -> bool:
     return bool(pred) and any(pred == normalise_answer(a) for a in aliases)
 
 
-_LETTER = re.compile(r"^\s*\(?([A-Z])\b")
-_LETTER_ANYWHERE = re.compile(r"\b(?:answer|option)\s*(?:is|:)?\s*\(?([A-Z])\b", re.IGNORECASE)
+# An option letter is an upper-case letter standing alone: "Answer: J", "(C)", "B." or "B) ...",
+# never the first letter of a word or sentence ("I am not sure.", "A 62-year-old man ...") nor a
+# lower-case article ("the answer is a drug ..."); with ten options A-J, I and A are options.
+_ALONE = r"(?=\s*$|[.,;:!)\]*]|\s+[-\u2013\u2014(])"
+_BARE = re.compile(r"^\s*[*(\[]*\s*([A-Z])\s*[)\]*]*\.?\s*$")
+_LEADING = re.compile(r"^\s*[*(\[]*([A-Z])(?:[.):\]]|\*\*)")
+_FINAL = re.compile(r"(?i:\banswer)(?:\s*(?i:is))?\s*\**\s*[:=]?\s*\**\s*[(\[]?\s*([A-Z])" + _ALONE,
+                    re.MULTILINE)
 
 
-def parse_option_letter(text: str | None, n_choices: int) -> str | None:
-    """The option letter a free-text MCQ answer commits to, or None (unparsed).
-
-    A leading letter ("B", "(B)", "B. ...") wins; otherwise the last "answer is X" phrase.
-    """
+def final_answer_letter(text: str | None, n_choices: int) -> str | None:
+    """The option letter of an explicit final-answer form, or None: the last "Answer: X" /
+    "answer is X" / "final answer is: (X)" (the keyword in any case, X an upper-case option
+    letter standing alone), else a reply that is nothing but the letter ("B", "(B)", "B.").
+    Nothing else counts: no leading letter of a sentence, no lower-case letter."""
     if not text:
         return None
     valid = string.ascii_uppercase[:n_choices]
-    m = _LETTER.match(text)
-    if m and m.group(1) in valid:
-        return m.group(1)
-    hits = [h for h in _LETTER_ANYWHERE.findall(text) if h.upper() in valid]
-    return hits[-1].upper() if hits else None
+    hits = [h for h in _FINAL.findall(text) if h in valid]
+    if hits:
+        return hits[-1]
+    m = _BARE.match(text)
+    return m.group(1) if m and m.group(1) in valid else None
+
+
+def parse_option_letter(text: str | None, n_choices: int) -> str | None:
+    """The option letter a free-text MCQ answer ("the letter of the correct option only")
+    commits to, or None (unparsed): an explicit final-answer form (`final_answer_letter`),
+    else a leading option label ("B. Paris", "(C) because ...", "**D**")."""
+    found = final_answer_letter(text, n_choices)
+    if found or not text:
+        return found
+    m = _LEADING.match(text)
+    return m.group(1) if m and m.group(1) in string.ascii_uppercase[:n_choices] else None
 
 
 def letter_match(prediction: str | None, reference: str) -> bool:

@@ -18,28 +18,17 @@ after "Question: q\\nAnswer:", softmax over the options) after a strategy-specif
 """
 from __future__ import annotations
 
-import re
-
 import pandas as pd
 
-from selfknow.stages.judge import letter_match, parse_option_letter
+from selfknow.stages.judge import final_answer_letter, letter_match
 from selfknow.stages.mcq import chosen_letter, cloze_prompt, describe, option_probabilities
 from selfknow.models.base import LM
-from selfknow.protocols.lcae.prompting import LETTERS, fill
+from selfknow.protocols.lcae.prompting import fill
 
 STRATEGIES = ("standard", "knowledge", "cot", "self_ask", "tot")
-_FINAL = re.compile(r"(?:answer\s*(?:is)?\s*[:=]?|final answer is:?)\s*\(?([A-Z])\b", re.IGNORECASE)
-
-
-def parse_final_letter(text: str | None, n_choices: int) -> str | None:
-    """The last "Answer: X" / "final answer is X" letter of a reply; else a leading letter."""
-    if not text:
-        return None
-    valid = LETTERS[:n_choices]
-    hits = [h.upper() for h in _FINAL.findall(text) if h.upper() in valid]
-    return hits[-1] if hits else parse_option_letter(text, n_choices)
-
-
+#: what became of a reply: an option read from it, no explicit final answer in it, or cut at
+#: the token budget (then no answer is read: its last "Answer: X" may be a draft)
+STATUSES = ("parsed", "unparsed", "truncated")
 def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int = 16) -> pd.DataFrame:
     """Stage-1 answers of a base LM under `strategy` (see the module docstring)."""
     qs, chs = list(items["question"]), [list(c) for c in items["choices"]]
@@ -70,22 +59,29 @@ def answer_base(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int 
     prompts = [cloze_prompt(q, c) for q, c in zip(qs, contexts)]
     return pd.DataFrame({
         "item_id": items["item_id"].values, "strategy": strategy, "prompt": prompts,
-        "raw": [describe(p) for p in probs], "answer": [chosen_letter(p) for p in probs], "unparsed": False,
+        "raw": [describe(p) for p in probs], "answer": [chosen_letter(p) for p in probs], "status": "parsed",
+        "finish_reason": "stop",
         "tokens_in": [len(p.split()) for p in prompts], "tokens_out": tokens_out,
     })
 
 
 def answer_chat(lm: LM, items: pd.DataFrame, strategy: str, max_new_tokens: int = 256) -> pd.DataFrame:
-    """Stage-1 answers of an instruct model: the strategy's prompt, the final letter parsed;
-    a reply with no letter is recorded as unparsed (and scored wrong), never dropped."""
+    """Stage-1 answers of an instruct model: the strategy's prompt, the letter of its explicit
+    final answer (`final_answer_letter`). A reply with none is recorded as unparsed, a reply
+    cut at the budget as truncated (no letter read from it); both are scored wrong, never
+    dropped, and counted in the table notes."""
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(STRATEGIES)}")
     prompts = [fill(strategy, question=q, choices=list(c)) for q, c in zip(items["question"], items["choices"])]
     gens = lm.generate(prompts, max_new_tokens=lm.budget("lcae_stage1", max_new_tokens), chat=True)
-    answers = [parse_final_letter(g.text, len(c)) for g, c in zip(gens, items["choices"])]
+    answers = [None if g.finish_reason == "length" else final_answer_letter(g.text, len(c))
+               for g, c in zip(gens, items["choices"])]
+    status = ["truncated" if g.finish_reason == "length" else "unparsed" if a is None else "parsed"
+              for g, a in zip(gens, answers)]
     return pd.DataFrame({
         "item_id": items["item_id"].values, "strategy": strategy, "prompt": prompts,
-        "raw": [g.text for g in gens], "answer": answers, "unparsed": [a is None for a in answers],
+        "raw": [g.text for g in gens], "answer": answers, "status": status,
+        "finish_reason": [g.finish_reason for g in gens],
         "tokens_in": [g.tokens_in for g in gens], "tokens_out": [g.tokens_out for g in gens],
     })
 

@@ -9,8 +9,9 @@ that the answer is wrong, and may revise the answer. Conditions:
             reflection is shown before the assessment;
 - ids_dpr:  both.
 Instruct models answer in JSON (constrained to `assessment_schema` where the model entry has
-`structured_output` on); a reply that cannot be parsed is recorded (error_p = NaN, `parsed`
-False), counted, and keeps its Stage-1 answer.
+`structured_output` on); a reply that cannot be parsed, or was cut at its token budget
+(`finish_reason` "length"), is recorded (error_p = NaN, `parsed` False), counted, and keeps
+its Stage-1 answer.
 
 Base LMs (the mini world) are asked the same things in completion form and read off their
 continuation likelihoods: the error probability is the expectation over the digits
@@ -29,10 +30,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from selfknow.stages.judge import letter_match
+from selfknow.stages.judge import final_answer_letter, letter_match
 from selfknow.stages.mcq import chosen_letter, cloze_prompt, option_probabilities
 from selfknow.models.base import LM
-from selfknow.protocols.lcae.examinees import parse_final_letter
 from selfknow.protocols.lcae.prompting import LETTERS, fill, template
 
 CONDITIONS = ("baseline", "ids", "dpr", "ids_dpr")
@@ -59,7 +59,7 @@ def parse_assessment(text: str, n_choices: int) -> tuple[float, str | None]:
         mm = _NUMBER.search(text or "")
         if mm:
             p = float(mm.group(1)) / (100 if mm.group(2) else 1)
-        letter = letter or parse_final_letter((text or "").split("final_answer")[-1], n_choices)
+        letter = letter or final_answer_letter(text, n_choices)
     if not np.isnan(p):
         p = p / 100 if p > 1 else p
         p = float(min(max(p, 0.0), 1.0))
@@ -76,6 +76,15 @@ def assessment_schema(n_choices: int) -> dict:
             "required": ["error_probability", "final_answer"], "additionalProperties": False}
 
 
+def draw_index(cond: str, repeat: int) -> int:
+    """The sample index of condition `cond`'s repeat `repeat`: every (condition, repeat) is its
+    own draw, so a sampled request is never answered from another condition's cache entry (a
+    Fast-routed DPR assessment, or an IDS+DPR reflection, has the same prompt as one of
+    another condition, yet the protocol compares them as separate samples). Greedy requests
+    on a deterministic backend ignore it and still share one entry (`CachedCalls.run`)."""
+    return repeat * len(CONDITIONS) + CONDITIONS.index(cond)
+
+
 def _difficulty(cond: str, item_error_p: float) -> str:
     return template("ids").format(item_error_p=item_error_p) if cond in ("ids", "ids_dpr") else ""
 
@@ -87,13 +96,14 @@ def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
     base = [dict(question=q, choices=list(c), answer=ans.get(i) or "(none)",
                  difficulty=_difficulty(cond, item_error_p[i])) for i, q, c in
             zip(items["item_id"], items["question"], items["choices"])]
+    draw = draw_index(cond, repeat)
     tok_in = np.zeros(len(base), int)
     tok_out = np.zeros(len(base), int)
     modes = ["fast"] * len(base)
     reflections = [""] * len(base)
     if cond in ("dpr", "ids_dpr"):
         route = lm.generate([fill("dpr_route", **b) for b in base], max_new_tokens=8, chat=True,
-                            temperature=temperature, sample_index=repeat)
+                            temperature=temperature, sample_index=draw)
         modes = ["slow" if "slow" in g.text.lower() else "fast" for g in route]
         tok_in += [g.tokens_in for g in route]
         tok_out += [g.tokens_out for g in route]
@@ -101,17 +111,17 @@ def assess_chat(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
         if slow:
             refl = lm.generate([fill(f"reflect_{reflection}", **{k: base[j][k] for k in ("question", "choices", "answer")})
                                 for j in slow], max_new_tokens=max_new_tokens, chat=True,
-                               temperature=temperature, sample_index=repeat)
+                               temperature=temperature, sample_index=draw)
             for j, g in zip(slow, refl):
                 reflections[j] = f"Your reflection:\n{g.text.strip()}\n"
                 tok_in[j] += g.tokens_in
                 tok_out[j] += g.tokens_out
     prompts = [fill("stage2_assess", reflection=r, **b) for b, r in zip(base, reflections)]
     gens = lm.generate(prompts, max_new_tokens=lm.budget("lcae_stage2", 64), chat=True, temperature=temperature,
-                       sample_index=repeat, json_schemas=[assessment_schema(len(b["choices"])) for b in base])
+                       sample_index=draw, json_schemas=[assessment_schema(len(b["choices"])) for b in base])
     for k, (i, b, g) in enumerate(zip(items["item_id"], base, gens)):
-        p, revised = parse_assessment(g.text, len(b["choices"]))
-        rows.append(dict(item_id=i, error_p=p, parsed=not np.isnan(p), mode=modes[k],
+        p, revised = (float("nan"), None) if g.finish_reason == "length" else parse_assessment(g.text, len(b["choices"]))
+        rows.append(dict(item_id=i, error_p=p, parsed=not np.isnan(p), finish_reason=g.finish_reason, mode=modes[k],
                          final_answer=revised or ans.get(i), raw=g.text,
                          tokens_in=int(tok_in[k] + g.tokens_in), tokens_out=int(tok_out[k] + g.tokens_out)))
     return pd.DataFrame(rows)
@@ -154,7 +164,8 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
     w = np.exp(lp - lp.max(axis=1, keepdims=True))
     w /= w.sum(axis=1, keepdims=True)
     error_p = (w * np.arange(10)).sum(axis=1) / 9
-    return pd.DataFrame(dict(item_id=ids, error_p=error_p, parsed=True, mode=modes, final_answer=final,
+    return pd.DataFrame(dict(item_id=ids, error_p=error_p, parsed=True, finish_reason="stop", mode=modes,
+                             final_answer=final,
                              raw=[" ".join(f"{d}={x:.2f}" for d, x in enumerate(r)) for r in w],
                              tokens_in=[len(p.split()) for p in prompts], tokens_out=0))
 

@@ -7,8 +7,11 @@ import pandas as pd
 from selfknow.stats.hypothesis import friedman, mean_ci, pairwise_wilcoxon_holm
 from selfknow.stats.item_fit import band_counts
 from selfknow.stats.lcae import cost_efficiency
+from selfknow.stats.rasch import EXTREME_SCORE_ADJUSTMENT
 
 CONDITION_LABELS = {"baseline": "Baseline", "ids": "IDS", "dpr": "DPR", "ids_dpr": "IDS+DPR"}
+#: Table III's columns in the paper's order ("baseline, DPR, IDS, and DPR with IDS", §IV)
+TABLE3_COLUMNS = {"baseline": "Baseline", "dpr": "DPR", "ids": "IDS", "ids_dpr": "DPR+IDS"}
 
 
 def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame, str]:
@@ -25,7 +28,12 @@ def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame,
     notes = []
     if len(complete) >= 2 and len(conds) >= 3:
         fr = friedman(complete.to_numpy())
-        notes.append(f"Friedman χ²({fr.df}) = {fr.statistic:.2f}, p = {fr.pvalue:.3g} (n = {fr.n_blocks} examinees).")
+        if np.isnan(fr.statistic):  # scipy's tie correction divides by zero
+            notes.append(f"Friedman test undefined: every examinee's value is the same in all {len(conds)} "
+                         f"conditions (n = {fr.n_blocks} examinees), so there is no difference to rank.")
+        else:
+            notes.append(f"Friedman χ²({fr.df}) = {fr.statistic:.2f}, p = {fr.pvalue:.3g} "
+                         f"(n = {fr.n_blocks} examinees).")
         pw = pairwise_wilcoxon_holm(complete.to_numpy(), [CONDITION_LABELS[c] for c in conds])
         notes.append("Pairwise Wilcoxon signed-rank, Holm-adjusted p: " + "; ".join(
             f"{r['a']} vs {r['b']}: {r['p_holm']:.3g}" for r in pw))
@@ -33,13 +41,15 @@ def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame,
 
 
 def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
-    """Table III: the top-k examinees by mean Stage-3 ability; mean LCAE over the repeats with
-    a 95 % t-interval, per condition."""
+    """Table III: the top-k examinees by mean Stage-3 ability (over every condition and
+    repeat; the paper says "ranked by ability" and reports Stage-3 abilities as the models'
+    ability); mean LCAE over the repeats with a 95 % t-interval, per condition, in the
+    paper's column order (`TABLE3_COLUMNS`)."""
     order = stage3.groupby("examinee")["theta"].mean().sort_values(ascending=False).index[:k]
     rows = []
     for ex in order:
         row = {"examinee": ex, "ability": float(stage3.loc[stage3.examinee == ex, "theta"].mean())}
-        for c, label in CONDITION_LABELS.items():
+        for c, label in TABLE3_COLUMNS.items():
             vals = stage3.loc[(stage3.examinee == ex) & (stage3.condition == c), "lcae"].to_numpy()
             if len(vals):
                 m, lo, hi = mean_ci(vals, 0.95)
@@ -49,10 +59,15 @@ def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
 
 
 def item_fit_summary(items: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    """The item-fit table: infit/outfit MNSQ per item with its band, and the counts per band."""
+    """The item-fit table: infit/outfit MNSQ per item with its band, and the counts per band;
+    the extreme items (answered right or wrong by every examinee) have no fit statistics and
+    are counted on their own, so the counts add up to the number of items."""
     table = items[["item_id", "b", "se", "infit", "outfit", "band", "extreme"]].copy()
     counts = band_counts(items["infit"].to_numpy(), items["outfit"].to_numpy())
-    return table, "Items per band: " + ", ".join(f"{k}: {v}" for k, v in counts.items())
+    n_extreme = int((items["extreme"] != "").sum())
+    return table, ("Items per band: " + ", ".join(f"{k}: {v}" for k, v in counts.items())
+                   + f", extreme (all right or all wrong; no fit statistics, difficulty from the "
+                     f"{EXTREME_SCORE_ADJUSTMENT} extreme-score adjustment): {n_extreme}; {len(items)} items in all.")
 
 
 def figure2_frame(stage3: pd.DataFrame, prices: dict[str, list[float]], condition: str = "ids_dpr") -> pd.DataFrame:
@@ -77,36 +92,80 @@ def repeats_note(models: list[str], shared: list[str]) -> str:
     return " ".join(out)
 
 
-def write_tables(stage3_path: str, items_path: str, outputs: dict[str, str], figure2: str,
-                 prices: dict[str, list[float]], shared_repeats: list[str],
-                 provenance: dict | None = None, modes_note: str = "") -> dict:
+def replies_note(persons: pd.DataFrame, stage3: pd.DataFrame) -> str:
+    """How many replies gave no answer: Stage-1 answers with no explicit final answer
+    (unparsed) or cut at the token budget (truncated), scored wrong; Stage-2 self-assessments
+    unparsed or truncated, left out of their examinee's LCAE."""
+    n1 = int(persons["n_items"].sum())
+    n2 = int(stage3["n_items"].sum())
+    return (f"Stage 1: of {n1} answers ({len(persons)} examinees), {int(persons['n_unparsed'].sum())} gave no "
+            f"explicit final answer (unparsed) and {int(persons['n_truncated'].sum())} were cut at the token "
+            f"budget (truncated); both scored wrong. Stage 2: of {n2} self-assessments, "
+            f"{int(stage3['n_unparsed'].sum())} unparsed and {int(stage3['n_truncated'].sum())} truncated, "
+            f"left out of their examinee's mean LCAE.")
+
+
+def bce_cost(eps: float, e: float = 0.5) -> float:
+    """BCE of one item with reference `e` and a stated error probability of 0, clipped to `eps`."""
+    return float(-(e * np.log(eps) + (1 - e) * np.log1p(-eps)))
+
+
+def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
+    """The choices the paper leaves open that every LCAE number rests on (README, "Deviations
+    from the papers")."""
+    est = ("joint maximum likelihood with the (L-1)/L bias correction" if method == "jml"
+           else "conditional maximum likelihood")
+    out = [f"Rasch: {est} (lcae.rasch_method), mean difficulty 0 over the non-extreme items; an extreme item "
+           f"gets the difficulty of a score {EXTREME_SCORE_ADJUSTMENT} from its extreme; abilities are anchored "
+           f"WLE over the non-extreme items, in Stage 1 and Stage 3 alike. IDS shows IRT_ItemErrorP averaged "
+           f"over every Stage-1 examinee (all models x strategies).",
+           f"LCAE clips stated error probabilities to [ε, 1 − ε], ε = {eps:g} (lcae.lcae_eps): one item with "
+           f"reference 0.5 stated as 0 costs {bce_cost(eps):.1f} (at ε = 1e-15: {bce_cost(1e-15):.1f}; "
+           f"at 1e-3: {bce_cost(1e-3):.1f})."]
+    if base_models:
+        out.append(f"Base LMs ({', '.join(base_models)}) answer by option likelihood and state their error "
+                   f"probability as the expected digit 0-9 (by likelihood) / 9, not in words.")
+    return " ".join(out)
+
+
+def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str], figure2: str,
+                 prices: dict[str, list[float]], shared_repeats: list[str], *, method: str, eps: float,
+                 base_models: list[str], provenance: dict | None = None, modes_note: str = "") -> dict:
     """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
     names the examinee models whose Stage-2 repeats shared one set of requests
-    (`jobs.stage2_repeats_shared`); with `provenance`, every table and the figure get its
-    sidecar; `modes_note` (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
+    (`jobs.stage2_repeats_shared`), `base_models` those that answer by likelihood; `method`
+    and `eps` are the config's Rasch estimator and BCE clip, stated in the notes; with
+    `provenance`, every table and the figure get its sidecar; `modes_note`
+    (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
     from selfknow.records import read_parquet
     from selfknow.report.figures import ability_lcae_ce
     from selfknow.report.tables import write_table
 
     s3 = read_parquet(stage3_path)
     items = read_parquet(items_path)
+    common = replies_note(read_parquet(persons_path), s3) + "\n\n" + method_note(
+        method=method, eps=eps, base_models=base_models)
+
+    def noted(*parts: str) -> str:
+        return "\n\n".join([p for p in parts if p] + [common])
+
     t1, n1 = per_condition_table(s3, "lcae")
-    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=" ".join(filter(None, [n1, modes_note])),
-                provenance=provenance,
+    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=noted(n1, modes_note), provenance=provenance,
                 title="Table I: LCAE (BCE) per condition, mean over repeats")
     t1s, n1s = per_condition_table(s3, "lcae_squared")
-    write_table(t1s, outputs["table1_squared_csv"], outputs["table1_squared_md"], notes=n1s, provenance=provenance,
+    write_table(t1s, outputs["table1_squared_csv"], outputs["table1_squared_md"], notes=noted(n1s), provenance=provenance,
                 title="Table I, squared-error variant (beyond the paper): mean (e − ĉ)² per condition, "
                       "mean over repeats")
     t2, n2 = per_condition_table(s3, "theta")
-    write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=n2, provenance=provenance,
+    write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=noted(n2), provenance=provenance,
                 title="Table II: ability θ re-estimated from final answers (Stage 3), per condition")
     write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"], provenance=provenance,
                 title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
-                notes=" ".join(filter(None, [repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note])))
+                notes=noted("Ranked by the mean Stage-3 ability over every condition and repeat; columns in the "
+                            "paper's order.", repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note))
     fit, nf = item_fit_summary(items)
     write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf, provenance=provenance,
                 title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")
     f2 = figure2_frame(s3, prices)
-    ability_lcae_ce(f2, figure2, title="Ability x LCAE x cost efficiency (IDS+DPR)", provenance=provenance)
+    ability_lcae_ce(f2, figure2, title="Stage-3 ability x LCAE x cost efficiency (IDS+DPR, means over repeats)", provenance=provenance)
     return {"examinees": int(s3["examinee"].nunique()), "figure_points": len(f2)}

@@ -270,7 +270,7 @@ def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoin
 
         b = map_chunks(items[split], beams_for, io.beams_out, chunk_size=64, desc=f"beams {checkpoint} {split}",
                        params={"spec": spec, "ckpt": checkpoint, "shots": shots, "beams": num_beams,
-                               "mnt": max_new_tokens, "label": prompt_label})
+                               "mnt": max_new_tokens, "label": prompt_label}, model=lm.identity())
         # a split without questions (BioASQ has no train split): the table's columns
         beams[split] = pd.DataFrame(columns=BEAM_TABLE) if b.empty else b
     summary = {"beam_seconds": round(time.time() - t0, 1), "cache_hits": lm.stats.hits,
