@@ -133,7 +133,7 @@ def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
     test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
     out = J.sc_job({"test": test}, str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    n_shots=2, icl_by_domain=False, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
-                   prompt_label="Question", cache_dir=str(tmp_path / "cache"), judge={"correctness": "exact"})
+                   normalisation="squad", prompt_label="Question", cache_dir=str(tmp_path / "cache"), judge={"correctness": "exact"})
     sc = pd.read_parquet(tmp_path / "sc.parquet")
     assert out["test_items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
     # "wrong" + "Wrong." = 0.5 ties the correct 0.5: first appearance (the correct one) wins
@@ -162,7 +162,7 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
     monkeypatch.setattr("selfknow.stages.jobs.load_judge", lambda spec, cache_dir, labels: judge)
     spec = {"name": "judge-lm", "backend": "hf", "chat": True}
     run = dict(n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=8,
-               equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"))
+               equivalence="normalised", normalisation="squad", prompt_label="Question", cache_dir=str(tmp_path / "cache"))
     split = lambda beams, sc: {"test": J.SplitIO(str(tmp_path / "test.parquet"), 4, str(tmp_path / beams),  # noqa: E731
                                                  str(tmp_path / sc))}
     exact = J.sc_job(split("b0.parquet", "exact.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
@@ -247,7 +247,7 @@ def test_assemble_methods_baselines_copy_and_surrogate():
     c2 = _sc_frame(ids, [0.7, 0.8, 0.1], [True, True, False], ["u", "y", "z"])
     train = {"C1": _sc_frame(ids, [0.1, 0.5, 0.9], [False, True, True])}
     items, y, m = J.assemble_methods(ev, ["C3", "C4"], train_sc=train, surrogate_sc=c2,
-                                     equivalence=J.make_equivalence("normalised"))
+                                     equivalence=J.make_equivalence("normalised", normalisation="squad"))
     assert items.tolist() == ids
     np.testing.assert_array_equal(y, [[0, 1, 1], [1, 1, 0]])
     np.testing.assert_allclose(m["end_correct"][0], [[0, 0, 0], [1, 1, 1]])
@@ -497,7 +497,7 @@ def _reliability_inputs(tmp_path, n: int = 60) -> tuple[dict, list, list]:
                                       "confidence": np.clip(t["confidence"] + rng.normal(0, 0.05, n), 0, 1)}))
         variant_paths.append(str(tmp_path / f"{variant}.parquet"))
         write_parquet(pd.concat(rows, ignore_index=True), variant_paths[-1])
-    gcm = pd.concat([frames[(split, c)][["item_id", "correct", "confidence"]].assign(seed=0, target=c, split=split)
+    gcm = pd.concat([frames[(split, c)][["item_id", "correct", "confidence"]].assign(seed=0, method="gcm", target=c, split=split)
                      for split, ckpts in (("test", EV), ("train", TR)) for c in ckpts], ignore_index=True)
     write_parquet(gcm, tmp_path / "gcm.parquet")
     return sc_paths, variant_paths, [str(tmp_path / "gcm.parquet")]
@@ -512,11 +512,12 @@ def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path,
     sc_paths, variant_paths, gcm_paths = _reliability_inputs(tmp_path)
     png = tmp_path / "figures" / "reliability" / "M" / "d.png"
     out = J.reliability_job(EV, TR, sc_paths, variant_paths, gcm_paths, str(png), title="Reliability: M on d",
-                            seed=0, n_boot=20, provenance={"config_hash": "abc"})
+                            seed=0, equivalence="normalised", normalisation="squad", n_boot=20,
+                            provenance={"config_hash": "abc"})
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert json.loads(png.with_suffix(".json").read_text())["config_hash"] == "abc"
-    labels = list(J.RELIABILITY_PANELS.values())
+    labels = [v for k, v in J.RELIABILITY_PANELS.items() if not k.startswith("gcm_trained")]
     assert out["panels"] == len(labels) == 11 and out["items"] == 60 and out["checkpoints"] == len(EV)
     assert list(out["smooth_ece"]) == labels and all(0 <= v <= 1 for v in out["smooth_ece"].values())
     # every panel labelled and non-empty, in panel order, on all the pooled answers, each with
@@ -532,7 +533,7 @@ def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path,
         assert any(x.startswith("95 % bootstrap band (20 resamples)") for x in a.series)
     # without the GCM (no `persistent.gcm_model`) its two panels are left out
     out = J.reliability_job(EV, TR, sc_paths, variant_paths, [], str(tmp_path / "no_gcm.png"), title="t", seed=0,
-                            n_boot=5)
+                            equivalence="normalised", normalisation="squad", n_boot=5)
     assert out["panels"] == 9 and not {"GCM", "GCM post-hoc"} & set(out["smooth_ece"])
 
 
@@ -840,7 +841,7 @@ def test_sc_job_frees_the_answering_model_before_an_hf_judge_loads(tmp_path, tin
         test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
         summary.update(J.sc_job({"test": test}, str(tmp_path / "train.parquet"), tiny_model, "C3",
                                 n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=4,
-                                equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"),
+                                equivalence="normalised", normalisation="squad", prompt_label="Question", cache_dir=str(tmp_path / "cache"),
                                 judge=judge))
     assert summary["judge_calls"] == 3
     assert _logged_residency(tmp_path / "sc.log") == (2, 1)  # the checkpoint, then the judge
@@ -887,12 +888,15 @@ def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
             jobs.setdefault(rule, [])
         elif ln.startswith("resources:") and rule:
             jobs[rule].append(ln)
-    for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant", "persistent_gcm",
+    # the paper config scores the released GCM (persistent_gcm_released), it trains none
+    assert "persistent_gcm" not in jobs and jobs["persistent_gcm_released"]
+    assert all("gpu=1" in r for r in jobs["persistent_gcm_released"])
+    for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant", "persistent_gcm_released",
                  "persistent_metrics", "persistent_table1", "persistent_table7", "persistent_figure2",
                  "persistent_figure3", "persistent_figure4", "persistent_table19"):
         assert rule in jobs, rule
     # the models' GPU requests (Olmo 3 32B: 2, the others 1) reach every model-loading job
-    # (persistent_gcm asks for its own model's GPUs: see rules/persistent_common.smk get_gcm_gpus)
+    # (the GCM asks for its own model's GPUs: see rules/persistent_common.smk get_gcm_gpus)
     for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant"):
         assert jobs[rule] and all("gpu=1" in r or "gpu=2" in r for r in jobs[rule]), rule
     assert any("gpu=2" in r for r in jobs["persistent_variant"])
