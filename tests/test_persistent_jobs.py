@@ -610,6 +610,65 @@ def test_gcm_headroom_row_by_hand():
     assert math.isnan(none["backbone_error_rate"]) and (none["contrast_questions"], none["pairs"]) == (0, 0)
 
 
+def test_released_gcm_job_scores_p_yes_with_the_hub_adapter(tmp_path, monkeypatch):
+    """`released_gcm_job` on a tiny GPT-2 (local dir, a chat template) with a random LoRA
+    adapter stored in a hub cache under an adapter id: one frame, method "gcm", the evaluation
+    checkpoints' test answers and the training checkpoint's train answers, each confidence the
+    adapter model's softmax probability of "yes" after the rendered prompt (by hand: transformers
+    + peft), and no training. A missing adapter is an error naming it."""
+    import huggingface_hub.constants
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from model_fixtures import CORPUS, build_lora_adapter, build_tiny_gpt2
+    from selfknow.protocols.persistent.prompts import released_gcm_prompt
+    from selfknow.rehearsal import hub
+
+    base = build_tiny_gpt2(tmp_path / "base", corpus=CORPUS + [released_gcm_prompt("q", "a") + " yes"] * 20)
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+    tok.save_pretrained(base)
+    cache = tmp_path / "hf"
+    hub.store(cache, "org/gcm", "main", build_lora_adapter(base, tmp_path / "adapter", seed=3))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    sc, qa = {}, {}
+    for split, c in (("test", "C2"), ("test", "C3"), ("train", "C1")):
+        q = [f"Question {c} {i}?" for i in range(3)]
+        a = ["Paris", "blue", None]
+        pd.DataFrame({"item_id": [f"{split}{i}" for i in range(3)], "question": q, "prediction": a,
+                      "confidence": 0.5, "correct": [True, False, True], "group_answers": [["x"]] * 3,
+                      "group_probs": [[1.0]] * 3, "group_members": [[0]] * 3,
+                      "group_correct": [[True]] * 3}).to_parquet(tmp_path / f"{split}_{c}.parquet")
+        sc[ScInput(V.MAIN, split, c)] = str(tmp_path / f"{split}_{c}.parquet")
+        qa[c] = [released_gcm_prompt(x, y or "") for x, y in zip(q, a)]
+    spec = {"name": "g", "backend": "hf", "path": str(base), "device": "cpu"}
+    out = tmp_path / "gcm.parquet"
+    summary = J.released_gcm_job(spec, {"hub_id": "org/gcm", "revision": "main"}, ["C1"], ["C2", "C3"], sc,
+                                 str(out), cache_dir=None)
+    df = pd.read_parquet(out)
+    assert summary["rows"] == 9 and set(df["method"]) == {"gcm"} and "seed" not in df
+    assert list(zip(df["split"], df["target"])) == [("test", "C2")] * 3 + [("test", "C3")] * 3 + [("train", "C1")] * 3
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(tmp_path / "adapter")).eval()
+    (yes,) = tok.encode("yes", add_special_tokens=False)
+    for c in ("C2", "C3", "C1"):
+        ref = []
+        for p in qa[c]:
+            text = tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                           add_generation_prompt=True)
+            enc = tok(text, return_tensors="pt", add_special_tokens=False)
+            with torch.no_grad():
+                logits = model(**enc).logits[0, -1]
+                with model.disable_adapter():  # the adapter matters: without it P("yes") differs
+                    assert not np.isclose(float(torch.softmax(model(**enc).logits[0, -1].float(), -1)[yes]),
+                                          float(torch.softmax(logits.float(), -1)[yes]), rtol=1e-3)
+            ref.append(float(torch.softmax(logits.float(), -1)[yes]))
+        np.testing.assert_allclose(df.loc[df["target"] == c, "confidence"], ref, rtol=1e-5)
+    with pytest.raises(FileNotFoundError, match="org/other@main"):
+        J.released_gcm_job(spec, {"hub_id": "org/other", "revision": "main"}, ["C1"], ["C2", "C3"], sc,
+                           str(out), cache_dir=None)
+
+
 def _sc_file(path: Path, correct: pd.Series) -> str:
     n = len(correct)
     pd.DataFrame({"item_id": list(correct.index), "question": ["?"] * n, "prediction": ["x"] * n,
