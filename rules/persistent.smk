@@ -30,6 +30,7 @@ rule persistent_sc:
         num_beams=PC["num_beams"],
         max_new_tokens=PC["max_new_tokens"],
         equivalence=PC["equivalence"],
+        normalisation=PC["answer_normalisation"],
         prompt_label=PC["prompt_label"],
         correctness=JUDGE["correctness"],
         cache=f"{R}/cache",
@@ -165,6 +166,34 @@ use rule persistent_transfer_variant as persistent_variance_adapters with:
         seed=_alt([str(s) for s in P_VAR_SEEDS[1:]]),
 
 
+# The GCM: the released adapter scored on its backbone (`persistent.gcm_adapter`, the paper's),
+# or, without one, our own adapter trained per seed (method gcm_trained; the offline default).
+rule persistent_gcm_released:
+    input:
+        sc=input_paths(get_gcm_sc),
+        model=get_gcm_model_files,
+    output:
+        conf=f"{R}/persistent/gcm/{{model}}/{{dataset}}/released.parquet",
+    params:
+        sc=get_gcm_sc,
+        gcm_spec=get_gcm_spec,
+        adapter=PC.get("gcm_adapter"),
+        train_ckpts=get_train_ckpts,
+        eval_ckpts=get_eval_ckpts,
+        cache=f"{R}/cache",
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/persistent/gcm/{{model}}/{{dataset}}/released.log",
+    benchmark:
+        f"{R}/benchmarks/persistent/gcm/{{model}}/{{dataset}}/released.tsv"
+    resources:
+        **model_resources(get_gcm_spec, runtime=240),
+    script:
+        "../scripts/persistent_gcm_released.py"
+
+
 rule persistent_gcm:
     input:
         sc=input_paths(get_gcm_sc),
@@ -208,8 +237,9 @@ rule persistent_metrics:
         min_contrast=get_min_contrast,
         n_boot=PC["bootstrap_replicates"],
         n_boot_ece=PC["bootstrap_ece_replicates"],
-        seed=config["seed"],
+        seed=PC["bootstrap_seed"],
         equivalence=PC["equivalence"],
+        normalisation=PC["answer_normalisation"],
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -369,6 +399,7 @@ rule persistent_reliability:
         train_seed=P_SEEDS[0],
         seed=config["seed"],
         equivalence=PC["equivalence"],
+        normalisation=PC["answer_normalisation"],
     threads: 1
     conda:
         "../envs/selfknow.yaml"

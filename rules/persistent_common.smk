@@ -73,6 +73,9 @@ def p_hidden(model, dataset, seed):
 
 
 def p_gcm(model, dataset, seed):
+    """The GCM's confidences: the released adapter's (one file), else our trained one's seed."""
+    if "gcm_adapter" in PC:
+        return f"{R}/persistent/gcm/{model}/{dataset}/released.parquet"
     return f"{R}/persistent/gcm/{model}/{dataset}/seed{seed}.parquet"
 
 
@@ -219,7 +222,7 @@ def get_metrics_confs(wildcards):
 def get_metrics_gcm(wildcards):
     if wildcards.evalset == TRANSFER or not P_GCM:
         return []
-    return [p_gcm(wildcards.model, wildcards.dataset, s) for s in P_SEEDS]
+    return list(dict.fromkeys(p_gcm(wildcards.model, wildcards.dataset, s) for s in P_SEEDS))
 
 
 def get_reliability_sc(wildcards):

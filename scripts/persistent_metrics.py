@@ -7,4 +7,4 @@ with job_log(snakemake.log[0], f"persistent_metrics {w.model} {w.dataset} {w.eva
     summary.update(metrics_job(list(p.eval_ckpts), list(p.train_ckpts), p.sc, list(snakemake.input.confs),
                                list(snakemake.input.gcm), out.metrics, out.replicates, out.contrast, evalset=w.evalset,
                                min_contrast=p.min_contrast, n_boot=p.n_boot, n_boot_ece=p.n_boot_ece, seed=p.seed,
-                               equivalence=p.equivalence))
+                               equivalence=p.equivalence, normalisation=p.normalisation))

@@ -12,4 +12,5 @@ with job_log(snakemake.log[0], f"persistent_reliability {w.model} {w.dataset}") 
                                    list(snakemake.input.gcm), out.reliability,
                                    title=f"Reliability: {w.model} on {w.dataset} (evaluation checkpoints pooled, "
                                          f"training seed {p.train_seed})",
-                                   seed=p.seed, equivalence=p.equivalence, provenance=prov))
+                                   seed=p.seed, equivalence=p.equivalence, normalisation=p.normalisation,
+                                   provenance=prov))

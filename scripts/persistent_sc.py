@@ -7,5 +7,6 @@ splits = {s: SplitIO(snakemake.input[s], p.n_items[s], out[f"beams_{s}"], out[f"
 with job_log(snakemake.log[0], f"persistent_sc {w.model}@{w.ckpt} {w.dataset}") as summary:
     summary.update(sc_job(splits, snakemake.input.train, dict(p.spec), w.ckpt, n_shots=p.n_shots,
                           icl_by_domain=p.icl_by_domain, seed=p.seed, num_beams=p.num_beams,
-                          max_new_tokens=p.max_new_tokens, equivalence=p.equivalence, prompt_label=p.prompt_label,
+                          max_new_tokens=p.max_new_tokens, equivalence=p.equivalence,
+                          normalisation=p.normalisation, prompt_label=p.prompt_label,
                           cache_dir=p.cache, correctness=p.correctness, threads=snakemake.threads))

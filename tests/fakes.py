@@ -85,7 +85,7 @@ def sc_job_prompts(tmp_path, monkeypatch, splits: dict, *, n_shots: int, icl_by_
     test = SplitIO(str(tmp_path / "test.parquet"), len(splits["test"]), str(tmp_path / "beams.parquet"),
                    str(tmp_path / "sc.parquet"))
     sc_job({"test": test}, str(tmp_path / "train.parquet"), {"name": "m"}, "C1", n_shots=n_shots, icl_by_domain=icl_by_domain, seed=0, num_beams=1, max_new_tokens=4,
-           equivalence="normalised", prompt_label=label, cache_dir=str(tmp_path / "cache"),
+           equivalence="normalised", normalisation="squad", prompt_label=label, cache_dir=str(tmp_path / "cache"),
            correctness="exact")
     assert len(seen) == len(splits["test"])
     return dict(zip(pd.read_parquet(tmp_path / "beams.parquet")["question"], seen))

@@ -133,7 +133,7 @@ def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
     test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
     out = J.sc_job({"test": test}, str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    n_shots=2, icl_by_domain=False, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
-                   prompt_label="Question", cache_dir=str(tmp_path / "cache"), correctness="exact")
+                   normalisation="squad", prompt_label="Question", cache_dir=str(tmp_path / "cache"), correctness="exact")
     sc = pd.read_parquet(tmp_path / "sc.parquet")
     assert out["test_items"] == 3 and len(pd.read_parquet(tmp_path / "beams.parquet")) == 9
     # "wrong" + "Wrong." = 0.5 ties the correct 0.5: first appearance (the correct one) wins
@@ -162,7 +162,7 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
     monkeypatch.setattr("selfknow.stages.jobs.load_judge", lambda spec, cache_dir, labels: judge)
     spec = {"name": "judge-lm", "backend": "hf", "chat": True}
     run = dict(n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=8,
-               equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"))
+               equivalence="normalised", normalisation="squad", prompt_label="Question", cache_dir=str(tmp_path / "cache"))
     split = lambda beams, sc: {"test": J.SplitIO(str(tmp_path / "test.parquet"), 4, str(tmp_path / beams),  # noqa: E731
                                                  str(tmp_path / sc))}
     exact = J.sc_job(split("b0.parquet", "exact.parquet"), str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
@@ -255,7 +255,7 @@ def test_assemble_methods_baselines_copy_and_surrogate():
     c2 = _sc_frame(ids, [0.7, 0.8, 0.1], [True, True, False], ["u", "y", "z"])
     train = {"C1": _sc_frame(ids, [0.1, 0.5, 0.9], [False, True, True])}
     items, y, m = J.assemble_methods(ev, ["C3", "C4"], train_sc=train, surrogate_sc=c2,
-                                     equivalence=J.make_equivalence("normalised"))
+                                     equivalence=J.make_equivalence("normalised", normalisation="squad"))
     assert items.tolist() == ids
     np.testing.assert_array_equal(y, [[0, 1, 1], [1, 1, 0]])
     np.testing.assert_allclose(m["end_correct"][0], [[0, 0, 0], [1, 1, 1]])
@@ -505,7 +505,7 @@ def _reliability_inputs(tmp_path, n: int = 60) -> tuple[dict, list, list]:
                                       "confidence": np.clip(t["confidence"] + rng.normal(0, 0.05, n), 0, 1)}))
         variant_paths.append(str(tmp_path / f"{variant}.parquet"))
         write_parquet(pd.concat(rows, ignore_index=True), variant_paths[-1])
-    gcm = pd.concat([frames[(split, c)][["item_id", "correct", "confidence"]].assign(seed=0, target=c, split=split)
+    gcm = pd.concat([frames[(split, c)][["item_id", "correct", "confidence"]].assign(seed=0, method="gcm", target=c, split=split)
                      for split, ckpts in (("test", EV), ("train", TR)) for c in ckpts], ignore_index=True)
     write_parquet(gcm, tmp_path / "gcm.parquet")
     return sc_paths, variant_paths, [str(tmp_path / "gcm.parquet")]
@@ -520,11 +520,12 @@ def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path,
     sc_paths, variant_paths, gcm_paths = _reliability_inputs(tmp_path)
     png = tmp_path / "figures" / "reliability" / "M" / "d.png"
     out = J.reliability_job(EV, TR, sc_paths, variant_paths, gcm_paths, str(png), title="Reliability: M on d",
-                            seed=0, n_boot=20, provenance={"config_hash": "abc"})
+                            seed=0, equivalence="normalised", normalisation="squad", n_boot=20,
+                            provenance={"config_hash": "abc"})
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert json.loads(png.with_suffix(".json").read_text())["config_hash"] == "abc"
-    labels = list(J.RELIABILITY_PANELS.values())
+    labels = [v for k, v in J.RELIABILITY_PANELS.items() if not k.startswith("gcm_trained")]
     assert out["panels"] == len(labels) == 11 and out["items"] == 60 and out["checkpoints"] == len(EV)
     assert list(out["smooth_ece"]) == labels and all(0 <= v <= 1 for v in out["smooth_ece"].values())
     # every panel labelled and non-empty, in panel order, on all the pooled answers, each with
@@ -540,7 +541,7 @@ def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path,
         assert any(x.startswith("95 % bootstrap band (20 resamples)") for x in a.series)
     # without the GCM (no `persistent.gcm_model`) its two panels are left out
     out = J.reliability_job(EV, TR, sc_paths, variant_paths, [], str(tmp_path / "no_gcm.png"), title="t", seed=0,
-                            n_boot=5)
+                            equivalence="normalised", normalisation="squad", n_boot=5)
     assert out["panels"] == 9 and not {"GCM", "GCM post-hoc"} & set(out["smooth_ece"])
 
 
@@ -615,6 +616,65 @@ def test_gcm_headroom_row_by_hand():
         T.gcm_headroom_row(_gap_metric_file(), EVAL, ["A", "B", "C"], backbone.drop("q4"), 2)
     none = T.gcm_headroom_row(_gap_metric_file(), EVAL, ["A", "B", "C"], backbone, 4)
     assert math.isnan(none["backbone_error_rate"]) and (none["contrast_questions"], none["pairs"]) == (0, 0)
+
+
+def test_released_gcm_job_scores_p_yes_with_the_hub_adapter(tmp_path, monkeypatch):
+    """`released_gcm_job` on a tiny GPT-2 (local dir, a chat template) with a random LoRA
+    adapter stored in a hub cache under an adapter id: one frame, method "gcm", the evaluation
+    checkpoints' test answers and the training checkpoint's train answers, each confidence the
+    adapter model's softmax probability of "yes" after the rendered prompt (by hand: transformers
+    + peft), and no training. A missing adapter is an error naming it."""
+    import huggingface_hub.constants
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from model_fixtures import CORPUS, build_lora_adapter, build_tiny_gpt2
+    from selfknow.protocols.persistent.prompts import released_gcm_prompt
+    from selfknow.rehearsal import hub
+
+    base = build_tiny_gpt2(tmp_path / "base", corpus=CORPUS + [released_gcm_prompt("q", "a") + " yes"] * 20)
+    tok = AutoTokenizer.from_pretrained(base)
+    tok.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}<assistant>"
+    tok.save_pretrained(base)
+    cache = tmp_path / "hf"
+    hub.store(cache, "org/gcm", "main", build_lora_adapter(base, tmp_path / "adapter", seed=3))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    sc, qa = {}, {}
+    for split, c in (("test", "C2"), ("test", "C3"), ("train", "C1")):
+        q = [f"Question {c} {i}?" for i in range(3)]
+        a = ["Paris", "blue", None]
+        pd.DataFrame({"item_id": [f"{split}{i}" for i in range(3)], "question": q, "prediction": a,
+                      "confidence": 0.5, "correct": [True, False, True], "group_answers": [["x"]] * 3,
+                      "group_probs": [[1.0]] * 3, "group_members": [[0]] * 3,
+                      "group_correct": [[True]] * 3}).to_parquet(tmp_path / f"{split}_{c}.parquet")
+        sc[ScInput(V.MAIN, split, c)] = str(tmp_path / f"{split}_{c}.parquet")
+        qa[c] = [released_gcm_prompt(x, y or "") for x, y in zip(q, a)]
+    spec = {"name": "g", "backend": "hf", "path": str(base), "device": "cpu"}
+    out = tmp_path / "gcm.parquet"
+    summary = J.released_gcm_job(spec, {"hub_id": "org/gcm", "revision": "main"}, ["C1"], ["C2", "C3"], sc,
+                                 str(out), cache_dir=None)
+    df = pd.read_parquet(out)
+    assert summary["rows"] == 9 and set(df["method"]) == {"gcm"} and "seed" not in df
+    assert list(zip(df["split"], df["target"])) == [("test", "C2")] * 3 + [("test", "C3")] * 3 + [("train", "C1")] * 3
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base), str(tmp_path / "adapter")).eval()
+    (yes,) = tok.encode("yes", add_special_tokens=False)
+    for c in ("C2", "C3", "C1"):
+        ref = []
+        for p in qa[c]:
+            text = tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False,
+                                           add_generation_prompt=True)
+            enc = tok(text, return_tensors="pt", add_special_tokens=False)
+            with torch.no_grad():
+                logits = model(**enc).logits[0, -1]
+                with model.disable_adapter():  # the adapter matters: without it P("yes") differs
+                    assert not np.isclose(float(torch.softmax(model(**enc).logits[0, -1].float(), -1)[yes]),
+                                          float(torch.softmax(logits.float(), -1)[yes]), rtol=1e-3)
+            ref.append(float(torch.softmax(logits.float(), -1)[yes]))
+        np.testing.assert_allclose(df.loc[df["target"] == c, "confidence"], ref, rtol=1e-5)
+    with pytest.raises(FileNotFoundError, match="org/other@main"):
+        J.released_gcm_job(spec, {"hub_id": "org/other", "revision": "main"}, ["C1"], ["C2", "C3"], sc,
+                           str(out), cache_dir=None)
 
 
 def _sc_file(path: Path, correct: pd.Series) -> str:
@@ -848,7 +908,7 @@ def test_judge_job_loads_only_the_judge(tmp_path, tiny_model, monkeypatch):
         test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "c.parquet"))
         summary.update(J.sc_job({"test": test}, str(tmp_path / "train.parquet"), tiny_model, "C3",
                                 n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=4,
-                                equivalence="normalised", prompt_label="Question", cache_dir=str(tmp_path / "cache"),
+                                equivalence="normalised", normalisation="squad", prompt_label="Question", cache_dir=str(tmp_path / "cache"),
                                 correctness="llm"))
     assert "judge_calls" not in summary
     release_bases()
@@ -900,12 +960,15 @@ def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
             jobs.setdefault(rule, [])
         elif ln.startswith("resources:") and rule:
             jobs[rule].append(ln)
-    for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant", "persistent_gcm",
+    # the paper config scores the released GCM (persistent_gcm_released), it trains none
+    assert "persistent_gcm" not in jobs and jobs["persistent_gcm_released"]
+    assert all("gpu=1" in r for r in jobs["persistent_gcm_released"])
+    for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant", "persistent_gcm_released",
                  "persistent_metrics", "persistent_table1", "persistent_table7", "persistent_figure2",
                  "persistent_figure3", "persistent_figure4", "persistent_table19"):
         assert rule in jobs, rule
     # the models' GPU requests (Olmo 3 32B: 2, the others 1) reach every model-loading job
-    # (persistent_gcm asks for its own model's GPUs: rules/common.smk model_resources)
+    # (the GCM asks for its own model's GPUs: rules/common.smk model_resources)
     for rule in ("persistent_sc", "persistent_variant", "persistent_transfer_variant"):
         assert jobs[rule] and all("gpu=1" in r or "gpu=2" in r for r in jobs[rule]), rule
     assert any("gpu=2" in r for r in jobs["persistent_variant"])

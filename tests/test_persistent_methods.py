@@ -16,7 +16,8 @@ from selfknow.protocols.persistent import prompts as P
 from selfknow.protocols.persistent import self_consistency as SC
 from selfknow.protocols.persistent import verbalized as V
 from selfknow.protocols.persistent.equivalence import (
-    Equivalence, NLIEquivalence, NormalisedMatch, entailment_index, get_equivalence)
+    Equivalence, NLIEquivalence, NormalisedMatch, entailment_index, get_equivalence, get_normaliser,
+    lowercase_no_periods)
 from fakes import ScriptedLM
 
 torch = pytest.importorskip("torch")
@@ -221,6 +222,48 @@ def test_nli_equivalence_needs_both_directions(tiny_nli_dir):
     assert eq.equivalent("what capital", "nile", "river nile")
 
 
+@pytest.mark.parametrize("raw, expected", [
+    # hand-computed from the authors' normalize_answer (conset/dataset_configs/triviaqa.py):
+    # extract_between(s, None, "\n") = first line of s.lstrip(), stripped; then lower(),
+    # then every "." removed (after the strip, so a space before a final "." stays)
+    ("The Beatles", "the beatles"),
+    ("Beatles", "beatles"),
+    ("  Paris.\nPrompt: next", "paris"),
+    ("\n\n Rome \n", "rome"),
+    ("St. Louis", "st louis"),
+    ("U.S.A.", "usa"),
+    ("Paris .", "paris "),
+    ("Smith, John", "smith, john"),
+    ("a", "a"),
+    (None, ""),
+])
+def test_authors_normalisation(raw, expected):
+    assert lowercase_no_periods(raw) == expected
+    assert get_normaliser("lowercase_no_periods") is lowercase_no_periods
+
+
+def test_normalisation_decides_which_pairs_reach_nli(tiny_nli_dir):
+    """Under SQuAD normalisation "The Beatles" / "Beatles" merge with no model call; under the
+    authors' rule only case and periods are free, and the NLI model decides the pair."""
+    from selfknow.protocols.persistent import jobs as J
+
+    pairs = [("The Beatles", "Beatles"), ("Paris.", "paris"), ("the Nile", "Nile"), ("U.S.A.", "usa")]
+    verdicts = {}
+    for rule in ("squad", "lowercase_no_periods"):
+        eq = J.make_equivalence(f"nli:{tiny_nli_dir}", normalisation=rule)
+        asked = []
+        eq._argmax_classes = lambda p, h, asked=asked: asked.extend(h) or np.full(len(p), 2)  # "contradiction"
+        eq._entail_index, eq._model = 0, object()
+        verdicts[rule] = (eq.equivalent_many("q", pairs), asked)
+    assert verdicts["squad"] == ([True, True, True, True], [])
+    got, asked = verdicts["lowercase_no_periods"]
+    assert got == [False, True, False, True]
+    assert asked == ["Answer: Beatles", "Answer: The Beatles", "Answer: Nile", "Answer: the Nile"]
+    assert J.make_equivalence("normalised", normalisation="lowercase_no_periods").normalise is lowercase_no_periods
+    with pytest.raises(ValueError, match="unknown answer normalisation"):
+        J.make_equivalence("normalised", normalisation="nfkc")
+
+
 def test_nli_runs_on_the_jobs_gpu_a_questions_pairs_in_one_batch(tiny_nli_dir, monkeypatch):
     from selfknow.protocols.persistent import jobs as J
 
@@ -228,7 +271,7 @@ def test_nli_runs_on_the_jobs_gpu_a_questions_pairs_in_one_batch(tiny_nli_dir, m
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert J.side_device({"device": "cuda"}) == J.side_device({"device": "auto"}) == "cuda"
     assert J.side_device({"device": "cuda:1"}) == "cuda:1"
-    gpu = J.make_equivalence(f"nli:{tiny_nli_dir}", device="cuda")
+    gpu = J.make_equivalence(f"nli:{tiny_nli_dir}", normalisation="squad", device="cuda")
     assert (gpu.device, gpu.batch_size) == ("cuda", J.NLI_GPU_BATCH) and gpu._model is None
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert J.side_device({"device": "cuda"}) == "cpu"  # no GPU visible: the CPU
@@ -266,6 +309,11 @@ def test_prompts():
                  "is completely certain.\n\nQuestion: Who?\nCandidate answer: Bob\nConfidence:")
     g = P.confidence_prompt("Who?", "Bob", "Confidence: ", "gcm")
     assert "###Prompt\nQuestion: Who?\nAnswer:\n###Response\nBob\n" in g and g.endswith("\nConfidence: ")
+    # the released GCM's user turn, character for character (conset/pred_confidence_gcm.py)
+    assert P.released_gcm_prompt("Who?", "Bob") == (
+        "You are grading responses to prompts for correctness, responses could be generated from multiple LLMs."
+        "\n###Prompt\nQuestion: Who?\nAnswer:\n###Response\nBob\n###Instruction\n"
+        "Please respond just 'yes' or 'no' in lowercase if the Response correctly answers the Prompt: ")
     with pytest.raises(ValueError, match="only 2"):
         P.select_icl_examples(train.iloc[:2], 5)
 

@@ -183,6 +183,33 @@ def test_persistent_judge_requests_reasoning_and_waiting(tmp_path, judge_entry, 
     assert _row(df, "p", "persistent_sc")["device"] == "1 GPU"
 
 
+@pytest.mark.parametrize("released", [False, True])
+def test_gcm_jobs_by_hand(tmp_path, released):
+    """Our GCM trains and scores once per adapter seed; the released one (`gcm_adapter`)
+    scores once per (model, dataset) and trains nothing. Either scores the 2 evaluation
+    checkpoints' 5 test answers and the training checkpoint's 4 train answers."""
+    results = tmp_path / "results"
+    _write_items(results, "qa", 6, 7, mcq=False)
+    persistent = {"models": ["p"], "datasets": ["qa"], "train_checkpoints": 1, "n_train": 4, "n_test": 5,
+                  "n_shots": 2, "seeds": [17, 18], "variance_seeds": [17, 18], "gcm_model": "g"}
+    if released:
+        persistent["gcm_adapter"] = {"hub_id": "org/gcm", "revision": "main"}
+    cfg = validate_config({
+        "seed": 1, "results": str(results),
+        "models": [{"name": "p", "backend": "hf", "hub_id": "org/p",
+                    "checkpoints": [{"name": "c1"}, {"name": "c2"}, {"name": "c3"}]},
+                   {"name": "g", "backend": "hf", "hub_id": "org/g"}],
+        "datasets": {"qa": {"loader": "triviaqa", "path": str(tmp_path), "shuffle_seed": 1, "n_icl": 2,
+                            "reserved_icl": 2, "blacklist": False,
+                            "train_range": [0, 6], "test_range": [6, 13]}},
+        "persistent": persistent})
+    df, _ = make_plan(cfg)
+    g = _row(df, "g", "persistent_gcm")
+    jobs = 1 if released else 2
+    assert (g["jobs"], g["requests"]) == (jobs, jobs * (2 * 5 + 4))
+    assert bool(g["train_tokens"] == 0) == released
+
+
 def test_cli_plan_prints_table_and_csv(lcae_config, tmp_path, capsys):
     import yaml
 

@@ -13,6 +13,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -254,6 +255,56 @@ def test_hub_stand_ins_load_by_hub_id_and_revision_offline(stand_ins):
             assert got["chat"] == bool(m.get("chat"))
     assert loaded.pop("nli")["architecture"] == hub.ARCHITECTURES[nli][0]
     assert len({v["weight"] for v in loaded.values()}) == len(loaded), "checkpoints must have their own weights"
+
+
+_RELEASED_GCM = """
+import json, sys
+import numpy as np, torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from selfknow.models import load_lm
+from selfknow.protocols.persistent.jobs import hub_snapshot
+from selfknow.protocols.persistent.prompts import GCM_YES, released_gcm_prompt
+spec, adapter, base_id = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+snapshot = hub_snapshot(adapter["hub_id"], adapter["revision"])
+qa = [("Which planet is red?", "Mars"), ("[HISTORY] Who won?", "the Allies")]
+prompts = [released_gcm_prompt(q, a) for q, a in qa]
+ours = np.exp(load_lm(spec, None, cache_dir=None, adapter=snapshot).next_token_logprobs(prompts, [GCM_YES], chat=True)[:, 0])
+plain = np.exp(load_lm(spec, None, cache_dir=None).next_token_logprobs(prompts, [GCM_YES], chat=True)[:, 0])
+# the authors' read-out (conset/pred_confidence_gcm.py), written out independently
+tok = AutoTokenizer.from_pretrained(base_id)
+model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_id), adapter["hub_id"],
+                                  revision=adapter["revision"]).eval()
+(yes,) = tok.encode("yes", add_special_tokens=False)
+ref = []
+for p in prompts:
+    text = tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True,
+                                   enable_thinking=False)
+    with torch.no_grad():
+        logits = model(**tok(text, return_tensors="pt", add_special_tokens=False)).logits[0, -1]
+    ref.append(float(torch.softmax(logits.float(), -1)[yes]))
+print(json.dumps(dict(snapshot=snapshot, ours=ours.tolist(), plain=plain.tolist(), ref=ref)))
+"""
+
+
+def test_released_gcm_stand_in_loads_by_hub_id_and_scores_as_the_authors(stand_ins):
+    """The paper config's released GCM (`persistent.gcm_adapter`) has a stand-in adapter in the
+    hub cache layout on its backbone's stand-in; in a fresh offline process it resolves through
+    refs/ to its snapshot, and our P("yes") read-out equals the authors' (peft from the hub id,
+    the chat template with enable_thinking=False, softmax over the whole vocabulary)."""
+    config, cache = stand_ins
+    p = config["persistent"]
+    (spec,) = [m for m in config["models"] if m["name"] == p["gcm_model"]]
+    assert p["gcm_adapter"]["hub_id"] == "Hanqix/GCM-Qwen3-8B-TriviaQA"
+    assert spec["chat_template_kwargs"] == {"enable_thinking": False}
+    run = subprocess.run([sys.executable, "-c", _RELEASED_GCM, json.dumps(spec), json.dumps(p["gcm_adapter"]),
+                          spec["hub_id"]], env=environment(config, cache), capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.splitlines()[-1])
+    assert Path(got["snapshot"]).name == hub.commit_of(p["gcm_adapter"]["hub_id"], p["gcm_adapter"]["revision"])
+    assert Path(got["snapshot"]).is_relative_to(cache)
+    np.testing.assert_allclose(got["ours"], got["ref"], rtol=1e-5)
+    assert all(0 < x < 1 for x in got["ours"]) and not np.allclose(got["ours"], got["plain"])
 
 
 def test_store_writes_the_hub_cache_layout(tmp_path):

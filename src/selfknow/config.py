@@ -215,8 +215,10 @@ def _check_references(cfg: dict, source: str) -> None:
             gcm_backend = cfg["models"][names[p["gcm_model"]]]["backend"]
             if gcm_backend != "hf":
                 raise ConfigError(f"{source}: persistent.gcm_model: '{p['gcm_model']}' is an "
-                                  f"{gcm_backend} model; the GCM trains a LoRA "
+                                  f"{gcm_backend} model; the GCM is a LoRA "
                                   f"adapter on its weights, so it must be an hf model")
+        if "gcm_adapter" in p and "gcm_model" not in p:
+            raise ConfigError(f"{source}: persistent.gcm_adapter needs persistent.gcm_model (its backbone)")
     if "ladder" in cfg:
         lad = cfg["ladder"]
         for i, n in enumerate(lad["models"]):

@@ -400,8 +400,8 @@ class Planner:
                     sc.update({(c, ds, sp): sample for sp, sample in self.sc_job(m, c, ds).items()})
                 for plan, s, scored in plans:
                     self.variant_job(m, d, plan, s, scored, sc, transfer)
-                if "gcm_model" in pc:
-                    for s in pc["seeds"]:
+                if "gcm_model" in pc:  # the released GCM scores once; ours trains per seed
+                    for s in ([None] if "gcm_adapter" in pc else pc["seeds"]):
                         self.gcm_job(m, d, s, tr, ev, sc)
         if "gcm_model" in pc:  # Figure 2: the GCM backbone's own answers on each training dataset
             gm = pc["gcm_model"]
@@ -475,11 +475,15 @@ class Planner:
             self.ledger.add(m, "persistent_variants", n, sum(t.conf_tokens for t in target), n, done=done)
         self.ledger.note(m, "persistent_variants", SHARED_ANSWERS)
 
-    def gcm_job(self, m: str, d: str, seed: int, tr, ev, sc: dict) -> None:
+    def gcm_job(self, m: str, d: str, seed: int | None, tr, ev, sc: dict) -> None:
+        """One GCM job: the released adapter's scoring (`seed` None) or our GCM's training + scoring."""
         gm = self.cfg["persistent"]["gcm_model"]
-        done = _exists(self.R / "persistent" / "gcm" / m / d / f"seed{seed}.parquet")
+        done = _exists(self.R / "persistent" / "gcm" / m / d / ("released.parquet" if seed is None
+                                                                else f"seed{seed}.parquet"))
         self.ledger.job(gm, "persistent_gcm", done)
-        self.ledger.train(gm, "persistent_gcm", self._train_tokens([sc[c, d, "train"] for c in tr], 1), done=done)
+        if seed is not None:
+            self.ledger.train(gm, "persistent_gcm", self._train_tokens([sc[c, d, "train"] for c in tr], 1),
+                              done=done)
         for target in [sc[c, d, "test"] for c in ev] + [sc[c, d, "train"] for c in tr]:
             self.ledger.add(gm, "persistent_gcm", target.n, target.conf_tokens, target.n, done=done)
         self.ledger.note(gm, "persistent_gcm", SHARED_ANSWERS)

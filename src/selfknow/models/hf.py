@@ -635,8 +635,10 @@ class HFLM(LM):
         adapter = None
         if self.adapter is not None and with_adapter:
             adapter = {"path": self.adapter, "sha256": hash_files(self.adapter)}
+        template = self.spec.get("chat_template_kwargs")  # changes what chat prompts render to
         return {"backend": "hf", "model_id": self.model_id, "revision": revision,
-                "gguf_file": self.gguf_file, "dtype": self.dtype_name, "adapter": adapter}
+                "gguf_file": self.gguf_file, "dtype": self.dtype_name, "adapter": adapter,
+                **({"chat_template_kwargs": template} if template else {})}
 
     @property
     def device(self) -> str:
@@ -787,8 +789,8 @@ class HFLM(LM):
             return prompt
         messages = ([{"role": "system", "content": system}] if system is not None else [])
         messages.append({"role": "user", "content": prompt})
-        return self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                  **self.spec.get("chat_template_kwargs", {}))
 
     def encode(self, text: str, *, chat: bool) -> list[int]:
         # a rendered chat template already holds its special tokens (BOS etc.)

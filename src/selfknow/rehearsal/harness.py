@@ -47,6 +47,7 @@ def load_config(configfiles=CONFIGFILES) -> dict:
 def _fingerprint(config: dict) -> str:
     sources = [Path(data.__file__), Path(hub.__file__)]
     wanted = {"seed": config["seed"], "datasets": config["datasets"], "hub": hub.hub_models(config),
+              "adapters": hub.hub_adapters(config),
               "n_test": config["persistent"]["n_test"], "n_items": config["lcae"]["n_items"],
               "code": [hashlib.sha256(p.read_bytes()).hexdigest() for p in sources]}
     return config_hash(wanted)

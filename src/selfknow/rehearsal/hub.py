@@ -10,7 +10,10 @@ A revision that is a commit hash is its own snapshot (no ref); a branch's commit
 from the hub id and revision. Each checkpoint gets its own weights (seeded from the config
 seed, hub id and revision), so checkpoints of one model answer differently, as real ones do.
 The tokenizer is a byte-level BPE trained on the dataset fixtures, with a chat template for
-the instruct models.
+the instruct models. A released LoRA adapter the config loads from the hub (the persistent
+paper's GCM, `persistent.gcm_adapter`) gets a random-weight stand-in on its backbone's
+stand-in, stored the same way under the adapter's hub id; then the tokenizer also learns the
+GCM's prompt, so that "yes", the token the GCM is read out by, is one token as in Qwen3's.
 """
 from __future__ import annotations
 
@@ -38,8 +41,11 @@ NLI_LABELS = {0: "entailment", 1: "neutral", 2: "contradiction"}
 
 EOS, PAD, CLS, SEP = "<|endoftext|>", "<|pad|>", "[CLS]", "[SEP]"
 ROLES = ("<|system|>", "<|user|>", "<|assistant|>")
+#: a chat template that, as Qwen3's, opens an empty thinking block when enable_thinking is false
 CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}"
-                 "<|endoftext|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+                 "<|endoftext|>\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n"
+                 "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+                 "{% endif %}")
 
 #: the stand-ins' size: hidden 32, 2 layers, 2 heads of 16 (1 key/value head), context 4096
 TINY = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
@@ -146,17 +152,58 @@ def hub_models(config: dict) -> list[tuple[str, str]]:
     return list(dict.fromkeys(wanted))
 
 
+def hub_adapters(config: dict) -> list[tuple[str, str, str, str]]:
+    """(adapter hub id, revision, backbone hub id, backbone revision) of every hub adapter
+    `config` loads: the persistent protocol's released GCM on `persistent.gcm_model`."""
+    p = config.get("persistent", {})
+    if "gcm_adapter" not in p:
+        return []
+    (base,) = [m for m in config["models"] if m["name"] == p["gcm_model"]]
+    revisions = [c["revision"] for c in base.get("checkpoints", []) if "revision" in c]
+    base_revision = revisions[-1] if revisions else base.get("revision", "main")
+    return [(p["gcm_adapter"]["hub_id"], p["gcm_adapter"]["revision"], base["hub_id"], base_revision)]
+
+
+def _adapter(base_dir: Path, base_hub_id: str, out: Path) -> None:
+    """A random LoRA adapter (rank 8 on the attention projections, every weight non-zero so it
+    changes the base's outputs) on the model in `base_dir`, saved as peft saves one."""
+    import json
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir),
+                           LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                      init_lora_weights=False, lora_dropout=0.0))
+    with torch.no_grad():
+        for name, w in model.named_parameters():
+            if "lora_" in name:
+                w.normal_(0, 0.3)
+    model.save_pretrained(out)
+    cfg_path = out / "adapter_config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["base_model_name_or_path"] = base_hub_id  # as on the hub, not this machine's path
+    cfg_path.write_text(json.dumps(cfg, indent=2))
+
+
 def build(config: dict, cache: Path, texts: list[str], *, vocab_size: int = 512) -> list[Path]:
-    """Write a stand-in for every hub checkpoint of `config` (`hub_models`) into `cache`;
-    returns the snapshot directories. A hub id without a known architecture is an error."""
+    """Write a stand-in for every hub checkpoint of `config` (`hub_models`) and every hub
+    adapter (`hub_adapters`) into `cache`; returns the snapshot directories. A hub id without
+    a known architecture is an error."""
     import torch
     from transformers.utils import logging as hf_logging
+
+    from selfknow.protocols.persistent.prompts import released_gcm_prompt
 
     hf_logging.disable_progress_bar()
     unknown = sorted({h for h, _ in hub_models(config) if h not in ARCHITECTURES})
     if unknown:
         raise ValueError(f"no rehearsal stand-in architecture for hub model(s) {unknown}; "
                          f"known: {sorted(ARCHITECTURES)} (selfknow.rehearsal.hub.ARCHITECTURES)")
+    adapters = hub_adapters(config)
+    if adapters:  # the GCM's prompt, often enough that "yes" merges into one token
+        texts = list(texts) + [released_gcm_prompt("q", "a") + " yes no"] * 1000
     tok = train_tokenizer(texts, vocab_size)
     ids = {t: tok.token_to_id(t) for t in (EOS, PAD, CLS, SEP)}
     snapshots = []
@@ -167,5 +214,11 @@ def build(config: dict, cache: Path, texts: list[str], *, vocab_size: int = 512)
         with tempfile.TemporaryDirectory() as tmp:
             _model(architecture, tok.get_vocab_size(), ids).save_pretrained(tmp)
             _transformers_tokenizer(tok, chat=chat, nli=nli).save_pretrained(tmp)
+            snapshots.append(store(cache, hub_id, revision, Path(tmp)))
+    for hub_id, revision, base_id, base_revision in adapters:
+        base_dir = cache / f"models--{base_id.replace('/', '--')}" / "snapshots" / commit_of(base_id, base_revision)
+        torch.manual_seed(_seed(config["seed"], hub_id, revision))
+        with tempfile.TemporaryDirectory() as tmp:
+            _adapter(base_dir, base_id, Path(tmp))
             snapshots.append(store(cache, hub_id, revision, Path(tmp)))
     return snapshots

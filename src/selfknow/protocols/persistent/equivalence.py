@@ -7,6 +7,11 @@ argmax (Kuhn et al. 2023). Pairs that are already equal after normalisation skip
 
 Two implementations sit behind one interface and a name registry, so the config picks one:
 `normalised` (no model; the offline default) and `nli` (a transformers sequence classifier).
+Both compare answers after one of `NORMALISERS` (config `persistent.answer_normalisation`):
+`squad` (`judge.normalise_answer`: punctuation and articles dropped, so "The Beatles" and
+"Beatles" merge without the model) or `lowercase_no_periods`, the authors' rule
+(`normalize_answer` of conset/dataset_configs/{triviaqa,jeopardy,bioasq}.py), under which
+NLI decides every pair that differs by more than case, periods and surrounding whitespace.
 """
 from __future__ import annotations
 
@@ -16,6 +21,29 @@ from typing import Callable, Sequence
 import numpy as np
 
 from selfknow.stages.judge import normalise_answer
+
+
+def lowercase_no_periods(text: str | None) -> str:
+    """The persistent authors' answer normalisation: the first line of the answer (leading
+    whitespace and blank lines skipped), stripped at both ends, lower-cased, every "." removed
+    (anywhere, and after the strip: "Paris ." keeps its trailing space). None or NaN -> ""."""
+    if not isinstance(text, str):
+        return ""
+    return text.lstrip().split("\n", 1)[0].strip().lower().replace(".", "")
+
+
+#: config `persistent.answer_normalisation` -> the normaliser applied before comparing answers
+NORMALISERS: dict[str, Callable[[str | None], str]] = {
+    "squad": normalise_answer,
+    "lowercase_no_periods": lowercase_no_periods,
+}
+
+
+def get_normaliser(name: str) -> Callable[[str | None], str]:
+    try:
+        return NORMALISERS[name]
+    except KeyError:
+        raise ValueError(f"unknown answer normalisation {name!r}; known: {sorted(NORMALISERS)}") from None
 
 
 class Equivalence(abc.ABC):
@@ -47,8 +75,8 @@ DESIGNATORS = frozenset({
 
 
 class NormalisedMatch(Equivalence):
-    """Model-free equivalence. Two answers match when, after SQuAD normalisation
-    (`judge.normalise_answer`: lower-case, no punctuation, no articles):
+    """Model-free equivalence. Two answers match when, after `normalise` (by default SQuAD
+    normalisation, `judge.normalise_answer`: lower-case, no punctuation, no articles):
 
     1. the strings are equal; or
     2. their token *sets* are equal ("Smith, John" / "John Smith"): word order is not part of
@@ -64,12 +92,14 @@ class NormalisedMatch(Equivalence):
 
     name = "normalised"
 
-    def __init__(self, containment: bool = True, designators: frozenset[str] = DESIGNATORS):
+    def __init__(self, containment: bool = True, designators: frozenset[str] = DESIGNATORS,
+                 normalise: Callable[[str | None], str] = normalise_answer):
         self.containment = containment
         self.designators = frozenset(designators)
+        self.normalise = normalise
 
     def equivalent(self, question: str, a: str, b: str) -> bool:
-        na, nb = normalise_answer(a), normalise_answer(b)
+        na, nb = self.normalise(a), self.normalise(b)
         if not na or not nb:
             return False
         if na == nb:
@@ -89,8 +119,8 @@ class NormalisedMatch(Equivalence):
 class NLIEquivalence(Equivalence):
     """Bidirectional entailment with a transformers sequence-classification NLI model (§A.6).
 
-    `equivalent(q, a, b)` is True when the normalised strings are equal (no model call, as in
-    the authors' pipeline) or when the argmax class is *entailment* for both premise/hypothesis
+    `equivalent(q, a, b)` is True when the strings are equal after `normalise` (no model call,
+    as in the authors' pipeline) or when the argmax class is *entailment* for both premise/hypothesis
     directions. The entailment index is read from `config.id2label` (the label whose name
     contains "entail"), never assumed to be 0. The model loads lazily on first use; results
     are memoised per (question, a, b) because grouping asks the same pair more than once.
@@ -101,8 +131,10 @@ class NLIEquivalence(Equivalence):
     HYPOTHESIS = "Answer: {answer}"
 
     def __init__(self, model_name_or_path: str = "MoritzLaurer/DeBERTa-v3-base-mnli-fever-anli",
-                 *, batch_size: int = 32, device: str = "cpu", num_threads: int | None = None):
+                 *, batch_size: int = 32, device: str = "cpu", num_threads: int | None = None,
+                 normalise: Callable[[str | None], str] = normalise_answer):
         self.model_name_or_path = model_name_or_path
+        self.normalise = normalise
         self.batch_size = int(batch_size)
         self.device = device
         self.num_threads = num_threads
@@ -154,7 +186,7 @@ class NLIEquivalence(Equivalence):
         result: list[bool | None] = [None] * len(pairs)
         todo: list[int] = []
         for i, (a, b) in enumerate(pairs):
-            na, nb = normalise_answer(a), normalise_answer(b)
+            na, nb = self.normalise(a), self.normalise(b)
             if not na or not nb:
                 result[i] = False
             elif na == nb:

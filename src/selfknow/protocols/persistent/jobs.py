@@ -70,16 +70,18 @@ def side_device(spec: dict) -> str:
     return "cuda" if dev == "auto" else dev
 
 
-def make_equivalence(name: str, *, num_threads: int = 1, device: str = "cpu"):
+def make_equivalence(name: str, *, normalisation: str, num_threads: int = 1, device: str = "cpu"):
     """"normalised" -> the model-free matcher; "nli:<model id or path>" -> bidirectional NLI
-    (batched: a question's pairs in one forward pass on a GPU)."""
-    from .equivalence import get_equivalence
+    (batched: a question's pairs in one forward pass on a GPU); both compare answers after the
+    `normalisation` of `equivalence.NORMALISERS` (config `persistent.answer_normalisation`)."""
+    from .equivalence import get_equivalence, get_normaliser
 
+    normalise = get_normaliser(normalisation)
     if name == "normalised":
-        return get_equivalence("normalised")
+        return get_equivalence("normalised", normalise=normalise)
     if name.startswith("nli:"):
         return get_equivalence("nli", model_name_or_path=name[4:], num_threads=num_threads, device=device,
-                               batch_size=NLI_GPU_BATCH if device != "cpu" else 32)
+                               batch_size=NLI_GPU_BATCH if device != "cpu" else 32, normalise=normalise)
     raise ValueError(f"persistent.equivalence must be 'normalised' or 'nli:<model>', got {name!r}")
 
 
@@ -231,7 +233,7 @@ class SplitIO(NamedTuple):
 
 def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoint: str, *, n_shots: int,
            icl_by_domain: bool, seed: int, num_beams: int, max_new_tokens: int, equivalence: str,
-           prompt_label: str, cache_dir: str, correctness: str, threads: int = 1) -> dict:
+           normalisation: str, prompt_label: str, cache_dir: str, correctness: str, threads: int = 1) -> dict:
     """Beam search (`num_beams`, stop at the first newline) on a seeded sample of `n_items`
     questions of each split, resumable by chunks; then SC grouping (§3.1.1, §A.6). One job
     serves a checkpoint's splits of a dataset so the model loads once. The `n_shots`
@@ -276,7 +278,8 @@ def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoin
     summary = {"beam_seconds": round(time.time() - t0, 1), "cache_hits": lm.stats.hits,
                "model_calls": lm.stats.misses}
     lm.release()  # done with it: its weights go before the NLI model's load
-    equivalent = make_equivalence(equivalence, num_threads=threads, device=side_device(spec))
+    equivalent = make_equivalence(equivalence, normalisation=normalisation, num_threads=threads,
+                                  device=side_device(spec))
     for split, io in splits.items():
         sc = self_consistency_frame(beams[split], equivalent)
         tag = {"model": spec["name"], "checkpoint": checkpoint, "split": split}
@@ -534,11 +537,53 @@ def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str
         for c in ckpts:
             t = sc[ScInput(V.MAIN, split, c)]
             conf = predict_confidence(lm, t["question"].tolist(), t["prediction"].fillna("").tolist())
-            rows.append(pd.DataFrame({"seed": seed, "target": c, "split": split, "item_id": t["item_id"].to_numpy(),
-                                      "correct": t["correct"].to_numpy(), "confidence": conf}))
+            rows.append(pd.DataFrame({"seed": seed, "method": "gcm_trained", "target": c, "split": split,
+                                      "item_id": t["item_id"].to_numpy(), "correct": t["correct"].to_numpy(),
+                                      "confidence": conf}))
     df = pd.concat(rows, ignore_index=True)
     write_parquet(df, out)
     return {"rows": len(df), "train_seconds": round(t_train, 1), "model_calls": lm.stats.misses}
+
+
+def released_gcm_job(gcm_spec: dict, adapter: Mapping, train_ckpts: Sequence[str], eval_ckpts: Sequence[str],
+                     sc_paths: Mapping[ScInput, str], out: str, *, cache_dir: str, threads: int = 1) -> dict:
+    """The paper's GCM (§3.1.1): the released adapter (`adapter`: hub_id, revision) on its
+    backbone `gcm_spec`, no training. Scores the evaluation checkpoints' test answers and the
+    training checkpoints' train answers (for the post-hoc map) as the authors'
+    conset/pred_confidence_gcm.py: P("yes") of the next token, softmax over the whole vocabulary,
+    after the model-agnostic prompt (`prompts.released_gcm_prompt`) in the chat template."""
+    import torch
+
+    from selfknow.models import load_lm
+
+    from .prompts import GCM_YES, released_gcm_prompt
+
+    torch.set_num_threads(int(threads))
+    lm = load_lm(gcm_spec, None, cache_dir=cache_dir, adapter=hub_snapshot(adapter["hub_id"], adapter["revision"]))
+    rows = []
+    for split, ckpts in (("test", eval_ckpts), ("train", train_ckpts)):
+        for c in ckpts:
+            t = read_sc(sc_paths[ScInput(V.MAIN, split, c)])
+            prompts = [released_gcm_prompt(q, a) for q, a in zip(t["question"], t["prediction"].fillna(""))]
+            conf = np.exp(lm.next_token_logprobs(prompts, [GCM_YES], chat=True)[:, 0])
+            rows.append(pd.DataFrame({"method": "gcm", "target": c, "split": split,
+                                      "item_id": t["item_id"].to_numpy(), "correct": t["correct"].to_numpy(),
+                                      "confidence": conf}))
+    df = pd.concat(rows, ignore_index=True)
+    write_parquet(df, out)
+    return {"rows": len(df), "adapter": f"{adapter['hub_id']}@{adapter['revision']}", "model_calls": lm.stats.misses}
+
+
+def hub_snapshot(hub_id: str, revision: str) -> str:
+    """Local directory of a hub repository's snapshot at `revision` (the HF cache; under
+    HF_HUB_OFFLINE=1 only the cache, so a missing adapter is an error naming it)."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(hub_id, revision=revision)
+    except Exception as err:
+        raise FileNotFoundError(f"persistent.gcm_adapter {hub_id}@{revision}: not in the hub cache and not "
+                                f"downloadable ({type(err).__name__}: {err})") from err
 
 
 # ----------------------------------------------------------------------------------------------
@@ -618,14 +663,15 @@ def assemble_methods(eval_sc: Mapping[str, pd.DataFrame], eval_ckpts: Sequence[s
             methods[f"{name}_surrogate"] = np.stack(sur)
             methods[f"{name}_copy"] = np.stack(cop)
     if gcm_frames:
-        gfs = sorted(gcm_frames, key=lambda g: int(g["seed"].iloc[0]))
+        gfs = sorted(gcm_frames, key=lambda g: int(g["seed"].iloc[0]) if "seed" in g else 0)  # released: no seed
+        name = str(gfs[0]["method"].iloc[0])  # "gcm" (released) or "gcm_trained" (`gcm_job`)
         test = [g[g["split"] == "test"] for g in gfs]
-        methods["gcm"] = np.stack([_matrix(t, ev, items, "confidence", "GCM") for t in test])
+        methods[name] = np.stack([_matrix(t, ev, items, "confidence", "GCM") for t in test])
         post = []
-        for g, t in zip(gfs, methods["gcm"]):
+        for g, t in zip(gfs, methods[name]):
             tr = g[g["split"] == "train"]
             post.append(np.clip(fit_isotonic(tr["confidence"].to_numpy(float), tr["correct"].to_numpy(float))(t), 0, 1))
-        methods["gcm_posthoc"] = np.stack(post)
+        methods[f"{name}_posthoc"] = np.stack(post)
     return items, y, methods
 
 
@@ -674,7 +720,7 @@ def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_con
 
 def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc: Mapping[ScInput, pd.DataFrame],
                           variant_frames: Sequence[pd.DataFrame], gcm_frames: Sequence[pd.DataFrame],
-                          equivalence: str = "normalised") -> tuple[np.ndarray, np.ndarray, dict]:
+                          equivalence: str, normalisation: str) -> tuple[np.ndarray, np.ndarray, dict]:
     """`assemble_methods` on the main dataset's test split: `sc` holds the test answers of the
     evaluation checkpoints and of the last training checkpoint (the surrogate) and the train
     answers of the training checkpoints (for post-hoc calibration)."""
@@ -682,13 +728,14 @@ def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str],
     eval_sc = {c: sc[ScInput(V.MAIN, "test", c)] for c in ev}
     return assemble_methods(eval_sc, ev, train_sc={c: sc[ScInput(V.MAIN, "train", c)] for c in tr},
                             surrogate_sc=sc[ScInput(V.MAIN, "test", tr[-1])], variant_frames=variant_frames,
-                            gcm_frames=gcm_frames, dataset=V.MAIN, equivalence=make_equivalence(equivalence))
+                            gcm_frames=gcm_frames, dataset=V.MAIN,
+                            equivalence=make_equivalence(equivalence, normalisation=normalisation))
 
 
 def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[ScInput, str],
                 variant_paths: Sequence[str], gcm_paths: Sequence[str], out_metrics: str,
                 out_replicates: str, out_contrast: str, *, evalset: str, min_contrast: int, n_boot: int,
-                n_boot_ece: int, seed: int, equivalence: str = "normalised") -> dict:
+                n_boot_ece: int, seed: int, equivalence: str, normalisation: str) -> dict:
     """Metrics of every method for one (model, training dataset, evaluation set): the main
     dataset's test split (`evalset="main"`) or the transfer dataset (both of its splits);
     `sc_paths` as in `variant_job`."""
@@ -700,7 +747,7 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
     variant_frames = [read_parquet(p) for p in variant_paths]
     if evalset == V.MAIN:
         items, y, methods = assemble_main_methods(ev, tr, sc, variant_frames, [read_parquet(p) for p in gcm_paths],
-                                                  equivalence)
+                                                  equivalence, normalisation)
     elif evalset == V.TRANSFER:
         items, y, methods = assemble_methods(pooled_transfer(sc), ev, variant_frames=variant_frames,
                                              dataset=V.TRANSFER)
@@ -734,6 +781,7 @@ RELIABILITY_PANELS = {
     "sc_surrogate": "SC surrogate", "sc_copy": "SC copy", "nonoracle": "Non-oracle training",
     "nonoracle_surrogate": "Non-oracle surrogate", "nonoracle_copy": "Non-oracle copy",
     "oracle": "Oracle training", "gcm": "GCM", "gcm_posthoc": "GCM post-hoc",
+    "gcm_trained": "GCM (trained here)", "gcm_trained_posthoc": "GCM (trained here) post-hoc",
 }
 
 
@@ -758,7 +806,7 @@ def reliability_frame(y: np.ndarray, methods: Mapping[str, np.ndarray],
 
 def reliability_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[ScInput, str],
                     variant_paths: Sequence[str], gcm_paths: Sequence[str], png: str, *, title: str,
-                    seed: int, equivalence: str = "normalised", n_bins: int = 10, n_boot: int = 200,
+                    seed: int, equivalence: str, normalisation: str, n_bins: int = 10, n_boot: int = 200,
                     provenance: dict | None = None) -> dict:
     """Reliability diagrams of one (model, training dataset) on the full main test set: the
     confidences `metrics_job` assembles (`assemble_main_methods`; same inputs), one panel per
@@ -773,7 +821,7 @@ def reliability_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_pa
     ev, tr = list(eval_ckpts), list(train_ckpts)
     sc = {k: read_sc(p) for k, p in sc_paths.items()}
     items, y, methods = assemble_main_methods(ev, tr, sc, [read_parquet(p) for p in variant_paths],
-                                              [read_parquet(p) for p in gcm_paths], equivalence)
+                                              [read_parquet(p) for p in gcm_paths], equivalence, normalisation)
     df = reliability_frame(y, methods)
     fig = reliability_grid(df, png, title=title, n_bins=n_bins, n_boot=n_boot, seed=seed, provenance=provenance)
     smece = {p: round(smooth_ece(d["confidence"].to_numpy(float), d["correct"].to_numpy(float)), 4)

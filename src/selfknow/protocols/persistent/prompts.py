@@ -11,8 +11,10 @@
   certain.\\n\\nQuestion: {q}\\nCandidate answer: {a}\\nConfidence:" — the digit read-out
   suffix ("Confidence:" vs "Confidence: ") depends on the tokenizer, see `verbalized.DigitFormat`.
 - GCM: the model-agnostic grading prompt of Xiao et al. (2026) as the paper runs it (only the
-  question and the candidate answer), ending in the same digit read-out as the verbalized
-  method because our GCM is a LoRA digit-confidence adapter (see `baselines.py`).
+  question and the candidate answer). The released GCM (`released_gcm_prompt`) ends in the
+  authors' yes/no instruction and is read out as P("yes") (conset/pred_confidence_gcm.py); the
+  GCM we train ourselves (`gcm_body`) ends in a 0-9 instruction and the verbalized method's
+  digit read-out, because it is a LoRA digit-confidence adapter (see `baselines.py`).
 """
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ GCM_HEADER = ("You are grading responses to prompts for correctness, responses c
               "generated from multiple LLMs.")
 GCM_INSTRUCTION = ("Please rate on a scale of 0-9 whether the Response correctly answers the "
                    "Prompt, where 0 is certainly incorrect and 9 is certainly correct.")
+#: the released GCM's instruction (its trailing space included) and the token read out
+RELEASED_GCM_INSTRUCTION = ("Please respond just 'yes' or 'no' in lowercase if the Response "
+                            "correctly answers the Prompt: ")
+GCM_YES = "yes"
 
 
 def select_icl_examples(train: pd.DataFrame, n: int = N_ICL, seed: int = 17, *,
@@ -106,11 +112,16 @@ def verbalized_body(question: str, answer: str) -> str:
     return f"{VERBALIZED_INSTRUCTION}\n\nQuestion: {question}\nCandidate answer: {answer}"
 
 
-def gcm_body(question: str, answer: str) -> str:
+def gcm_body(question: str, answer: str, instruction: str = GCM_INSTRUCTION) -> str:
     """The GCM's model-agnostic grading prompt (Xiao et al. 2026, as run in persistent §3.1.1):
     only the question (in the QA format) and the candidate answer, no model identity."""
     return (f"{GCM_HEADER}\n###Prompt\nQuestion: {question}\nAnswer:\n###Response\n{answer}\n"
-            f"###Instruction\n{GCM_INSTRUCTION}")
+            f"###Instruction\n{instruction}")
+
+
+def released_gcm_prompt(question: str, answer: str) -> str:
+    """The released GCM's user turn (conset/pred_confidence_gcm.py)."""
+    return gcm_body(str(question), str(answer), RELEASED_GCM_INSTRUCTION)
 
 
 PROMPT_BODIES = {"verbalized": verbalized_body, "gcm": gcm_body}

@@ -30,6 +30,17 @@ METHOD_LABELS = {
     "sc_surrogate": "⌞ Surrogate", "sc_copy": "⌞ Copy", "nonoracle": "Non-oracle training",
     "nonoracle_surrogate": "⌞ Surrogate", "nonoracle_copy": "⌞ Copy", "oracle": "Oracle training",
     "gcm": "GCM", "gcm_posthoc": "⌞ Post-hoc",
+    "gcm_trained": "GCM (trained here)", "gcm_trained_posthoc": "⌞ Post-hoc",
+}
+#: the two GCMs (`jobs.released_gcm_job`, `jobs.gcm_job`): the released adapter (the paper's)
+#: or our own trained one, and what a table note says of each
+GCM_METHODS = ("gcm", "gcm_trained")
+GCM_NOTES = {
+    "gcm": ("GCM: the TriviaQA GCM released by Xiao et al. (2026) on its backbone (`persistent.gcm_adapter`), "
+            "P(\"yes\") after the model-agnostic prompt, no training (§3.1.1)."),
+    "gcm_trained": ("GCM (trained here): not the paper's released GCM (`persistent.gcm_adapter` unset) but a "
+                    "LoRA digit-confidence adapter we train per seed on the GCM backbone from the non-oracle "
+                    "checkpoints' answers, with the model-agnostic prompt ending in a 0-9 instruction."),
 }
 
 #: table name -> what it needs; "second" tables exist only with a second training dataset
@@ -54,6 +65,13 @@ class MetricFile:
 
     def reps(self, method: str, metric: str, normaliser: str = "eq1") -> np.ndarray | None:
         return self.replicates.get(f"{normaliser}|{method}|{metric}")
+
+    def gcm(self) -> str:
+        """Which of `GCM_METHODS` this file has (the config runs one)."""
+        have = [m for m in GCM_METHODS if m in set(self.points["method"])]
+        if len(have) != 1:
+            raise KeyError(f"expected one GCM method of {GCM_METHODS} in the metrics, found {have}")
+        return have[0]
 
 
 @dataclass(frozen=True)
@@ -288,7 +306,8 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     elif name == "table17":
         for m in models:
             for d in datasets:
-                rows += _rows(_std(["gcm", "gcm_posthoc", "oracle"]), (m, d, d), f"{m}|{d}", model=m, dataset=d)
+                g = files[(m, d, d)].gcm()
+                rows += _rows(_std([g, f"{g}_posthoc", "oracle"]), (m, d, d), f"{m}|{d}", model=m, dataset=d)
         cols = _full_cols()
         title = "Table 17: GCM vs oracle training"
     elif name == "table18":
@@ -306,6 +325,9 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
              "checkpoint then averaged; trained methods averaged over seeds. Bold: best in its block; "
              "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8). "
              + chance_check(rows, cols, files, normaliser=norm))
+    for g in GCM_METHODS:
+        if any(r.method == g for r in rows):
+            notes += " " + GCM_NOTES[g]
     return values, marks, title, notes
 
 
@@ -402,8 +424,9 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
     missing = pd.Index(ids).difference(backbone.index)
     if len(missing):
         raise KeyError(f"the GCM backbone has no answer to {len(missing)} contrast questions, e.g. {list(missing[:3])}")
-    oracle, gcm = metrics.point("oracle", "contrast_auc"), metrics.point("gcm", "contrast_auc")
-    ro, rg = metrics.reps("oracle", "contrast_auc"), metrics.reps("gcm", "contrast_auc")
+    g = metrics.gcm()
+    oracle, gcm = metrics.point("oracle", "contrast_auc"), metrics.point(g, "contrast_auc")
+    ro, rg = metrics.reps("oracle", "contrast_auc"), metrics.reps(g, "contrast_auc")
     lo = hi = np.nan
     if ro is not None and rg is not None:
         diff = np.asarray(ro, dtype=float) - np.asarray(rg, dtype=float)
@@ -412,7 +435,7 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
     error = 1.0 - float(backbone.reindex(ids).to_numpy(dtype=float).mean()) if ids.size else np.nan
     return {"backbone_error_rate": error,
             "contrast_questions": int(ids.size), "pairs": n_pairs, "oracle_contrast_auc": oracle,
-            "gcm_contrast_auc": gcm, "auc_gap": oracle - gcm, "gap_lo": lo, "gap_hi": hi}
+            "gcm_contrast_auc": gcm, "auc_gap": oracle - gcm, "gap_lo": lo, "gap_hi": hi, "gcm_method": g}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -572,7 +595,9 @@ def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mappin
                 notes=(f"Backbone error rate: 1 − accuracy of {backbone_model} ({backbone_ckpt})'s own top answer on "
                        f"the questions of the contrast sets of at least {min_contrast} questions. AUC gap: "
                        f"contrast-set AUC of oracle training minus the GCM's (Table 17), with the {level} "
-                       "percentile interval of the paired bootstrap replicates (§A.8)."), provenance=provenance)
+                       "percentile interval of the paired bootstrap replicates (§A.8). "
+                       + " ".join(GCM_NOTES[g] for g in GCM_METHODS if g in set(df.get("gcm_method", [])))),
+                provenance=provenance)
     return {"points": len(df), "nan_cells": int(df.select_dtypes("number").isna().sum().sum())}
 
 

@@ -37,10 +37,6 @@ from .contrast import (CONTRAST_METRICS, FULL_METRICS, METRICS, ContrastPair, No
                        _check_conf, _check_correct, pair_data)
 from ..smooth_ece import smooth_ece_counts
 
-N_BOOT = 10_000
-SEED = 17
-
-
 # ------------------------------------------------------------------------------------------
 # Replicate construction
 # ------------------------------------------------------------------------------------------
@@ -208,7 +204,7 @@ def _replicate_counts_t(classes: np.ndarray, n_boot: int, seed: int, chunk: int,
         yield counts
 
 
-def replicate_counts(classes: np.ndarray, n_boot: int = N_BOOT, seed: int = SEED, *,
+def replicate_counts(classes: np.ndarray, n_boot: int, seed: int, *,
                      chunk: int = 256, block: int | None = None) -> Iterator[np.ndarray]:
     """Yield (b, C, n) multiplicities of successive chunks of replicates (b <= ``chunk``):
     counts[r, j, i] = how many times item i enters component j in replicate r."""
@@ -372,8 +368,8 @@ class _SeedScorer:
 
 
 def bootstrap_persistent(conf_by_method: Mapping[str, np.ndarray], correct,
-                         pairs: Sequence[ContrastPair], *, n_boot: int = N_BOOT,
-                         seed: int = SEED, normaliser: Normaliser = "eq1",
+                         pairs: Sequence[ContrastPair], *, n_boot: int,
+                         seed: int, normaliser: Normaliser = "eq1",
                          metrics: Sequence[str] = METRICS, chunk: int = 256,
                          block: int | None = None) -> dict[str, dict[str, np.ndarray]]:
     """Bootstrap distributions of the persistent metrics for several methods on shared,
