@@ -61,7 +61,7 @@ def test_changing_any_manifest_setting_fails_the_check(manifest, paper):
 #: one setting of each kind per paper, changed in a copy of config/paper.yaml: set in the file,
 #: filled from the schema's defaults, a recorded deviation moved to the papers' value
 SAMPLE = [
-    ("persistent.num_beams", 8), ("persistent.adapter.lr", 1.0e-4), ("persistent.max_new_tokens", 100),
+    ("persistent.num_beams", 8), ("persistent.adapter.lr", 1.0e-4), ("persistent.max_new_tokens", 24),
     ("datasets.jeopardy.test_range", [15000, 19000]), ("judge.llm_judge", "gpt-5.5"),
     ("models[name=gpt-5.4-judge].batch", False),
     ("ladder.n_sessions", 10), ("datasets.mmlu.subject_range", [0, 25]), ("ladder.llm_user_model", "qwen-turbo"),

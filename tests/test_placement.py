@@ -84,7 +84,7 @@ def test_paper_config_puts_every_gpu_job_on_the_gpu_partition(tmp_path, monkeypa
     placed = _check_jobs("paper.yaml", tmp_path, monkeypatch)
     on_gpu = {r for r, p in placed.items() if any(g for _, g in p)}
     assert on_gpu >= {"persistent_sc", "persistent_variant", "persistent_transfer_variant",
-                      "persistent_variance_adapters", "persistent_gcm", "ladder_sessions", "ladder_prompted",
+                      "persistent_variance_adapters", "persistent_gcm_released", "ladder_sessions", "ladder_prompted",
                       "ladder_extension", "generate_greedy", "lcae_stage1", "lcae_stage2"}
     assert ("gpu", 2) in placed["persistent_variant"]  # Olmo 3 32B
     # API models' jobs of the same rules ask for no GPU
@@ -100,8 +100,8 @@ def test_tiny_config_asks_for_no_gpu(tmp_path, monkeypatch):
 
 def test_a_local_judge_puts_its_gpus_on_the_jobs_that_load_it(tmp_path, monkeypatch):
     """The paper config with a local judge (Qwen3-8B on one GPU) instead of the API one: the
-    judge audit becomes a GPU job of the judge's size, and every beam-search job that labels its
-    candidates with it holds both models."""
+    judge audit and every persistent judge job become GPU jobs of the judge's size, and the
+    beam-search jobs, which no longer load the judge, keep their own model's GPUs."""
     import yaml
 
     cfg = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
@@ -110,6 +110,6 @@ def test_a_local_judge_puts_its_gpus_on_the_jobs_that_load_it(tmp_path, monkeypa
     local.write_text(yaml.safe_dump(cfg))
     placed = _check_jobs(str(local), tmp_path, monkeypatch)  # an absolute path replaces config/
     assert placed["llm_judge"] == {("gpu", 1)}
-    # olmo3-7b or marin-8b + the judge: 2 GPUs; olmo3-32b + the judge: 3; the GCM backbone's
-    # own answers, judged by itself: one model, 1
-    assert placed["persistent_sc"] == {("gpu", 1), ("gpu", 2), ("gpu", 3)}
+    assert placed["persistent_judge"] == {("gpu", 1)}
+    # olmo3-7b, marin-8b and the GCM backbone: 1; olmo3-32b: 2
+    assert placed["persistent_sc"] == {("gpu", 1), ("gpu", 2)}
