@@ -79,9 +79,10 @@ TINY_FIGURES = {
                                     "titles": ["(a) R4, sessions with an LSA profile", "(b) mean session CBF",
                                                "(c) pooled CBF, observed labels"]},
     # LCAE Figure 2, `ability_lcae_ce`: one point per Standard-prompting examinee of Stage 3 with a
-    # price (lcae.examinee_models x checkpoints: smollm2's one, wm-small's 4 world checkpoints), one
-    # legend series per model in name order, the checkpoints named where a model has several
-    "figures/lcae/figure2.png": {"axes": 1, "series": [["smollm2", "wm-small"]], "texts": [4]},
+    # price (lcae.examinee_models x checkpoints: smollm2's one, wm-base's and wm-small's 4 world
+    # checkpoints each), one legend series per model in name order, the checkpoints named where a
+    # model has several
+    "figures/lcae/figure2.png": {"axes": 1, "series": [["smollm2", "wm-base", "wm-small"]], "texts": [8]},
     # persistent Figure 3, `transfer_heatmap_random_label`: two heat-maps on the first model and
     # dataset; left 4 training x 4 evaluation checkpoints (all of wm-small's), right the 3
     # consecutive pairs (random_label_pairs: consecutive) x 4; cells annotated where the AUC is
