@@ -142,27 +142,28 @@ class BatchJobs:
             self._gathered, self._gathered_ids, self._gathered_failed = {}, set(), ""
 
     @staticmethod
-    def _gather_pass(calls: Sequence[Callable[[], Any]]) -> list[Any]:
-        """Every call, its requests gathered; raises `_Gathered` once all ran if any had some."""
-        results, gathered = [], False
+    def _run_all(calls: Sequence[Callable[[], Any]], catch: type[Exception]) -> tuple[list[Any], Exception | None]:
+        """Every call, in order, the ones raising `catch` skipped: the results and the first such error."""
+        results, first = [], None
         for call in calls:
             try:
                 results.append(call())
-            except _Gathered:
-                gathered = True
-        if gathered:
+            except catch as err:
+                first = first or err
+        return results, first
+
+    @classmethod
+    def _gather_pass(cls, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Every call, its requests gathered; raises `_Gathered` once all ran if any had some."""
+        results, gathered = cls._run_all(calls, _Gathered)
+        if gathered is not None:
             raise _Gathered
         return results
 
-    @staticmethod
-    def _answer_pass(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    @classmethod
+    def _answer_pass(cls, calls: Sequence[Callable[[], Any]]) -> list[Any]:
         """Every call (so that each one's answers are cached), then its first failure."""
-        results, error = [], None
-        for call in calls:
-            try:
-                results.append(call())
-            except RequestFailed as err:
-                error = error or err
+        results, error = cls._run_all(calls, RequestFailed)
         if error is not None:
             raise error
         return results
