@@ -1,5 +1,5 @@
-"""The fidelity manifest against config/paper.yaml, the README's deviation table, and the
-README's rehearsal table against config/rehearsal.yaml."""
+"""The fidelity manifest against config/paper.yaml, the deviation table (docs/deviations.md),
+and the rehearsal table (docs/rehearsal.md) against config/rehearsal.yaml."""
 import copy
 import re
 from pathlib import Path
@@ -9,11 +9,11 @@ import yaml
 
 from selfknow.config import load_config
 from selfknow.fidelity import (
-    MISSING, ManifestError, assign, check_config, load_manifest, readme_block, render_deviations, resolve)
+    MISSING, ManifestError, assign, check_config, deviation_block, load_manifest, render_deviations, resolve)
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "config" / "paper.yaml"
-README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 
 
 @pytest.fixture(scope="module")
@@ -87,13 +87,26 @@ def test_the_sample_covers_every_paper(manifest):
     assert {papers[k] for k, _ in SAMPLE} == {"persistent", "LADDER", "LCAE"}
 
 
-def test_the_readme_deviation_table_is_the_manifests(manifest):
-    text = README.read_text(encoding="utf-8")
-    a, b = readme_block(text)
-    assert text[a:b] == render_deviations(manifest), "run `selfknow fidelity --readme`"
-    section = text[text.index("## Deviations from the papers"):text.index("## Resources per job class")]
-    rows = [line for line in section.splitlines() if line.startswith("| ") and not line.startswith("| paper |")]
+def test_the_deviation_table_is_the_manifests(manifest):
+    """Issue 23: the rendered deviation table has no row the manifest lacks, and lacks none."""
+    text = (DOCS / "deviations.md").read_text(encoding="utf-8")
+    a, b = deviation_block(text)
+    assert text[a:b] == render_deviations(manifest), "run `selfknow fidelity --docs`"
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| paper |")]
     assert len(rows) == len(manifest.deviations)
+
+
+def test_writing_the_deviation_table_replaces_only_the_block(manifest, tmp_path):
+    from selfknow.fidelity import BLOCK_BEGIN, BLOCK_END, write_deviations
+
+    path = tmp_path / "deviations.md"
+    path.write_text(f"# Deviations\n\nprose\n\n{BLOCK_BEGIN}\n| old | row |\n{BLOCK_END}\n\nafter\n", encoding="utf-8")
+    assert write_deviations(manifest, path)
+    assert path.read_text(encoding="utf-8") == f"# Deviations\n\nprose\n\n{render_deviations(manifest)}\n\nafter\n"
+    assert not write_deviations(manifest, path)
+    path.write_text("no block\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no generated deviation block"):
+        write_deviations(manifest, path)
 
 
 def test_code_keys_read_constants_and_literal_calls():
@@ -139,7 +152,7 @@ def _flat(d, prefix=""):
             yield f"{prefix}{k}", v
 
 
-def test_the_readme_rehearsal_table_names_every_size_the_overlay_changes():
+def test_the_rehearsal_table_names_every_size_the_overlay_changes():
     overlay = yaml.safe_load((ROOT / "config" / "rehearsal.yaml").read_text(encoding="utf-8"))
     raw = yaml.safe_load(PAPER.read_text(encoding="utf-8"))
     paper = dict(_flat(raw))
@@ -149,7 +162,7 @@ def test_the_readme_rehearsal_table_names_every_size_the_overlay_changes():
     paper_models = {m["name"]: m for m in raw["models"]}
     sizes |= {f"models[name={m['name']}].checkpoints" for m in overlay["models"]
               if m.get("checkpoints", []) != paper_models[m["name"]].get("checkpoints", [])}
-    text = README.read_text(encoding="utf-8")
-    table = text[text.index("### Rehearse the paper configs here"):text.index("The harness builds the stand-ins")]
+    text = (DOCS / "rehearsal.md").read_text(encoding="utf-8")
+    table = text[text.index("# Rehearse the paper configs here"):text.index("The harness builds the stand-ins")]
     missing = sorted(k for k in sizes if f"`{k}`" not in table)
-    assert missing == [], f"README's rehearsal table does not name {missing}"
+    assert missing == [], f"docs/rehearsal.md's table does not name {missing}"

@@ -1,4 +1,4 @@
-"""The package's layers (README, Architecture): imports run one way, and heavy libraries load
+"""The package's layers (docs/architecture.md): imports run one way, and heavy libraries load
 only where they are used."""
 import ast
 import subprocess
@@ -55,7 +55,7 @@ def test_every_module_has_a_layer_and_imports_run_one_way():
         if name == "selfknow":
             continue
         mine = _layer(name)
-        assert mine is not None, f"{name} is in no layer of LAYERS (and of the README's Architecture)"
+        assert mine is not None, f"{name} is in no layer of LAYERS (and of docs/architecture.md)"
         for imported in _imports(tree):
             theirs = _layer(imported)
             if theirs is not None and theirs > mine:

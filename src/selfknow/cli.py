@@ -7,7 +7,7 @@ function running it). A command signals bad input by raising ``ValueError`` (or
     selfknow rasch MATRIX.csv|MATRIX.parquet OUTDIR [--method jml|cml] [--abilities wle|mle]
                    [--no-bias-correction] [--quiet]
     selfknow plan CONFIG.yaml [--results DIR] [--csv PLAN.csv]
-    selfknow fidelity [CONFIG.yaml] [--readme]
+    selfknow fidelity [CONFIG.yaml] [--docs]
     selfknow rehearse [--results DIR] [--cores N] [-- SNAKEMAKE_ARGS...]
     selfknow preflight CONFIG.yaml [CONFIG.yaml...] [--timeout S]
 """
@@ -169,18 +169,18 @@ register("plan", "Before launch: requests, tokens, API dollars and GPU-hours per
 def _configure_fidelity(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=Path, nargs="?", default=Path("config/paper.yaml"),
                    help="the config checked against fidelity/manifest.yaml (default: config/paper.yaml)")
-    p.add_argument("--readme", action="store_true",
-                   help="also rewrite README.md's deviation table from the manifest")
+    p.add_argument("--docs", action="store_true",
+                   help="also rewrite the deviation table of docs/deviations.md from the manifest")
 
 
 def run_fidelity(args: argparse.Namespace) -> int:
     """Check a config against the papers' protocol constants; 1 if any differs undocumented."""
     from selfknow.config import load_config
-    from selfknow.fidelity import check_config, load_manifest, write_readme
+    from selfknow.fidelity import check_config, load_manifest, write_deviations
 
     manifest = load_manifest()
-    if args.readme and write_readme(manifest):
-        print("README.md: deviation table rewritten from fidelity/manifest.yaml")
+    if args.docs and write_deviations(manifest):
+        print("docs/deviations.md: deviation table rewritten from fidelity/manifest.yaml")
     problems = check_config(load_config(args.config), manifest)
     for p in problems:
         print(f"{args.config}: {p}")

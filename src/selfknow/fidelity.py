@@ -1,15 +1,15 @@
 """The fidelity manifest (fidelity/manifest.yaml): every protocol constant the three papers or
-their authors' code fix, with its source, checked against a resolved config, and the README's
-"Deviations from the papers" table, rendered from it.
+their authors' code fix, with its source, checked against a resolved config, and the
+"Deviations from the papers" table (docs/deviations.md), rendered from it.
 
 A *setting* names a config key (``models[name=gpt-5.4].mode``, ``datasets.triviaqa.revision``,
 ``models[name=olmo3-7b].checkpoints[*].revision``), the papers' value and its source. Where we
 differ, it also names the deviation (an id of the manifest's ``deviations``) and our value
-(``ours``), so a change to either side is caught. A *deviation* is one row of the README table:
+(``ours``), so a change to either side is caught. A *deviation* is one row of that table:
 paper, what we do differently, why, where it is set.
 
     selfknow fidelity config/paper.yaml            # check the config (schema defaults included)
-    selfknow fidelity config/paper.yaml --readme   # and rewrite the README table from the manifest
+    selfknow fidelity config/paper.yaml --docs     # and rewrite docs/deviations.md's table from the manifest
 """
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST_PATH = ROOT / "fidelity" / "manifest.yaml"
-README_PATH = ROOT / "README.md"
+DEVIATIONS_PATH = ROOT / "docs" / "deviations.md"
 PAPERS = ("persistent", "LADDER", "LCAE")
-#: the README lines between which the deviation table is generated
-README_BEGIN = "<!-- deviations: generated from fidelity/manifest.yaml by `selfknow fidelity --readme` -->"
-README_END = "<!-- end of deviations -->"
+#: the lines of docs/deviations.md between which the deviation table is generated
+BLOCK_BEGIN = "<!-- deviations: generated from fidelity/manifest.yaml by `selfknow fidelity --docs` -->"
+BLOCK_END = "<!-- end of deviations -->"
 
 
 class ManifestError(ValueError):
@@ -256,32 +256,32 @@ def check_config(cfg: dict, manifest: Manifest) -> list[str]:
     return problems
 
 
-# ----------------------------------------------------------------------------- the README table
+# ----------------------------------------------------------------------------- the deviation table
 def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
 def render_deviations(manifest: Manifest) -> str:
-    """The README's deviation table, one row per manifest deviation, in manifest order."""
-    lines = [README_BEGIN, "", "| paper | what we do differently | why | where it is set |", "|---|---|---|---|"]
+    """The deviation table of docs/deviations.md, one row per manifest deviation, in manifest order."""
+    lines = [BLOCK_BEGIN, "", "| paper | what we do differently | why | where it is set |", "|---|---|---|---|"]
     lines += [f"| {_cell(d.paper)} | {_cell(d.what)} | {_cell(d.why)} | {_cell(d.where)} |"
               for d in manifest.deviations]
-    return "\n".join(lines + ["", README_END])
+    return "\n".join(lines + ["", BLOCK_END])
 
 
-def readme_block(text: str) -> tuple[int, int]:
-    """Start and end offsets of the generated block in README text."""
-    a, b = text.find(README_BEGIN), text.find(README_END)
+def deviation_block(text: str, source: str = "docs/deviations.md") -> tuple[int, int]:
+    """Start and end offsets of the generated block in `text` (the contents of `source`)."""
+    a, b = text.find(BLOCK_BEGIN), text.find(BLOCK_END)
     if a < 0 or b < a:
-        raise ValueError(f"README: no generated deviation block ({README_BEGIN!r} ... {README_END!r})")
-    return a, b + len(README_END)
+        raise ValueError(f"{source}: no generated deviation block ({BLOCK_BEGIN!r} ... {BLOCK_END!r})")
+    return a, b + len(BLOCK_END)
 
 
-def write_readme(manifest: Manifest, path: str | Path = README_PATH) -> bool:
-    """Rewrite the README's generated deviation block; True if it changed."""
+def write_deviations(manifest: Manifest, path: str | Path = DEVIATIONS_PATH) -> bool:
+    """Rewrite the generated deviation block of `path` (docs/deviations.md); True if it changed."""
     path = Path(path)
     text = path.read_text(encoding="utf-8")
-    a, b = readme_block(text)
+    a, b = deviation_block(text, str(path))
     new = text[:a] + render_deviations(manifest) + text[b:]
     if new != text:
         tmp = path.with_suffix(".tmp")

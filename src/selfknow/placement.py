@@ -1,5 +1,5 @@
-"""What one workflow job asks the scheduler for, from the models it loads (README "Resources per
-job class"): the one place where GPUs, memory and the SLURM partition of a job are decided.
+"""What one workflow job asks the scheduler for, from the models it loads (docs/resources.md):
+the one place where GPUs, memory and the SLURM partition of a job are decided.
 
 A rule whose job loads models declares them (`rules/common.smk`, `model_resources`), with the
 same input functions that hand the specs to its script; everything else follows:

@@ -111,8 +111,8 @@ def bce_cost(eps: float, e: float = 0.5) -> float:
 
 
 def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
-    """The choices the paper leaves open that every LCAE number rests on (README, "Deviations
-    from the papers")."""
+    """The choices the paper leaves open that every LCAE number rests on (docs/deviations.md,
+    "Deviations from the papers")."""
     est = ("joint maximum likelihood with the (L-1)/L bias correction" if method == "jml"
            else "conditional maximum likelihood")
     out = [f"Rasch: {est} (lcae.rasch_method), mean difficulty 0 over the non-extreme items; an extreme item "
