@@ -229,7 +229,7 @@ def test_adding_a_world_model_to_every_protocol_runs_only_its_jobs_and_the_aggre
 
 @pytest.mark.slow
 def test_adding_a_path_model_to_one_protocol_reruns_only_that_protocols_aggregates(tiny_is_up_to_date, tmp_path):
-    """The README's example: a model from a local directory, with two checkpoints, as an LCAE
+    """docs/extending.md's example: a model from a local directory, with two checkpoints, as an LCAE
     examinee only. The world, persistent and LADDER jobs are untouched."""
     tiny = tiny_is_up_to_date
     cfg = tiny_config()
