@@ -523,7 +523,7 @@ class Planner:
             last = checkpoint_names(self.cfg, m)[-1]
             sess = self.R / "ladder" / "sessions" / m
             done = _exists(sess / "main.parquet", sess / "alt_user.parquet")
-            answer_lm = self.lm(m, last, "ladder_answers", done)
+            answer_lm = self.lm(m, last, "ladder_answers", _exists(sess / "answers.parquet"))
             if not is_chat(spec):
                 make_answer_fn(answer_lm, "cloze")(pool)
             else:
