@@ -2,15 +2,47 @@
 # then every table and figure. Input functions and constants: rules/ladder_common.smk.
 
 
-rule ladder_sessions:
+rule ladder_answers:
+    # the answering model alone: a local model's GPU job makes no request to an API user
     input:
         pool=f"{R}/items/{LAD['dataset']}/test.parquet",
-        model=get_ladder_session_files,
+        model=get_model_files,
+    output:
+        f"{R}/ladder/sessions/{{model}}/answers.parquet",
+    params:
+        spec=get_model_spec,
+        n_sessions=LAD["n_sessions"],
+        alt_sessions=LAD["llm_user_sessions"],
+        n_turns=LAD["n_turns"],
+        items_per_domain=LAD["items_per_domain"],
+        answering=LADDER_ANSWERING,
+        tiers=get_ladder_tiers,
+        seed=config["seed"],
+        parts=f"{R}/ladder/sessions/{{model}}/parts/answers",
+        cache=f"{R}/cache",
+    threads: 1
+    conda:
+        "../envs/selfknow.yaml"
+    log:
+        f"{R}/logs/ladder/answers/{{model}}.log",
+    benchmark:
+        f"{R}/benchmarks/ladder/answers/{{model}}.tsv"
+    resources:
+        **model_resources(get_model_spec, runtime=120),
+    script:
+        "../scripts/ladder_answers.py"
+
+
+rule ladder_sessions:
+    # the simulated users' replies to those answers; loads the LLM user only
+    input:
+        answers=rules.ladder_answers.output[0],
+        pool=f"{R}/items/{LAD['dataset']}/test.parquet",
+        model=get_ladder_user_files,
     output:
         main=f"{R}/ladder/sessions/{{model}}/main.parquet",
         alt=f"{R}/ladder/sessions/{{model}}/alt_user.parquet",
     params:
-        spec=get_model_spec,
         user_spec=get_ladder_user_spec,
         user=LAD["user"],
         n_sessions=LAD["n_sessions"],
@@ -18,8 +50,6 @@ rule ladder_sessions:
         alt_sessions=LAD["llm_user_sessions"],
         items_per_domain=LAD["items_per_domain"],
         user_max_new_tokens=LAD["user_max_new_tokens"],
-        answering=LADDER_ANSWERING,
-        tiers=get_ladder_tiers,
         seed=config["seed"],
         parts=f"{R}/ladder/sessions/{{model}}/parts",
         cache=f"{R}/cache",
@@ -31,7 +61,7 @@ rule ladder_sessions:
     benchmark:
         f"{R}/benchmarks/ladder/sessions/{{model}}.tsv"
     resources:
-        **model_resources(get_model_spec, get_ladder_user_spec, runtime=120),
+        **model_resources(get_ladder_user_spec, runtime=120),
     script:
         "../scripts/ladder_sessions.py"
 

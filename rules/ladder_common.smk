@@ -52,13 +52,10 @@ def ladder_uses_llm_user():
     return LAD["user"] == "llm" or LAD["llm_user_sessions"] > 0
 
 
-def get_ladder_session_files(wildcards):
-    """The answering model's files, plus the LLM user's when it simulates any session."""
-    files = model_files(wildcards.model)
+def get_ladder_user_files(wildcards):
+    """The LLM user's files when it simulates any session of the model's."""
     user = ladder_user_name(wildcards.model)
-    if ladder_uses_llm_user() and user:
-        files = files + [f for f in model_files(user) if f not in files]
-    return files
+    return model_files(user) if ladder_uses_llm_user() and user else []
 
 
 def get_ladder_tiers(wildcards):
@@ -66,7 +63,7 @@ def get_ladder_tiers(wildcards):
     return LAD.get("tiers", {}).get(wildcards.model)
 
 
-#: a chat model's answer settings (sessions_job's `answering`)
+#: a chat model's answer settings (answers_job's `answering`)
 LADDER_ANSWERING = {"format": LAD["answer_format"], "temperature": LAD["answer_temperature"],
                     "max_new_tokens": LAD["answer_max_new_tokens"], "per_turn": LAD["answer_per_turn"]}
 

@@ -52,6 +52,20 @@ def prompted_lm() -> ScriptedLM:
     return ScriptedLM(respond, model_id="prompted")
 
 
+def two_jobs(tmp, spec: dict, *, user: str = "rule", user_spec: dict | None = None, answering=None,
+             tiers=None, **kw) -> dict:
+    """The workflow's two LADDER session jobs on `tmp`/items.parquet: the answering model's
+    `answers_job`, then the simulated users' `sessions_job` (main.parquet, alt.parquet);
+    `kw`: n_sessions, n_turns, items_per_domain, seed, alt_sessions."""
+    a = J.answers_job(str(tmp / "items.parquet"), spec, str(tmp / "answers.parquet"),
+                      parts_dir=str(tmp / "parts" / "answers"), cache_dir=None, answering=answering,
+                      tiers=tiers, **kw)
+    s = J.sessions_job(str(tmp / "answers.parquet"), str(tmp / "items.parquet"), str(tmp / "main.parquet"),
+                       str(tmp / "alt.parquet"), model=spec["name"], user=user, user_spec=user_spec,
+                       user_max_new_tokens=150, parts_dir=str(tmp / "parts"), cache_dir=None, **kw)
+    return {**a, **s}
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, monkeypatch_module):
     """sessions -> prompted -> score -> tables on 6 sessions x 20 turns, rule user, with the
@@ -64,11 +78,8 @@ def run(tmp_path_factory, monkeypatch_module):
     import selfknow.models as M
     monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lms[spec["name"]])
     spec = {"name": "answerer", "backend": "hf", "path": "x"}
-    s = J.sessions_job(str(tmp / "items.parquet"), spec, str(tmp / "main.parquet"),
-                       str(tmp / "alt.parquet"), n_sessions=6, n_turns=20, items_per_domain=4,
-                       seed=3, user="rule", alt_sessions=2, user_max_new_tokens=150,
-                       user_spec={"name": "user", "backend": "hf", "path": "x", "chat": True},
-                       parts_dir=str(tmp / "parts"), cache_dir=None)
+    s = two_jobs(tmp, spec, n_sessions=6, n_turns=20, items_per_domain=4, seed=3, alt_sessions=2,
+                 user_spec={"name": "user", "backend": "hf", "path": "x", "chat": True})
     p = J.prompted_job(str(tmp / "main.parquet"), {"name": "prompted", "backend": "hf",
                                                    "path": "x", "chat": True},
                        str(tmp / "profiles.parquet"), str(tmp / "query.parquet"),
@@ -95,7 +106,7 @@ def monkeypatch_module():
 
 
 # ----------------------------------------------------------------------------- jobs
-def test_sessions_job_writes_main_and_alt_user_sessions(run):
+def test_sessions_jobs_write_main_and_alt_user_sessions(run):
     main = pd.read_parquet(run["tmp"] / "main.parquet")
     alt = pd.read_parquet(run["tmp"] / "alt.parquet")
     assert main["session_id"].nunique() == 6 and len(main) == 6 * 20
@@ -107,30 +118,37 @@ def test_sessions_job_writes_main_and_alt_user_sessions(run):
     assert list(m2["item_id"]) == list(a2["item_id"])
     assert run["sessions"]["pool"] == 20 * 4
     assert (run["tmp"] / "parts" / "main" / "session_0005.parquet").is_file()
+    assert (run["tmp"] / "parts" / "answers" / "session_0005.parquet").is_file()
 
 
-def test_sessions_job_resumes_and_discards_stale_chunks(run, monkeypatch_module, tmp_path):
+def test_sessions_jobs_resume_and_discard_stale_chunks(run, monkeypatch_module, tmp_path):
     import selfknow.models as M
     items = run["items"]
     write_parquet(items, tmp_path / "items.parquet")
     lm = answering_lm(items)
     monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
-    kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, user="rule", alt_sessions=0,
-              user_spec=None, user_max_new_tokens=150, parts_dir=str(tmp_path / "parts"), cache_dir=None)
+    kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, alt_sessions=0)
     spec = {"name": "answerer", "backend": "hf", "path": "x"}
-    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
-                   str(tmp_path / "a.parquet"), **kw)
-    chunk = tmp_path / "parts" / "main" / "session_0001.parquet"
-    mtime = chunk.stat().st_mtime_ns
-    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
-                   str(tmp_path / "a.parquet"), **kw)
-    assert chunk.stat().st_mtime_ns == mtime                  # resumed, not rewritten
-    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
-                   str(tmp_path / "a.parquet"), **{**kw, "n_turns": 8})
-    assert len(pd.read_parquet(tmp_path / "m.parquet")) == 3 * 8   # stale chunks discarded
+    two_jobs(tmp_path, spec, **kw)
+    chunks = [tmp_path / "parts" / sub / "session_0001.parquet" for sub in ("answers", "main")]
+    mtimes = [c.stat().st_mtime_ns for c in chunks]
+    two_jobs(tmp_path, spec, **kw)
+    assert [c.stat().st_mtime_ns for c in chunks] == mtimes   # resumed, not rewritten
+    main = pd.read_parquet(tmp_path / "main.parquet")
+    # other answers upstream (another seed) discard the user's chunks, though its own
+    # settings are the same
+    two_jobs(tmp_path, spec, **{**kw, "seed": 2})
+    assert not pd.read_parquet(tmp_path / "main.parquet")["item_id"].equals(main["item_id"])
+    two_jobs(tmp_path, spec, **{**kw, "n_turns": 8})
+    assert len(pd.read_parquet(tmp_path / "main.parquet")) == 3 * 8   # stale chunks discarded
+    with pytest.raises(ValueError, match="session 0 has 8 answered turns, 10 expected"):
+        J.sessions_job(str(tmp_path / "answers.parquet"), str(tmp_path / "items.parquet"),
+                       str(tmp_path / "main.parquet"), str(tmp_path / "alt.parquet"), model="answerer",
+                       user="rule", user_spec=None, user_max_new_tokens=150, parts_dir=str(tmp_path / "parts"),
+                       cache_dir=None, **kw)
 
 
-def test_sessions_job_chat_model_answers_each_turn_with_given_tiers(run, monkeypatch_module, tmp_path):
+def test_answers_job_chat_model_answers_each_turn_with_given_tiers(run, monkeypatch_module, tmp_path):
     """A chat answerer in the authors' format: one call per session turn (no pool pass when
     the tiers are given), their tiers on every turn; other answer settings discard the chunks."""
     import selfknow.models as M
@@ -141,26 +159,61 @@ def test_sessions_job_chat_model_answers_each_turn_with_given_tiers(run, monkeyp
     doms = sorted(items["domain"].unique())
     tiers = {"strong": doms[:2], "mid": doms[2:4], "weak": doms[4:]}
     answering = {"format": "authors", "temperature": 0.3, "max_new_tokens": 200, "per_turn": True}
-    kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, user="rule", alt_sessions=0,
-              user_spec=None, user_max_new_tokens=150, parts_dir=str(tmp_path / "parts"), cache_dir=None,
-              answering=answering, tiers=tiers)
+    kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, alt_sessions=0, answering=answering,
+              tiers=tiers)
     spec = {"name": "chat", "backend": "hf", "path": "x", "chat": True}
-    out = J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
-                         str(tmp_path / "a.parquet"), **kw)
-    main = pd.read_parquet(tmp_path / "m.parquet")
+    out = two_jobs(tmp_path, spec, **kw)
+    main = pd.read_parquet(tmp_path / "main.parquet")
     assert len(lm.prompts) == 3 * 10 and out["per_turn"] and out["answer_mode"] == "authors"
     assert set(lm.budgets) == {200} and (main["confidence"] == 0.62).all()
     tier_of = {d: t for t, ds in tiers.items() for d in ds}
     assert (main["tier"] == main["domain"].map(tier_of)).all()
-    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
-                   str(tmp_path / "a.parquet"), **kw)
+    two_jobs(tmp_path, spec, **kw)
     assert len(lm.prompts) == 3 * 10                          # resumed from the chunks
-    J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
-                   str(tmp_path / "a.parquet"), **{**kw, "answering": {**answering, "temperature": 0.0}})
+    two_jobs(tmp_path, spec, **{**kw, "answering": {**answering, "temperature": 0.0}})
     assert len(lm.prompts) == 2 * 3 * 10                      # other settings: answered again
     with pytest.raises(ValueError, match="chat model: pass the ladder answer settings"):
-        J.sessions_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "m.parquet"),
-                       str(tmp_path / "a.parquet"), **{**kw, "answering": None})
+        two_jobs(tmp_path, spec, **{**kw, "answering": None})
+
+
+def test_the_two_jobs_record_what_one_process_records(run, monkeypatch_module, tmp_path):
+    """The workflow splits a session's answering (the model's job) from the simulated user's
+    replies (the user's job); the records are those of `run_sessions`, which runs both halves
+    in one process, for the main (rule) user and the LLM user's replay alike. Each job loads
+    its own model only."""
+    import selfknow.models as M
+    from selfknow.protocols.ladder.session import run_sessions
+    from selfknow.protocols.ladder.simulators import make_user
+
+    items = run["items"]
+    write_parquet(items, tmp_path / "items.parquet")
+    lms = {"answerer": answering_lm(items),
+           "user": ScriptedLM(lambda p: f"Reply {ladder_fixtures.stable_hash(p) % 97}.", model_id="user")}
+    loaded = []
+
+    def load(spec, ck=None, cache_dir=None):
+        loaded.append(spec["name"])
+        return lms[spec["name"]]
+    monkeypatch_module.setattr(M, "load_lm", load)
+    kw = dict(n_sessions=4, n_turns=12, items_per_domain=4, seed=5, alt_sessions=2)
+    user_spec = {"name": "user", "backend": "hf", "path": "x", "chat": True}
+    J.answers_job(str(tmp_path / "items.parquet"), {"name": "answerer", "backend": "hf", "path": "x"},
+                  str(tmp_path / "answers.parquet"), parts_dir=str(tmp_path / "parts" / "answers"), cache_dir=None,
+                  **kw)
+    assert loaded == ["answerer"]
+    J.sessions_job(str(tmp_path / "answers.parquet"), str(tmp_path / "items.parquet"), str(tmp_path / "main.parquet"),
+                   str(tmp_path / "alt.parquet"), model="answerer", user="rule", user_spec=user_spec,
+                   user_max_new_tokens=150, parts_dir=str(tmp_path / "parts"), cache_dir=None, **kw)
+    assert loaded == ["answerer", "user"]
+    pool = J._pool(str(tmp_path / "items.parquet"), 4, 5)
+    one = {"main": run_sessions(pool, lms["answerer"], make_user("rule"), n_sessions=4, n_turns=12, seed=5,
+                                model="answerer"),
+           "alt": run_sessions(pool, lms["answerer"], make_user("llm", lms["user"], max_new_tokens=150),
+                               n_sessions=2, n_turns=12, seed=5, model="answerer")}
+    for name, want in one.items():
+        got = pd.read_parquet(tmp_path / f"{name}.parquet")
+        assert len(got) == len(want) > 0 and got["feedback_text"].str.len().gt(0).all()
+        pd.testing.assert_frame_equal(got, want.astype(got.dtypes.to_dict()))
 
 
 def test_prompted_job_counts_unparsable_profiles_without_dropping(run):

@@ -84,17 +84,19 @@ def test_paper_config_puts_every_gpu_job_on_the_gpu_partition(tmp_path, monkeypa
     placed = _check_jobs("paper.yaml", tmp_path, monkeypatch)
     on_gpu = {r for r, p in placed.items() if any(g for _, g in p)}
     assert on_gpu >= {"persistent_sc", "persistent_variant", "persistent_transfer_variant",
-                      "persistent_variance_adapters", "persistent_gcm_released", "ladder_sessions", "ladder_prompted",
+                      "persistent_variance_adapters", "persistent_gcm_released", "ladder_answers", "ladder_prompted",
                       "ladder_extension", "generate_greedy", "lcae_stage1", "lcae_stage2"}
     assert ("gpu", 2) in placed["persistent_variant"]  # Olmo 3 32B
     # API models' jobs of the same rules ask for no GPU
-    assert ("cpu", 0) in placed["ladder_sessions"] and ("cpu", 0) in placed["lcae_stage1"]
+    assert ("cpu", 0) in placed["ladder_answers"] and ("cpu", 0) in placed["lcae_stage1"]
+    # the simulated user (an API model) replies in CPU jobs, whoever the examinee
+    assert placed["ladder_sessions"] == {("cpu", 0)}
     assert all(p == {("cpu", 0)} for r, p in placed.items() if r not in on_gpu)
 
 
 def test_tiny_config_asks_for_no_gpu(tmp_path, monkeypatch):
     placed = _check_jobs("test.yaml", tmp_path, monkeypatch)
-    assert {"persistent_sc", "ladder_sessions", "lcae_stage1"} <= set(placed)
+    assert {"persistent_sc", "ladder_answers", "ladder_sessions", "lcae_stage1"} <= set(placed)
     assert all(p == {("cpu", 0)} for p in placed.values())
 
 

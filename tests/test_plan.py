@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from selfknow.cli import main
-from selfknow.config import model_spec, validate_config
+from selfknow.config import ConfigError, model_spec, validate_config
 from selfknow.plan import make_plan
 from selfknow.records import write_parquet
 
@@ -93,10 +93,11 @@ def test_list_prices_batch_discount_and_reasoning_tokens(tmp_path):
              "reasoning_estimate": {"tokens": 100, "source": "a measured run"}},
             {"name": "batched", **api, "batch": True, "request_preset": "openai_reasoning",
              "price": {"input": 2.0, "output": 10.0, "batch_discount": 0.5, "source": "page"}},
-            {"name": "unpriced", **api}],
+            {"name": "unpriced", **api},
+            {"name": "delisted", **api, "unpriced": "delisted by its provider"}],
         "datasets": {"mc": {"loader": "mmlu", "path": str(tmp_path), "subjects": ["x"], "subject_range": [0, 5]}},
         "lcae": {"dataset": "mc", "n_items": 3, "strategies": ["standard"], "examinee_models": ["listed", "batched",
-                 "unpriced"], "repeats": 1, "conditions": ["baseline"], "max_new_tokens": 32}})
+                 "unpriced", "delisted"], "repeats": 1, "conditions": ["baseline"], "max_new_tokens": 32}})
     df, _ = make_plan(cfg)
     listed, batched = _row(df, "listed", "lcae_stage1"), _row(df, "batched", "lcae_stage1")
     # 3 items, one request each: 3 x 100 estimated, 3 x 8,192 (the preset's headroom) hidden tokens
@@ -107,10 +108,17 @@ def test_list_prices_batch_discount_and_reasoning_tokens(tmp_path):
     assert pd.isna(_row(df, "unpriced", "lcae_stage1")["usd"])
     # plan-only keys stay out of the spec rules carry as params: a new price reruns no job
     assert not {"price", "reasoning_estimate"} & set(model_spec(cfg, "listed"))
+    assert "unpriced" not in model_spec(cfg, "delisted")
     table = render_prices(cfg, df)
     assert "| listed | 2 | 10 | - | page, 2026-12-01 | 100 | a measured run |" in table
     assert "| batched | 1 | 5 | yes | page | 8,192 | the request's reasoning headroom (an upper bound) |" in table
     assert "| unpriced | - | - | - | **no published price found**" in table
+    # each model whose dollars are not counted gets a line saying why
+    assert "\nunpriced: delisted (delisted by its provider)\n" in table
+    assert "\nunpriced: unpriced (no `price` in its model entry nor in lcae.prices)\n" in table
+    with pytest.raises(ConfigError, match="unpriced"):
+        validate_config({**cfg, "models": [{**api, "name": "both", "unpriced": "x",
+                                            "price": {"input": 1, "output": 1, "source": "s"}}]})
 
 
 def test_finished_jobs_count_as_cached(lcae_config):

@@ -335,7 +335,7 @@ def checkpoint_names(cfg: dict, name: str) -> list[str]:
 
 #: model entry keys only `selfknow plan` reads: left out of the backend spec, which rules carry
 #: as params, so that a new price or estimate reruns no job
-PLAN_ONLY_KEYS = ("price", "reasoning_estimate")
+PLAN_ONLY_KEYS = ("price", "unpriced", "reasoning_estimate")
 
 
 def model_spec(cfg: dict, name: str, results: str = "results") -> dict:

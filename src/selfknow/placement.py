@@ -5,10 +5,11 @@ A rule whose job loads models declares them (`rules/common.smk`, `model_resource
 same input functions that hand the specs to its script; everything else follows:
 
 - GPUs: the sum of the `gpu` entries of the models the job loads (every model a job loads is
-  resident until the job ends: an examinee beside its simulated user, a local judge, a second
-  model), so a job of API models alone asks for none;
+  resident until the job ends: a local judge, a second model), so a job of API models alone
+  asks for none;
 - memory: the sum of their memory requests (`registry.estimate_mem_mb`, with the number of base
-  copies each one keeps resident);
+  copies each one keeps resident); a job that, in this run, loads none of them (a rule-based
+  LADDER user) asks for a Python process's `MEM_OVERHEAD_MB`;
 - partition: a job with GPUs goes to `SELFKNOW_SLURM_GPU_PARTITION` (unset: the partition of
   every job, `SELFKNOW_SLURM_PARTITION`, or the cluster's default) with the GPU type
   `SELFKNOW_SLURM_GPU_MODEL`; a job without goes to `SELFKNOW_SLURM_PARTITION`. Rules that load
@@ -22,7 +23,7 @@ from __future__ import annotations
 import os
 from typing import Iterable, Mapping
 
-from selfknow.models.registry import estimate_mem_mb
+from selfknow.models.registry import MEM_OVERHEAD_MB, estimate_mem_mb
 
 PARTITION_ENV = "SELFKNOW_SLURM_PARTITION"
 GPU_PARTITION_ENV = "SELFKNOW_SLURM_GPU_PARTITION"
@@ -36,7 +37,7 @@ def job_gpus(loads: Iterable[tuple[dict, int]]) -> int:
 
 def job_mem_mb(loads: Iterable[tuple[dict, int]]) -> int:
     """Host memory (MB) of a job holding each (model spec, base copies) of `loads` at once."""
-    return sum(estimate_mem_mb(spec, bases=bases) for spec, bases in loads)
+    return sum(estimate_mem_mb(spec, bases=bases) for spec, bases in loads) or MEM_OVERHEAD_MB
 
 
 def partition(gpus: int, environ: Mapping[str, str] = os.environ) -> str | None:

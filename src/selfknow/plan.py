@@ -523,7 +523,7 @@ class Planner:
             last = checkpoint_names(self.cfg, m)[-1]
             sess = self.R / "ladder" / "sessions" / m
             done = _exists(sess / "main.parquet", sess / "alt_user.parquet")
-            answer_lm = self.lm(m, last, "ladder_answers", done)
+            answer_lm = self.lm(m, last, "ladder_answers", _exists(sess / "answers.parquet"))
             if not is_chat(spec):
                 make_answer_fn(answer_lm, "cloze")(pool)
             else:
@@ -795,10 +795,12 @@ def render_plan(df: pd.DataFrame, datasets: dict[str, str]) -> str:
 
 def render_prices(cfg: dict, df: pd.DataFrame) -> str:
     """Per API model of the plan: the price it is counted at and where it comes from, the
-    hidden reasoning tokens per request and their basis, and its dollars in total."""
+    hidden reasoning tokens per request and their basis, and its dollars in total; then one
+    `unpriced: <model> (<why>)` line per API model whose dollars are not counted."""
     lines = ["| API model | USD / 1M in | USD / 1M out | batch | price source | reasoning tok / request | "
              "reasoning basis | USD |", "|---|---|---|---|---|---|---|---|"]
     api = df[df["device"].str.startswith("API")]
+    unpriced = []
     for model in sorted(set(api["model"])):
         spec = model_entry(cfg, model)
         price = price_per_mtok(cfg, model)
@@ -808,6 +810,8 @@ def render_prices(cfg: dict, df: pd.DataFrame) -> str:
             source = "lcae.prices (the LCAE paper's price)"
         else:
             source = "**no published price found**: USD not counted"
+            why = spec.get("unpriced", "no `price` in its model entry nor in lcae.prices")
+            unpriced.append(f"unpriced: {model} ({why})")
         batch = "yes" if spec["batch"] and "batch_discount" in spec.get("price", {}) else "-"
         reasoning = reasoning_per_request(spec)
         usd = api.loc[api["model"] == model, "usd"].sum() if price else float("nan")
@@ -815,4 +819,4 @@ def render_prices(cfg: dict, df: pd.DataFrame) -> str:
         lines.append(f"| {model} | {cells[0]} | {cells[1]} | {batch} | {source} | "
                      f"{reasoning[0] if reasoning else 0:,} | {reasoning[1] if reasoning else 'no reasoning'} | "
                      f"{'-' if not np.isfinite(usd) else f'{usd:,.2f}'} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + ([""] + unpriced if unpriced else [])) + "\n"

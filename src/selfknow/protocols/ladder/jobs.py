@@ -2,12 +2,15 @@
 atomically, and returns a summary dict for the job log.
 
 Per answering model (its last checkpoint):
-* `sessions_job`   the item pool (n per domain), answers (base LM: cloze scoring of
-                   the options; chat/API model: `ladder.answer_format`, a fresh call per
-                   turn with `answer_per_turn`), `n_sessions` sessions with the
-                   configured simulated user, and the first `alt_sessions` sessions again with
-                   the other user (rule <-> LLM) for the simulator comparison (§E.8-§E.9).
-                   Resumable: one chunk per session under `parts_dir`.
+* `answers_job`    the item pool (n per domain) and the model's answers to every session's
+                   questions (base LM: cloze scoring of the options; chat/API model:
+                   `ladder.answer_format`, a fresh call per turn with `answer_per_turn`). It
+                   loads the answering model only: a local model's GPU job makes no request
+                   to an API user. Resumable: one chunk per session under `parts_dir`.
+* `sessions_job`   the simulated user's replies to those answers: `n_sessions` sessions with
+                   the configured user, and the first `alt_sessions` sessions again with the
+                   other user (rule <-> LLM) for the simulator comparison (§E.8-§E.9). It
+                   loads the LLM user only. Resumable: one chunk per session under `parts_dir`.
 * `prompted_job`   the prompted levels read by `prompted_model` (the model itself when it is a
                    chat model): L1 ZS prior, L2 LSA (+ clean-label LSA, train-half LSA for
                    held-out prediction, per-turn LSA query confidence), L4 GT-SelfStats.
@@ -16,6 +19,7 @@ Then `tables.write_tables` assembles every table and figure from all models' sco
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import shutil
@@ -37,7 +41,8 @@ from .feedback import decoder_precision_recall
 from .metrics import answer_metrics, profile_metrics
 from .prompted import (MODEL_LEVEL, PROFILE_COLUMNS, gt_selfstats_profiles, lsa_profiles,
                        lsa_query_confidence, zs_prior, zs_prior_profiles)
-from .session import LIVE_COLUMNS, read_session_chunks, run_sessions_to_dir
+from .session import (ANSWERED_COLUMNS, iter_session_answers, iter_session_feedback,
+                      read_session_chunks, write_session_chunks)
 
 log = logging.getLogger(__name__)
 
@@ -75,27 +80,29 @@ def _fresh_parts(parts_dir: Path, fingerprint: dict) -> None:
     write_json(fingerprint, stamp)
 
 
-def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_sessions: int,
-                 n_turns: int, items_per_domain: int, seed: int, user: str, alt_sessions: int,
-                 user_spec: dict | None, parts_dir: str, cache_dir: str | None,
-                 user_max_new_tokens: int, answering: Mapping | None = None,
-                 tiers: Mapping[str, Sequence[str]] | None = None) -> dict:
-    """Sessions of one answering model (its last checkpoint), see the module docstring.
-
-    items_path: the MCQ test items; the pool is `items_per_domain` per domain, seeded.
-    user: "rule" or "llm" for the main sessions; the alternative user ("llm" when the main
-    one is "rule", else "rule") replays sessions 0..alt_sessions-1 with the same questions,
-    personas and answers. user_spec: the LLM user's model spec (needed when either user is
-    "llm"), user_max_new_tokens its reply budget. answering: a chat model's `ladder` answer settings {format, temperature,
-    max_new_tokens, per_turn} (a base LM answers by cloze, once per item). tiers: {strong,
-    mid, weak: [domains]} (the authors' profile), else from the pool's answers."""
-    from selfknow.models import load_lm
-    from .answering import make_answer_fn
-    from .simulators import make_user
-
+def _pool(items_path: str, items_per_domain: int, seed: int) -> pd.DataFrame:
+    """The sessions' question pool: `items_per_domain` MCQ test items per domain, seeded."""
     pool = sample_items(read_parquet(items_path), items_per_domain, seed, stratify="domain")
     if pool["choices"].isna().any():
         raise ValueError(f"{items_path}: LADDER needs multiple-choice items; some rows have no choices")
+    return pool
+
+
+def answers_job(items_path: str, spec: dict, out: str, *, n_sessions: int, alt_sessions: int,
+                n_turns: int, items_per_domain: int, seed: int, parts_dir: str, cache_dir: str | None,
+                answering: Mapping | None = None, tiers: Mapping[str, Sequence[str]] | None = None) -> dict:
+    """One answering model's (its last checkpoint) answers to the questions of sessions
+    0..max(n_sessions, alt_sessions) - 1, written to `out` (session.ANSWERED_COLUMNS), see the
+    module docstring.
+
+    items_path: the MCQ test items; the pool is `items_per_domain` per domain, seeded.
+    answering: a chat model's `ladder` answer settings {format, temperature, max_new_tokens,
+    per_turn} (a base LM answers by cloze, once per item). tiers: {strong, mid, weak:
+    [domains]} (the authors' profile), else from the pool's answers."""
+    from selfknow.models import load_lm
+    from .answering import make_answer_fn
+
+    pool = _pool(items_path, items_per_domain, seed)
     lm = load_lm(spec, None, cache_dir=cache_dir)
     if is_chat(spec):
         if answering is None:
@@ -106,38 +113,75 @@ def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_
     else:
         mode, per_turn, answer_fn = "cloze", False, make_answer_fn(lm, "cloze")
     tier_of = None if tiers is None else {d: t for t in ("strong", "mid", "weak") for d in tiers[t]}
+    answers = None if per_turn else answer_fn(pool)
+    parts = Path(parts_dir)
+    _fresh_parts(parts, {"model": spec["name"], "identity": lm.identity(), "items": str(items_path),
+                         "n_turns": n_turns, "per_domain": items_per_domain, "seed": seed, "mode": mode,
+                         "answering": None if mode == "cloze" else dict(answering), "tiers": tier_of})
+    n = max(n_sessions, alt_sessions)
+    paths = write_session_chunks(parts, n, lambda done: iter_session_answers(
+        pool, answer_fn, n_sessions=n, n_turns=n_turns, seed=seed, answers=answers, tiers=tier_of,
+        per_turn=per_turn, done_session_ids=done))
+    answered = read_session_chunks(paths, ANSWERED_COLUMNS)
+    write_parquet(answered, out)
+    main = answered[answered["session_id"] < n_sessions]
+    return {"pool": len(pool), "answer_mode": mode, "per_turn": per_turn, "sessions": n,
+            "accuracy": round(float(main["correct"].astype(bool).mean()), 4) if len(main) else None,
+            "unparsed_answers": int((main["answer_status"] == "unparsed").sum()),
+            "model_calls": lm.stats.misses, "cache_hits": lm.stats.hits}
+
+
+def sessions_job(answers_path: str, items_path: str, out_main: str, out_alt: str, *, model: str,
+                 n_sessions: int, n_turns: int, items_per_domain: int, seed: int, user: str,
+                 alt_sessions: int, user_spec: dict | None, parts_dir: str, cache_dir: str | None,
+                 user_max_new_tokens: int) -> dict:
+    """The simulated users' replies to answering model `model`'s answered sessions
+    (`answers_job`'s output), see the module docstring.
+
+    user: "rule" or "llm" for the main sessions; the alternative user ("llm" when the main
+    one is "rule", else "rule") replays sessions 0..alt_sessions-1 with the same questions,
+    personas and answers. user_spec: the LLM user's model spec (needed when either user is
+    "llm"), user_max_new_tokens its reply budget. items_path, items_per_domain: the pool
+    `answers_job` drew from, whose domains the personas' expertise is drawn from."""
+    from selfknow.models import load_lm
+    from .simulators import make_user
+
+    answered = read_parquet(answers_path)
+    by_session = {int(s): g for s, g in answered.groupby("session_id", sort=True)}
+    domains = _pool(items_path, items_per_domain, seed)["domain"].unique()
     alt = "llm" if user == "rule" else "rule"
     user_lm = None
     if "llm" in (user, alt if alt_sessions else user):
         if user_spec is None:
             raise ValueError("the LLM-simulated user needs ladder.llm_user_model")
-        user_lm = lm if user_spec["name"] == spec["name"] else load_lm(user_spec, None, cache_dir=cache_dir)
-    answers = None if per_turn else answer_fn(pool)
+        user_lm = load_lm(user_spec, None, cache_dir=cache_dir)
+    # a rerun over other answers (new weights, settings or seed upstream) must not keep replies
+    answers_digest = hashlib.sha256(Path(answers_path).read_bytes()).hexdigest()[:16]
     parts = Path(parts_dir)
     written = {}
     for kind, n, out, sub in ((user, n_sessions, out_main, "main"), (alt, alt_sessions, out_alt, "alt")):
-        d = parts / sub
-        _fresh_parts(d, {"model": spec["name"], "items": str(items_path), "n_turns": n_turns,
-                         "per_domain": items_per_domain, "seed": seed, "user": kind,
-                         "user_model": None if kind == "rule" or user_spec is None else user_spec["name"],
-                         "mode": mode, "answering": None if mode == "cloze" else dict(answering),
-                         "tiers": tier_of})
         if n == 0:
-            write_parquet(pd.DataFrame(columns=LIVE_COLUMNS), out)
-            written[sub] = pd.DataFrame(columns=LIVE_COLUMNS)
+            written[sub] = read_session_chunks([])
+            write_parquet(written[sub], out)
             continue
+        d = parts / sub
+        _fresh_parts(d, {"model": model, "answers": answers_digest, "user": kind,
+                         "user_model": None if kind == "rule" else user_lm.identity()})
+        missing = [s for s in range(n) if len(by_session.get(s, ())) != n_turns]
+        if missing:
+            raise ValueError(f"{answers_path}: session {missing[0]} has "
+                             f"{len(by_session.get(missing[0], ()))} answered turns, {n_turns} expected")
         u = make_user(kind, user_lm, max_new_tokens=user_max_new_tokens) if kind == "llm" else make_user(kind)
-        paths = run_sessions_to_dir(d, pool, answer_fn, u, n_sessions=n, n_turns=n_turns, seed=seed,
-                                    answers=answers, tiers=tier_of, per_turn=per_turn, model=spec["name"])
+        paths = write_session_chunks(d, n, lambda done: iter_session_feedback(
+            ((s, by_session[s]) for s in range(n) if s not in done), u, domains=domains, seed=seed,
+            model=model))
         turns = read_session_chunks(paths)
         write_parquet(turns, out)
         written[sub] = turns
     main = written["main"]
-    return {"pool": len(pool), "answer_mode": mode, "per_turn": per_turn,
-            "accuracy": round(float(main["correct"].astype(bool).mean()), 4) if len(main) else None,
-            "unparsed_answers": int((main["answer_status"] == "unparsed").sum()),
-            "turns_main": len(main), "turns_alt": len(written["alt"]),
-            "model_calls": lm.stats.misses, "cache_hits": lm.stats.hits}
+    return {"turns_main": len(main), "turns_alt": len(written["alt"]),
+            "model_calls_user": user_lm.stats.misses if user_lm else 0,
+            "cache_hits_user": user_lm.stats.hits if user_lm else 0}
 
 
 # ============================================================================= prompted

@@ -12,8 +12,15 @@ As in the authors' runner (yin1245/selfbound `capbound_session_api.py`):
 * a session takes int(0.4 n) strong, int(0.2 n) mid and the rest weak questions (20/10/20 of
   50), each drawn without replacement from its tier's shuffled pool, then shuffled together.
 
-Determinism and resumption: session s uses its own random streams seeded by (seed, s), so a
-session's content does not depend on which other sessions ran; `done_session_ids` sessions are
+A session has two halves that need nothing of each other but the answers: the answering
+model answers each question on its own, never seeing a reply (`iter_session_answers`), and the
+simulated user replies to each answered turn (`iter_session_feedback`). The workflow runs them
+as two jobs, so a local model's GPU job never waits on an API user; `iter_sessions` runs both
+in one process, with the same records.
+
+Determinism and resumption: session s uses its own random streams seeded by (seed, s) (its
+questions from [seed, s, 0], its user's choices from [seed, s, 1]), so a session's content does
+not depend on which other sessions ran, or in which job; `done_session_ids` sessions are
 skipped, and `run_sessions_to_dir` writes one parquet chunk per session atomically.
 
 Answering (`per_turn`): the authors' runner calls the answering model afresh at every turn, and
@@ -26,9 +33,8 @@ given come from one answer per pool item (draw 0).
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
@@ -149,26 +155,30 @@ def _answers(items: pd.DataFrame, answer_fn: AnswerFn | None,
     return answer_fn(items)
 
 
-def iter_sessions(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, user: User, *,
-                  n_sessions: int, n_turns: int = 50, seed: int = 42,
-                  tiers: dict[str, str] | None = None,
-                  tier_fractions: Sequence[float] = TIER_FRACTIONS,
-                  persona_scheme: str = "auto", personas: Sequence[Persona] | None = None,
-                  done_session_ids: Iterable[int] = (), batch_sessions: int = 8,
-                  model: str = "", source: str = "", answers: pd.DataFrame | None = None,
-                  per_turn: bool = False) -> Iterator[tuple[int, pd.DataFrame]]:
-    """Run the sessions not in `done_session_ids`; yield (session_id, turns) per session, in
-    session order. Sessions are rendered `batch_sessions` at a time (one batched user call).
+#: one answered turn, the examinee's half of a session (`iter_session_answers`) that the
+#: simulated user's half (`iter_session_feedback`) reads; session_id is the 0-based index
+ANSWERED_COLUMNS = ["session_id", "turn", "item_id", "question", "choices", "domain", "tier",
+                    "gt_answer", "answer", "confidence", "correct", "answer_status"]
+
+
+def iter_session_answers(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, *,
+                         n_sessions: int, n_turns: int = 50, seed: int = 42,
+                         tiers: dict[str, str] | None = None,
+                         tier_fractions: Sequence[float] = TIER_FRACTIONS,
+                         done_session_ids: Iterable[int] = (), answers: pd.DataFrame | None = None,
+                         per_turn: bool = False) -> Iterator[tuple[int, pd.DataFrame]]:
+    """The answering model's half of the sessions not in `done_session_ids`: per session, in
+    session order, (session_id, its questions in turn order with the model's scored answers,
+    ANSWERED_COLUMNS). The simulated user plays no part in it (the model answers each question
+    on its own, never seeing a reply), so a local model's answers are made by a job of their
+    own and the user's replies by another (`iter_session_feedback`).
 
     items: MCQ pool with ITEM_COLUMNS (answer = reference letter or index). answer_fn:
     (items, sample_index) -> answers frame (answering.ANSWER_COLUMNS), or an LM (log-prob
     answering), or None with `answers` given (one per pool item). per_turn: every turn is a
     fresh call, `answer_fn(session's items, sample_index=session_id + 1)`; else each pool
     item's one answer is reused. tiers: {domain: strong|mid|weak}; default from the model's
-    accuracy on the pool (`agent_profile`). personas: one per session, else
-    `make_persona(scheme)`. Rows follow records.TURN_COLUMNS (session_id as the string of the
-    0-based index) plus EXTRA_COLUMNS; `source` defaults to "live:<model>:seed<seed>"."""
-    source = source or f"live:{model}:seed{seed}"
+    accuracy on the pool (`agent_profile`)."""
     if n_sessions < 0 or n_turns <= 0:
         raise ValueError(f"n_sessions={n_sessions}, n_turns={n_turns}")
     if isinstance(answer_fn, LM):
@@ -187,37 +197,59 @@ def iter_sessions(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, user: Us
         raise ValueError(f"unknown tier names {sorted(bad)}; expected {TIERS}")
     items = items.reset_index(drop=True)
     tier_arr = items["domain"].map(tiers).to_numpy()
-    domains = sorted(items["domain"].unique())
-    if personas is not None and len(personas) < n_sessions:
-        raise ValueError(f"{len(personas)} personas for {n_sessions} sessions")
     recs = pooled.to_dict("records") if pooled is not None else None
     done = set(int(s) for s in done_session_ids)
-    todo = [s for s in range(n_sessions) if s not in done]
-    for b in range(0, len(todo), max(1, batch_sessions)):
-        block = todo[b:b + max(1, batch_sessions)]
+    for sid in (s for s in range(n_sessions) if s not in done):
+        idx = draw_session_items(tier_arr, n_turns, np.random.default_rng([seed, sid, 0]), tier_fractions)
+        if per_turn:
+            drawn = items.iloc[idx]
+            turn_recs = score_answers(drawn, answer_fn(drawn, sample_index=sid + 1)).to_dict("records")
+        else:
+            turn_recs = [recs[i] for i in idx]
+        rows = [{"session_id": sid, "turn": t, "item_id": r["item_id"], "question": r["question"],
+                 "choices": list(map(str, r["choices"])), "domain": r["domain"],
+                 "tier": tiers[r["domain"]], "gt_answer": r["gt_answer"], "answer": r["answer"],
+                 "confidence": float(r["confidence"]), "correct": bool(r["correct"]),
+                 "answer_status": r["answer_status"]} for t, r in enumerate(turn_recs, 1)]
+        yield sid, pd.DataFrame(rows, columns=ANSWERED_COLUMNS)
+
+
+def iter_session_feedback(answered: Iterable[tuple[int, pd.DataFrame]], user: User, *,
+                          domains: Sequence[str], seed: int = 42, persona_scheme: str = "auto",
+                          personas: Sequence[Persona] | None = None, batch_sessions: int = 8,
+                          model: str = "", source: str = "") -> Iterator[tuple[int, pd.DataFrame]]:
+    """The simulated user's half of the sessions: for each answered session ((session_id,
+    ANSWERED_COLUMNS frame), as `iter_session_answers` yields them or read back from its
+    file), the user with the session's persona replies to every turn; yields (session_id,
+    turns) per session, in the given order. Sessions are rendered `batch_sessions` at a time
+    (one batched user call).
+
+    domains: the pool's domains (the personas' expertise is drawn from them). personas: one
+    per session id, else `make_persona(scheme)`. Rows follow records.TURN_COLUMNS
+    (session_id as the string of the 0-based index) plus EXTRA_COLUMNS; `source` defaults to
+    "live:<model>:seed<seed>"."""
+    source = source or f"live:{model}:seed{seed}"
+    domains = sorted(domains)
+    answered = iter(answered)
+    while block := [(int(s), t) for _, (s, t) in zip(range(max(1, batch_sessions)), answered)]:
         pairs, rows = [], []
-        for sid in block:
+        for sid, turns in block:
+            if personas is not None and sid >= len(personas):
+                raise ValueError(f"no persona for session {sid} ({len(personas)} given)")
             persona = (personas[sid] if personas is not None
                        else make_persona(domains, sid, seed, persona_scheme))
-            rng_q = np.random.default_rng([seed, sid, 0])
             rng_u = np.random.default_rng([seed, sid, 1])
-            idx = draw_session_items(tier_arr, n_turns, rng_q, tier_fractions)
-            if per_turn:
-                drawn = items.iloc[idx]
-                turn_recs = score_answers(drawn, answer_fn(drawn, sample_index=sid + 1)).to_dict("records")
-            else:
-                turn_recs = [recs[i] for i in idx]
-            for t, r in enumerate(turn_recs, 1):
-                ctx = TurnContext(sid, t, str(r["question"]), tuple(map(str, r["choices"])),
-                                  r["domain"], r["answer"], r["gt_answer"], bool(r["correct"]),
-                                  persona)
+            for r in turns.to_dict("records"):
+                answer = r["answer"] if isinstance(r["answer"], str) else None
+                ctx = TurnContext(sid, int(r["turn"]), str(r["question"]), tuple(map(str, r["choices"])),
+                                  r["domain"], answer, r["gt_answer"], bool(r["correct"]), persona)
                 plan = user.plan(ctx, rng_u)
                 pairs.append((ctx, plan))
                 rows.append({
-                    "model": model, "session_id": str(sid), "turn": t,
+                    "model": model, "session_id": str(sid), "turn": int(r["turn"]),
                     "item_id": r["item_id"], "question": r["question"], "domain": r["domain"],
-                    "tier": tiers[r["domain"]], "reference": r["gt_answer"], "answer": r["answer"],
-                    "parsed": r["answer"] is not None, "abstain": False,
+                    "tier": r["tier"], "reference": r["gt_answer"], "answer": answer,
+                    "parsed": answer is not None, "abstain": False,
                     "confidence": float(r["confidence"]), "correct": bool(r["correct"]),
                     "feedback_text": None, "decoded_category": None, "decoded_label": np.nan,
                     "in_expertise": ctx.in_expertise, **persona.as_record(),
@@ -235,8 +267,30 @@ def iter_sessions(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, user: Us
         dec = decode_feedback(df["feedback_text"], "frozen")
         df["decoded_category"] = dec["decoded_category"].to_numpy()
         df["decoded_label"] = dec["decoded_label"].to_numpy()
-        for sid in block:
+        for sid, _ in block:
             yield sid, df[df["session_id"] == str(sid)].reset_index(drop=True)
+
+
+def iter_sessions(items: pd.DataFrame, answer_fn: AnswerFn | LM | None, user: User, *,
+                  n_sessions: int, n_turns: int = 50, seed: int = 42,
+                  tiers: dict[str, str] | None = None,
+                  tier_fractions: Sequence[float] = TIER_FRACTIONS,
+                  persona_scheme: str = "auto", personas: Sequence[Persona] | None = None,
+                  done_session_ids: Iterable[int] = (), batch_sessions: int = 8,
+                  model: str = "", source: str = "", answers: pd.DataFrame | None = None,
+                  per_turn: bool = False) -> Iterator[tuple[int, pd.DataFrame]]:
+    """Run the sessions not in `done_session_ids` in one process: `iter_session_answers`
+    then `iter_session_feedback` (see both for the arguments); yield (session_id, turns) per
+    session, in session order."""
+    if personas is not None and len(personas) < n_sessions:
+        raise ValueError(f"{len(personas)} personas for {n_sessions} sessions")
+    answered = iter_session_answers(items, answer_fn, n_sessions=n_sessions, n_turns=n_turns,
+                                    seed=seed, tiers=tiers, tier_fractions=tier_fractions,
+                                    done_session_ids=done_session_ids, answers=answers,
+                                    per_turn=per_turn)
+    yield from iter_session_feedback(answered, user, domains=items["domain"].unique(), seed=seed,
+                                     persona_scheme=persona_scheme, personas=personas,
+                                     batch_sessions=batch_sessions, model=model, source=source)
 
 
 def _user_name(user: User) -> str:
@@ -281,29 +335,34 @@ def _sort(df: pd.DataFrame) -> pd.DataFrame:
             .reset_index(drop=True))
 
 
-_CHUNK = re.compile(r"session_(\d+)\.parquet$")
-
-
-def run_sessions_to_dir(out_dir: str | Path, items: pd.DataFrame,
-                        answer_fn: AnswerFn | LM | None, user: User, *, n_sessions: int,
-                        n_turns: int = 50, seed: int = 42, **kwargs) -> list[Path]:
-    """Resumable run: one parquet chunk `session_NNNN.parquet` per session, written atomically
-    as soon as the session's batch is rendered; sessions whose chunk exists are skipped.
-    Returns the chunk paths of sessions 0..n_sessions-1."""
+def write_session_chunks(out_dir: str | Path, n_sessions: int,
+                         sessions: Callable[[set[int]], Iterable[tuple[int, pd.DataFrame]]]) -> list[Path]:
+    """Resumable run: one parquet chunk `session_NNNN.parquet` per session of
+    `sessions(done_session_ids)`, written atomically as soon as it is yielded; sessions whose
+    chunk exists are passed as done. Returns the chunk paths of sessions 0..n_sessions-1."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = lambda s: out_dir / f"session_{s:04d}.parquet"  # noqa: E731
     done = {s for s in range(n_sessions) if path(s).is_file()}
-    for sid, df in iter_sessions(items, answer_fn, user, n_sessions=n_sessions,
-                                 n_turns=n_turns, seed=seed, done_session_ids=done, **kwargs):
+    for sid, df in sessions(done):
         write_parquet(df, path(sid))
         log.info("session %d written (%d turns)", sid, len(df))
     return [path(s) for s in range(n_sessions)]
 
 
-def read_session_chunks(paths: Iterable[str | Path]) -> pd.DataFrame:
+def run_sessions_to_dir(out_dir: str | Path, items: pd.DataFrame,
+                        answer_fn: AnswerFn | LM | None, user: User, *, n_sessions: int,
+                        n_turns: int = 50, seed: int = 42, **kwargs) -> list[Path]:
+    """`iter_sessions` as a resumable run (`write_session_chunks`), one chunk per session,
+    written as soon as the session's batch is rendered."""
+    return write_session_chunks(out_dir, n_sessions, lambda done: iter_sessions(
+        items, answer_fn, user, n_sessions=n_sessions, n_turns=n_turns, seed=seed,
+        done_session_ids=done, **kwargs))
+
+
+def read_session_chunks(paths: Iterable[str | Path], columns: Sequence[str] = LIVE_COLUMNS) -> pd.DataFrame:
     """Concatenate per-session chunks into one turn frame sorted by session and turn."""
     frames = [pd.read_parquet(p) for p in paths]
     if not frames:
-        return pd.DataFrame(columns=LIVE_COLUMNS)
+        return pd.DataFrame(columns=list(columns))
     return _sort(pd.concat(frames, ignore_index=True))

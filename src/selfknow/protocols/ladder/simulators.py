@@ -223,16 +223,19 @@ class LLMUser:
         groups: dict[tuple[str, int], list[int]] = {}
         for i, ((system, _), (ctx, _)) in enumerate(zip(built, pairs)):
             groups.setdefault((system, ctx.session_id), []).append(i)
-        # one system prompt and one draw (the session's) per generate call
-        for (system, session), idx in groups.items():
-            for s in range(0, len(idx), self.batch_size):
-                chunk = idx[s:s + self.batch_size]
-                gens = self.lm.generate([built[i][1] for i in chunk],
-                                        max_new_tokens=self.max_new_tokens, chat=True,
-                                        system=system, temperature=self.temperature,
-                                        sample_index=session + 1)
-                for i, g in zip(chunk, gens):
-                    out[i] = g.text.strip()
+        # one system prompt and one draw (the session's) per generate call; the calls need
+        # none of each other's replies, so a Batch API backend sends them as one batch
+        chunks = [(system, session, idx[s:s + self.batch_size])
+                  for (system, session), idx in groups.items() for s in range(0, len(idx), self.batch_size)]
+
+        def call(system: str, session: int, chunk: list[int]):
+            return lambda: self.lm.generate([built[i][1] for i in chunk], max_new_tokens=self.max_new_tokens,
+                                            chat=True, system=system, temperature=self.temperature,
+                                            sample_index=session + 1)
+
+        for (_, _, chunk), gens in zip(chunks, self.lm.together([call(*c) for c in chunks])):
+            for i, g in zip(chunk, gens):
+                out[i] = g.text.strip()
         return [t or "" for t in out]
 
 
