@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from selfknow.cli import main
-from selfknow.config import ConfigError, model_spec, validate_config
+from selfknow.config import ConfigError, load_config, model_spec, validate_config
 from selfknow.plan import make_plan
 from selfknow.records import write_parquet
 
@@ -27,6 +28,13 @@ def _write_items(results: Path, name: str, n_train: int, n_test: int, mcq: bool)
         write_parquet(_items(n, split, mcq), results / "items" / name / f"{split}.parquet")
 
 
+def _config(cfg: dict, where: Path) -> Path:
+    """`cfg` written as a config file (the plan reads it as Snakemake does)."""
+    path = where / "config.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 def _row(df: pd.DataFrame, model: str, stage: str) -> pd.Series:
     rows = df[(df["model"] == model) & (df["stage"] == stage)]
     assert len(rows) == 1, (model, stage, df[["model", "stage"]].to_dict("records"))
@@ -37,7 +45,7 @@ def _row(df: pd.DataFrame, model: str, stage: str) -> pd.Series:
 def lcae_config(tmp_path):
     results = tmp_path / "results"
     _write_items(results, "mc", 2, 5, mcq=True)
-    return validate_config({
+    return _config({
         "seed": 1, "results": str(results),
         "models": [
             {"name": "chat", "backend": "hf", "hub_id": "org/chat", "chat": True, "gpu": 2, "throughput_tok_s": 1000},
@@ -46,7 +54,7 @@ def lcae_config(tmp_path):
         "datasets": {"mc": {"loader": "mmlu", "path": str(tmp_path), "subjects": ["x"], "subject_range": [0, 5]}},
         "lcae": {"dataset": "mc", "n_items": 3, "strategies": ["standard", "cot"],
                  "examinee_models": ["chat", "base", "api"], "repeats": 2, "conditions": ["baseline", "ids"],
-                 "max_new_tokens": 32, "prices": {"api": [1.0, 2.0], "chat": [5.0, 5.0]}}})
+                 "max_new_tokens": 32, "prices": {"api": [1.0, 2.0], "chat": [5.0, 5.0]}}}, tmp_path)
 
 
 def test_lcae_requests_by_hand(lcae_config):
@@ -81,12 +89,12 @@ def test_list_prices_batch_discount_and_reasoning_tokens(tmp_path):
     """Dollars from a model entry's `price` (less its batch discount where it sends batches),
     hidden reasoning tokens at its `reasoning_estimate`, else at its preset's headroom, billed
     as output; an API model without a price is named as unpriced."""
-    from selfknow.plan import render_prices
+    from selfknow.plan_report import render_prices
 
     results = tmp_path / "results"
     _write_items(results, "mc", 2, 5, mcq=True)
     api = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
-    cfg = validate_config({
+    path = _config({
         "seed": 1, "results": str(results),
         "models": [
             {"name": "listed", **api, "price": {"input": 2.0, "output": 10.0, "source": "page, 2026-12-01"},
@@ -97,8 +105,9 @@ def test_list_prices_batch_discount_and_reasoning_tokens(tmp_path):
             {"name": "delisted", **api, "unpriced": "delisted by its provider"}],
         "datasets": {"mc": {"loader": "mmlu", "path": str(tmp_path), "subjects": ["x"], "subject_range": [0, 5]}},
         "lcae": {"dataset": "mc", "n_items": 3, "strategies": ["standard"], "examinee_models": ["listed", "batched",
-                 "unpriced", "delisted"], "repeats": 1, "conditions": ["baseline"], "max_new_tokens": 32}})
-    df, _ = make_plan(cfg)
+                 "unpriced", "delisted"], "repeats": 1, "conditions": ["baseline"], "max_new_tokens": 32}}, tmp_path)
+    df, _ = make_plan(path)
+    cfg = load_config(path)
     listed, batched = _row(df, "listed", "lcae_stage1"), _row(df, "batched", "lcae_stage1")
     # 3 items, one request each: 3 x 100 estimated, 3 x 8,192 (the preset's headroom) hidden tokens
     assert listed["reasoning_tokens"] == 300 and batched["reasoning_tokens"] == 3 * 8192
@@ -122,7 +131,7 @@ def test_list_prices_batch_discount_and_reasoning_tokens(tmp_path):
 
 
 def test_finished_jobs_count_as_cached(lcae_config):
-    done = Path(lcae_config["results"]) / "lcae" / "stage1" / "api" / "final.parquet"
+    done = Path(load_config(lcae_config)["results"]) / "lcae" / "stage1" / "api" / "final.parquet"
     done.parent.mkdir(parents=True)
     done.write_bytes(b"")
     df, _ = make_plan(lcae_config)
@@ -134,7 +143,7 @@ def test_finished_jobs_count_as_cached(lcae_config):
 def test_persistent_requests_by_hand(tmp_path):
     results = tmp_path / "results"
     _write_items(results, "qa", 6, 7, mcq=False)
-    cfg = validate_config({
+    cfg = _config({
         "seed": 1, "results": str(results),
         "models": [{"name": "p", "backend": "hf", "hub_id": "org/p",
                     "checkpoints": [{"name": "c1"}, {"name": "c2"}, {"name": "c3"}]}],
@@ -142,7 +151,7 @@ def test_persistent_requests_by_hand(tmp_path):
                             "reserved_icl": 2, "blacklist": False,
                             "train_range": [0, 6], "test_range": [6, 13]}},
         "persistent": {"models": ["p"], "datasets": ["qa"], "train_checkpoints": 1, "n_train": 4, "n_test": 5,
-                       "n_shots": 2, "seeds": [0], "variance_seeds": [0, 1]}})
+                       "n_shots": 2, "seeds": [0], "variance_seeds": [0, 1]}}, tmp_path)
     df, _ = make_plan(cfg)
     sc = _row(df, "p", "persistent_sc")
     # every checkpoint's train (4) and test (5) sample is beam-searched once, in one job per
@@ -169,7 +178,7 @@ def test_persistent_requests_by_hand(tmp_path):
 def test_persistent_judge_requests_reasoning_and_waiting(tmp_path, judge_entry, hidden, device, hours):
     results = tmp_path / "results"
     _write_items(results, "qa", 6, 7, mcq=False)
-    cfg = validate_config({
+    cfg = _config({
         "seed": 1, "results": str(results),
         "models": [{"name": "p", "backend": "hf", "hub_id": "org/p", "gpu": 1,
                     "checkpoints": [{"name": "c1"}, {"name": "c2"}, {"name": "c3"}]},
@@ -180,7 +189,7 @@ def test_persistent_judge_requests_reasoning_and_waiting(tmp_path, judge_entry, 
                             "train_range": [0, 6], "test_range": [6, 13]}},
         "judge": {"llm_judge": "j", "correctness": "llm"},
         "persistent": {"models": ["p"], "datasets": ["qa"], "train_checkpoints": 1, "n_train": 4, "n_test": 5,
-                       "n_shots": 2, "seeds": [0], "variance_seeds": [0, 1]}})
+                       "n_shots": 2, "seeds": [0], "variance_seeds": [0, 1]}}, tmp_path)
     df, _ = make_plan(cfg)
     j = _row(df, "j", "persistent_judge")
     # one judge job per beam-search job, one request per question, each with the authors'
@@ -202,7 +211,7 @@ def test_gcm_jobs_by_hand(tmp_path, released):
                   "n_shots": 2, "seeds": [17, 18], "variance_seeds": [17, 18], "gcm_model": "g"}
     if released:
         persistent["gcm_adapter"] = {"hub_id": "org/gcm", "revision": "main"}
-    cfg = validate_config({
+    cfg = _config({
         "seed": 1, "results": str(results),
         "models": [{"name": "p", "backend": "hf", "hub_id": "org/p",
                     "checkpoints": [{"name": "c1"}, {"name": "c2"}, {"name": "c3"}]},
@@ -210,7 +219,7 @@ def test_gcm_jobs_by_hand(tmp_path, released):
         "datasets": {"qa": {"loader": "triviaqa", "path": str(tmp_path), "shuffle_seed": 1, "n_icl": 2,
                             "reserved_icl": 2, "blacklist": False,
                             "train_range": [0, 6], "test_range": [6, 13]}},
-        "persistent": persistent})
+        "persistent": persistent}, tmp_path)
     df, _ = make_plan(cfg)
     g = _row(df, "g", "persistent_gcm")
     jobs = 1 if released else 2
@@ -219,11 +228,7 @@ def test_gcm_jobs_by_hand(tmp_path, released):
 
 
 def test_cli_plan_prints_table_and_csv(lcae_config, tmp_path, capsys):
-    import yaml
-
-    path = tmp_path / "cfg.yaml"
-    path.write_text(yaml.safe_dump(_plain(lcae_config)))
-    assert main(["plan", str(path), "--csv", str(tmp_path / "plan.csv")]) == 0
+    assert main(["plan", str(lcae_config), "--csv", str(tmp_path / "plan.csv")]) == 0
     out = capsys.readouterr().out
     assert "| api | lcae_stage2 | 1 (0) | 12 |" in out and "**total**" in out
     assert pd.read_csv(tmp_path / "plan.csv")["requests"].sum() == 6 + 6 + 27 + 6 + 12 + 60
@@ -236,14 +241,6 @@ def test_cli_plan_bad_config(tmp_path, capsys):
     assert str(path) in capsys.readouterr().err
 
 
-def _plain(obj):
-    if isinstance(obj, dict) or hasattr(obj, "items"):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    return obj
-
-
 _CALLS = re.compile(r"\b(?:model_calls(?:_\w+)?|judge_calls)=(\d+)")
 
 
@@ -252,9 +249,7 @@ def test_plan_predicts_tiny_run_requests(tiny_run):
     """The plan of config/test.yaml, counted as a cold run would make them (every job of the
     finished run is listed as cached), within 10 % of the model calls the run's job logs
     count and of the distinct requests in its request cache."""
-    from selfknow.config import load_config
-
-    df, _ = make_plan(load_config(ROOT / "config" / "test.yaml"), tiny_run)
+    df, _ = make_plan(ROOT / "config" / "test.yaml", results=tiny_run)
     predicted = int(df["requests"].sum() + df["cached"].sum())
     assert df["requests"].sum() == 0  # every job of the run is done
     logged = sum(int(n) for log in (tiny_run / "logs").rglob("*.log")
@@ -272,14 +267,14 @@ def test_react_requests_by_hand(tmp_path):
     same model repeats the first one's shared steps, which it counts once."""
     results = tmp_path / "results"
     _write_items(results, "mc", 0, 5, mcq=True)
-    cfg = validate_config({
+    cfg = _config({
         "seed": 1, "results": str(results),
         "models": [{"name": "api", "backend": "openai", "base_url": "http://127.0.0.1:9/v1", "model": "m"}],
         "datasets": {"mc": {"loader": "mmlu", "path": str(tmp_path), "subjects": ["x"], "subject_range": [0, 5]}},
         "ladder": {"models": ["api"], "dataset": "mc", "n_sessions": 1, "n_turns": 2,
                    "react": {"dataset": "mc", "items_per_domain": 3, "configurations": [
                        {"name": "short", "model": "api", "max_steps": 2},
-                       {"name": "long", "model": "api", "max_steps": 4}]}}})
+                       {"name": "long", "model": "api", "max_steps": 4}]}}}, tmp_path)
     df, _ = make_plan(cfg)
     react = _row(df, "api", "ladder_react")
     assert (react["jobs"], react["requests"]) == (2, 1 + 3 * 4)

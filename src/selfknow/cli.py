@@ -6,7 +6,7 @@ function running it). A command signals bad input by raising ``ValueError`` (or
 
     selfknow rasch MATRIX.csv|MATRIX.parquet OUTDIR [--method jml|cml] [--abilities wle|mle]
                    [--no-bias-correction] [--quiet]
-    selfknow plan CONFIG.yaml [--results DIR] [--csv PLAN.csv]
+    selfknow plan CONFIG.yaml [TARGET] [--results DIR] [--csv PLAN.csv]
     selfknow fidelity [CONFIG.yaml] [--docs]
     selfknow rehearse [--results DIR] [--cores N] [-- SNAKEMAKE_ARGS...]
     selfknow preflight CONFIG.yaml [CONFIG.yaml...] [--timeout S]
@@ -141,6 +141,9 @@ register("rasch", "Fit a Rasch model to an examinee x item 0/1 matrix (CSV or pa
 
 def _configure_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("config", type=Path, help="the workflow config (YAML), e.g. config/paper.yaml")
+    p.add_argument("target", nargs="?", default="all_tables",
+                   help="the Snakemake target whose jobs are counted: a rule or an output path relative to the "
+                        "workflow's root (default: all_tables)")
     p.add_argument("--results", type=Path, help="results directory whose finished jobs count as cached "
                                                 "(default: the config's `results`)")
     p.add_argument("--csv", type=Path, help="also write the plan, one row per model and stage, here")
@@ -149,11 +152,12 @@ def _configure_plan(p: argparse.ArgumentParser) -> None:
 def run_plan(args: argparse.Namespace) -> int:
     """Print what a run of the config would request of each model: requests, tokens, dollars, hours."""
     from selfknow.config import load_config
-    from selfknow.plan import make_plan, render_plan, render_prices
+    from selfknow.plan import make_plan
+    from selfknow.plan_report import render_plan, render_prices
     from selfknow.records import write_csv
 
     cfg = load_config(args.config)
-    df, datasets = make_plan(cfg, args.results)
+    df, datasets = make_plan(args.config, args.target, args.results)
     if args.csv:
         write_csv(df, args.csv)
     print(render_plan(df, datasets), end="")

@@ -1,19 +1,19 @@
 """A plan before launch (issue 14): what a config's run asks of each model, before it runs.
 
-For every model and stage: the jobs, the distinct model requests they make (one request = one
-entry of the request cache, `selfknow.models.cache`: a generated prompt, a beam search, a
-(context, continuation) log-likelihood or a next-token read-out), estimated prompt and
-completion tokens, API dollars at `lcae.prices` and device-hours at the model's
-`throughput_tok_s`. A job whose outputs exist makes no request on a rerun (Snakemake does not
-rerun it and the request cache holds its answers): its requests are listed as cached.
+The jobs are Snakemake's own: the DAG of the config and target (`selfknow.dag`, as
+`snakemake --dry-run --forceall` builds it), each with its rule, wildcards and params. Each
+rule that makes model requests has one entry in `COUNTERS` (the others are named in
+`FREE_RULES`; a rule in neither stops the plan), which counts one job's requests. Per model
+and stage: the jobs, the distinct model requests they make (one request = one entry of the
+request cache, `selfknow.models.cache`: a generated prompt, a beam search, a (context,
+continuation) log-likelihood or a next-token read-out), estimated prompt and completion
+tokens, API dollars at the model's price and device-hours at its `throughput_tok_s`. A job
+whose outputs exist makes no request on a rerun (Snakemake does not rerun it and the request
+cache holds its answers): its requests are listed as cached.
 
 How the requests are found, stage by stage:
 
-- The items are the workflow's own: `<results>/items/` when built, else built the way the
-  `items` rule builds them (the synthetic world is generated in memory, 0.2 s), else, for a hub
-  dataset not downloaded yet, placeholders of the size its config ranges give (else of the
-  sample size, an upper bound) and the typical text lengths of `TYPICAL_CHARS`. Samples are
-  drawn with `sample_items` and the config's seeds, as the jobs draw them.
+- The items are the workflow's own, else built or placeholders (`selfknow.plan_items`).
 - Greedy generation, LADDER's answers and LCAE Stages 1-2 run the jobs' own prompt-building
   code (`greedy_answers`, `make_answer_fn`, `answer_items`, `assess`) against `PlanLM`, which
   records every request under the key parts the request cache uses (call, prompt or pair,
@@ -29,11 +29,12 @@ How the requests are found, stage by stage:
   priors by the job's own answering and prior code (no prior request with `prior: l1`), the
   persistent judge as one request per question (`labels: generate`) or per beam (`constrained`,
   an upper bound on the candidate groups).
-- The persistent protocol's counts follow the variant plans the rules resolve
+- The persistent variant jobs' counts follow the variant plans the jobs resolve
   (`plan_variant`): one request per (adapter, scoring checkpoint, answering checkpoint, test
   question), an upper bound, since the same answer of two checkpoints read by one scorer is one
-  request (about 10 % fewer in the tiny config, whose checkpoints answer alike). Adapter training is device time only: its forward and backward passes are
-  counted as 3 x the training tokens (`TRAIN_PASSES`).
+  request (about 10 % fewer in the tiny config, whose checkpoints answer alike). Adapter
+  training is device time only: its forward and backward passes are counted as 3 x the
+  training tokens (`TRAIN_PASSES`).
 
 Tokens: prompts are measured as characters / `CHARS_PER_TOKEN`; completions as the requests'
 budgets (an upper bound: an answer stops at its stop string); beams as `num_beams` x budget.
@@ -44,40 +45,41 @@ jobs x the batch completion window (an upper bound, shown apart from GPU and CPU
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import inspect
 import math
-import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from selfknow.config import checkpoint_names, is_chat, model_entry
+from selfknow.config import checkpoint_names, is_chat, load_config, model_entry
+from selfknow.dag import WORKFLOW_ROOT, DagJob, workflow_jobs
 from selfknow.models.base import LM, Beam, CallStats, Generation
+from selfknow.models.openai_api import request_options
+from selfknow.models.registry import backend_class
+from selfknow.plan_items import Items, placeholder_items
+from selfknow.protocols.ladder.answering import make_answer_fn
+from selfknow.protocols.ladder.crosstask import answer_suite, sample_suite
+from selfknow.protocols.ladder.prompted import lsa_query_confidence, zs_prior
+from selfknow.protocols.ladder.react_agent import pick_items, run_agent
+from selfknow.protocols.lcae.examinees import answer_items
+from selfknow.protocols.lcae.metacognition import assess
+from selfknow.protocols.persistent.prompts import confidence_prompt, qa_prompts, question_shots
+from selfknow.protocols.persistent.variants import MAIN, TRANSFER, plan_variant
+from selfknow.stages.generation import fixed_shots, greedy_answers
+from selfknow.stages.judge import max_judge_tokens
 
 #: English text in a GPT-style BPE vocabulary: about 4 characters a token
 CHARS_PER_TOKEN = 4
 #: forward + backward pass of a training example, in forward-pass token equivalents
 TRAIN_PASSES = 3
-#: a stage's order: requests two stages share are counted under the first
-STAGES = ("generate", "persistent_sc", "persistent_judge", "persistent_variants", "persistent_gcm",
-          "judge_audit", "ladder_answers", "ladder_user", "ladder_prompted", "ladder_crosstask", "ladder_extension", "ladder_react", "lcae_stage1",
-          "lcae_stage2")
 #: instruction tokens of an extension-task prompt besides the item (prompts/extension_*.txt)
 EXTENSION_PROMPT_TOKENS = 40
-#: placeholder text lengths (characters) of a hub dataset not yet on disk: question, answer,
-#: each option (MCQ), options per item; rough means read off the datasets' published samples
-TYPICAL_CHARS = {
-    "triviaqa": (80, 12, 0, 0), "jeopardy": (90, 14, 0, 0), "bioasq": (110, 20, 0, 0),
-    "mmlu": (260, 1, 40, 4), "medxpertqa": (1100, 1, 45, 10),
-    # MMLU-Pro and BBH: rough guesses, not read off a sample
-    "mmlu_pro": (260, 1, 30, 10), "bbh": (500, 6, 0, 0),
-    # LADDER's extension tasks: rough guesses, not read off a sample
-    "gsm8k": (240, 4, 0, 0), "humaneval": (450, 200, 0, 0), "bfcl": (120, 60, 0, 0),
-}
 
 
 # ----------------------------------------------------------------------------- the ledger
@@ -153,8 +155,6 @@ class PlanLM(LM):
     that the protocols' data-dependent branches are taken about half the time."""
 
     def __init__(self, ledger: Ledger, spec: dict, checkpoint: str, stage: str, *, done: bool):
-        from selfknow.models.registry import backend_class
-
         self.ledger, self.stage, self.done = ledger, stage, done
         self.backend, self.model_id, self.revision, self.adapter = spec["backend"], spec["name"], checkpoint, None
         self.stats = CallStats()
@@ -195,93 +195,7 @@ class PlanLM(LM):
         return np.zeros((len(prompts), len(candidates)))
 
 
-# ----------------------------------------------------------------------------- items
-def _configured_size(spec, split: str) -> int | None:
-    """Items of one split of a hub dataset as its config fixes them, else None."""
-    if f"{split}_range" in spec:
-        lo, hi = spec[f"{split}_range"]
-        return hi - lo
-    if spec["loader"] == "mmlu" and split == "test":
-        lo, hi = spec["subject_range"]
-        return len(spec["subjects"]) * (hi - lo)
-    return None
-
-
-def placeholder_items(name: str, spec, split: str, n: int) -> pd.DataFrame:
-    """`n` stand-in items of a hub dataset not yet on disk, with its typical text lengths."""
-    q, a, opt, k = TYPICAL_CHARS[spec["loader"]]
-    domains = list(spec["subjects"]) if "subjects" in spec else ["all"]
-    return pd.DataFrame({
-        "item_id": [f"{name}:{split}:{i}" for i in range(n)],
-        "question": [f"{name} {split} {i}: ".ljust(q, "q") for i in range(n)],
-        "answer": ["a" * a] * n, "aliases": [[] for _ in range(n)],
-        "choices": [["o" * opt] * k if k else None for _ in range(n)],
-        "domain": [domains[i % len(domains)] for i in range(n)], "split": split})
-
-
-class Items:
-    """Train/test items of every configured dataset, found as the plan's docstring says."""
-
-    def __init__(self, cfg: dict, results: Path):
-        self.cfg, self.results = cfg, results
-        self._cache: dict[str, dict[str, pd.DataFrame | None]] = {}
-        self._world: tempfile.TemporaryDirectory | None = None
-        self.basis: dict[str, str] = {}
-
-    def _world_dir(self) -> Path:
-        built = self.results / "world" / "data"
-        if (built / "qa.parquet").is_file():
-            return built
-        if self._world is None:
-            from selfknow.world.generator import generate_world
-
-            self._world = tempfile.TemporaryDirectory(prefix="selfknow-plan-")
-            w = self.cfg["world"]
-            generate_world({"seed": w["seed"], **w["generator"]}, self._world.name)
-        return Path(self._world.name)
-
-    def get(self, name: str) -> dict[str, pd.DataFrame | None]:
-        if name in self._cache:
-            return self._cache[name]
-        from selfknow.stages.items import SYNTHETIC_LOADERS, build_items
-        from selfknow.records import read_parquet
-
-        spec = self.cfg["datasets"][name]
-        paths = {s: self.results / "items" / name / f"{s}.parquet" for s in ("train", "test")}
-        if all(p.is_file() for p in paths.values()):
-            out, self.basis[name] = {s: read_parquet(p) for s, p in paths.items()}, "items on disk"
-        elif spec["loader"].startswith("world_"):
-            out = build_items(name, dict(spec), self.cfg["seed"], self._world_dir())
-            self.basis[name] = "items built from the world"
-        elif spec["loader"] in SYNTHETIC_LOADERS:
-            out = build_items(name, dict(spec), self.cfg["seed"])
-            self.basis[name] = "generated items"
-        else:
-            sizes = {s: _configured_size(spec, s) for s in ("train", "test")}
-            out = {s: None if n is None else placeholder_items(name, spec, s, n) for s, n in sizes.items()}
-            self.basis[name] = "placeholders, " + ", ".join(
-                f"{s} split: {'size from the config' if n is not None else 'the sample size (an upper bound)'}"
-                for s, n in sizes.items())
-        self._cache[name] = out
-        return out
-
-    def sample(self, name: str, split: str, n: int | None, seed: int, **kw) -> pd.DataFrame | None:
-        from selfknow.stages.items import sample_items
-
-        df = self.get(name)[split]
-        if df is None:
-            if not n:
-                raise ValueError(f"plan: dataset {name!r}: the config fixes neither the size of its {split} "
-                                 f"split nor a sample size; build its items first (results/items/{name}/)")
-            df = placeholder_items(name, self.cfg["datasets"][name], split, n)
-        return sample_items(df, n or None, seed, **kw)
-
-    def close(self) -> None:
-        if self._world is not None:
-            self._world.cleanup()
-
-
-# ----------------------------------------------------------------------------- the stages
+# ----------------------------------------------------------------------------- the counting
 #: why the persistent confidence read-outs are upper bounds
 SHARED_ANSWERS = ("one request per scored answer (an upper bound: one scorer reading the same answer of two "
                   "checkpoints to a question makes one)")
@@ -295,40 +209,41 @@ class Sample:
     conf_tokens: int
 
 
-def _exists(*paths) -> bool:
-    return all(Path(p).exists() for p in paths)
-
-
 class Planner:
-    """Walks a validated config's stages in `STAGES` order and fills a `Ledger`."""
+    """Counts the requests of a validated config's DAG jobs into a `Ledger`, one job at a time,
+    each by its rule's entry in `COUNTERS`. What a job reads comes from its wildcards and
+    params, the item files from the `items` jobs' outputs; the config gives only what the
+    rules also take from it (sample sizes, seeds)."""
 
-    def __init__(self, cfg: dict, results: str | Path | None = None):
-        self.cfg = cfg
-        self.R = Path(cfg["results"] if results is None else results)
-        self.items = Items(cfg, self.R)
+    def __init__(self, cfg: dict, jobs: Sequence[DagJob]):
+        self.cfg, self.jobs = cfg, jobs
+        self.items = Items(cfg, {j.wildcards["dataset"]: {s: j.outputs[s] for s in ("train", "test")}
+                                 for j in jobs if j.rule == "items"},
+                           next((j.outputs["qa"] for j in jobs if j.rule == "world_generate"), None))
         self.ledger = Ledger()
         self.seed = cfg["seed"]
+        self._samples: dict[tuple[str, str], Sample] = {}
+        self._pools: dict[str, pd.DataFrame] = {}
 
-    def lm(self, model: str, ckpt: str, stage: str, done: bool) -> PlanLM:
-        self.ledger.job(model, stage, done)
-        return PlanLM(self.ledger, model_entry(self.cfg, model), ckpt, stage, done=done)
+    def lm(self, model: str, ckpt: str, stage: str, job: DagJob) -> PlanLM:
+        """A recording model for `job`, counted as one job of (model, stage)."""
+        self.ledger.job(model, stage, job.done)
+        return PlanLM(self.ledger, model_entry(self.cfg, model), ckpt, stage, done=job.done)
+
+    def last(self, model: str) -> str:
+        return checkpoint_names(self.cfg, model)[-1]
 
     def run(self) -> Ledger:
+        """Count every job in `STAGES` order (requests two stages share count under the first)."""
+        jobs = self.jobs
+        unknown = sorted({j.rule for j in jobs if not j.norun and j.rule not in COUNTERS and not is_free(j.rule)})
+        if unknown:
+            raise PlanError(f"plan: rule(s) {', '.join(unknown)} have no entry in selfknow.plan: count their "
+                            "requests (COUNTERS) or declare them free of model requests (FREE_RULES)")
+        order = list(COUNTERS)
         try:
-            self.generation()
-            if "persistent" in self.cfg:
-                self.persistent()
-            self.judge_audit()
-            if "ladder" in self.cfg:
-                self.ladder()
-                if "cross_task" in self.cfg["ladder"]:
-                    self.crosstask()
-                if "extension" in self.cfg["ladder"]:
-                    self.extension()
-                if "react" in self.cfg["ladder"]:
-                    self.react()
-            if "lcae" in self.cfg:
-                self.lcae()
+            for job in sorted((j for j in jobs if j.rule in COUNTERS), key=lambda j: order.index(j.rule)):
+                COUNTERS[job.rule].count(self, job)
         finally:
             self.items.close()
         return self.ledger
@@ -338,326 +253,295 @@ class Planner:
         train = self.items.get(ds)["train"]
         return train if train is not None else placeholder_items(ds, self.cfg["datasets"][ds], "train", n_shots)
 
-    # -- the shared greedy stage (rules/generate.smk): world evolution and the judge audit's answers
-    def generation_jobs(self) -> list[tuple[str, str, str]]:
-        cfg, jobs = self.cfg, []
-        if "world" in cfg:
-            world = [m["name"] for m in cfg["models"] if "source" in m and m["source"] == "world"]
-            jobs += [(m, c, cfg["world"]["qa_dataset"]) for m in world for c in checkpoint_names(cfg, m)]
-        if "llm_judge" in cfg["judge"] and "persistent" in cfg:
-            jobs += [(m, checkpoint_names(cfg, m)[-1], cfg["judge"]["audit_dataset"])
-                     for m in cfg["persistent"]["models"]]
-        return list(dict.fromkeys(jobs))
+    # -- the shared greedy stage (rules/generate.smk)
+    def generate(self, job: DagJob) -> None:
+        p, w = job.params, job.wildcards
+        items = self.items.sample(w["dataset"], "test", p["n_items"], p["seed"])
+        shots = fixed_shots(self._train_frame(w["dataset"], p["n_shots"]), p["n_shots"], p["seed"])
+        greedy_answers(self.lm(w["model"], w["ckpt"], "generate", job), items, shots=shots,
+                       chat=is_chat(p["spec"]), max_new_tokens=p["max_new_tokens"])
 
-    def generation(self) -> None:
-        from selfknow.stages.generation import fixed_shots, greedy_answers
-
-        g = self.cfg["generation"]
-        for m, c, ds in self.generation_jobs():
-            done = _exists(self.R / "generations" / m / c / "greedy" / f"{ds}.parquet")
-            items = self.items.sample(ds, "test", g["n_items"], self.seed)
-            shots = fixed_shots(self._train_frame(ds, g["n_shots"]), g["n_shots"], self.seed)
-            greedy_answers(self.lm(m, c, "generate", done), items, shots=shots,
-                           chat=is_chat(model_entry(self.cfg, m)), max_new_tokens=g["max_new_tokens"])
-
-    # -- persistent calibration (rules/persistent*.smk)
-    def persistent(self) -> None:
-        from selfknow.protocols.persistent.variants import (
-            MAIN,
-            TABLE_VARIANTS,
-            TRANSFER,
-            TRANSFER_VARIANTS,
-            transfer_slices,
-        )
-
-        pc = self.cfg["persistent"]
-        transfer = pc["transfer_dataset"] if "transfer_dataset" in pc else None
-        for k, m in enumerate(pc["models"]):
-            ck = checkpoint_names(self.cfg, m)
-            tr, ev = ck[:pc["train_checkpoints"]], ck[pc["train_checkpoints"]:]
-            sc: dict[tuple[str, str, str], Sample] = {}  # the transfer dataset's are shared
-            for j, d in enumerate(pc["datasets"]):
-                jobs = [(v, s, True) for v in TABLE_VARIANTS for s in pc["seeds"]]
-                if k == 0 and j < 2:  # Figures 3 and 4: the first model on the first two datasets
-                    # variants cut from the transfer variant's table (its seed) train nothing
-                    sliced, transfer_seed = set(transfer_slices(tr, ev)), pc["variance_seeds"][0]
-                    jobs = [(v, s, scored) for v, s, scored in jobs if not (v in sliced and s == transfer_seed)]
-                    jobs += [("transfer", transfer_seed, True), ("random_label", pc["seeds"][0], True)]
-                if k == 0 and j == 0:  # Table 19's other seeds: hidden states only
-                    jobs += [("transfer", s, False) for s in pc["variance_seeds"][1:]]
-                plans = [(self._variant_plan(v, tr, ev, transfer is not None and v in TRANSFER_VARIANTS), s, scored)
-                         for v, s, scored in jobs]
-                # Table 7 reads every checkpoint's test answers (and the transfer dataset's)
-                need = {(c, d, "train") for c in tr} | {(c, d, "test") for c in ck}
-                for plan, _, scored in plans:
-                    need |= {(c, d, "train") for c in plan.train_data}
-                    if scored:
-                        need |= {(c, d, "test") for c in plan.test_targets(MAIN)}
-                        need |= {(c, transfer, sp) for c in plan.test_targets(TRANSFER) for sp in ("train", "test")}
-                if transfer is not None:
-                    need |= {(c, transfer, sp) for c in ck for sp in ("train", "test")}
-                for c, ds in sorted({(c, ds) for c, ds, _ in need} - {(c, ds) for c, ds, _ in sc}):
-                    sc.update({(c, ds, sp): sample for sp, sample in self.sc_job(m, c, ds).items()})
-                for plan, s, scored in plans:
-                    self.variant_job(m, d, plan, s, scored, sc, transfer)
-                if "gcm_model" in pc:  # the released GCM scores once; ours trains per seed
-                    for s in ([None] if "gcm_adapter" in pc else pc["seeds"]):
-                        self.gcm_job(m, d, s, tr, ev, sc)
-        if "gcm_model" in pc:  # Figure 2: the GCM backbone's own answers on each training dataset
-            gm = pc["gcm_model"]
-            for d in pc["datasets"]:
-                self.sc_job(gm, checkpoint_names(self.cfg, gm)[-1], d)
-
-    def _variant_plan(self, variant: str, tr, ev, with_transfer: bool):
-        from selfknow.protocols.persistent.variants import plan_variant
-
-        return plan_variant(variant, tr, ev, with_transfer=with_transfer,
-                            pair_mode=self.cfg["persistent"]["random_label_pairs"])
-
-    def sc_job(self, m: str, c: str, ds: str) -> dict[str, "Sample"]:
-        """Beam search on both splits' samples (persistent_sc, one job); returns each split's
-        sample size and the prompt tokens of reading a confidence on each of its answers."""
-        from selfknow.stages.judge import max_judge_tokens
-        from selfknow.protocols.persistent.prompts import qa_prompts, question_shots
-        from selfknow.stages.items import icl_by_domain
-
-        pc, judge = self.cfg["persistent"], self.cfg["judge"]
-        base = self.R / "persistent"
-        splits = ("train", "test")
-        beams, judged = pc["num_beams"], judge["correctness"] == "llm"
-        labelled = [base / "sc" / m / c / ds / f"{split}.parquet" for split in splits]
-        # under the LLM judge, persistent_sc writes candidates and persistent_judge the SC tables
-        sc_out = [base / "candidates" / m / c / ds / f"{split}.parquet" for split in splits] if judged else labelled
-        done = _exists(*sc_out, *(base / "beams" / m / c / ds / f"{split}.parquet" for split in splits))
-        lm = self.lm(m, c, "persistent_sc", done)
-        if judged:
-            jm, per_q = judge["llm_judge"], 1 if judge["labels"] == "generate" else beams
-            judge_done, hidden = _exists(*labelled), judge_reasoning_tokens(model_entry(self.cfg, jm))
-            self.ledger.job(jm, "persistent_judge", judge_done)
-        train, by_domain = self._train_frame(ds, pc["n_shots"]), icl_by_domain(self.cfg["datasets"][ds])
-        out = {}
-        for split in splits:
+    # -- persistent calibration (rules/persistent.smk)
+    def sample(self, ds: str, split: str) -> Sample:
+        """The size of a persistent SC sample and the prompt tokens of scoring its answers (the
+        same items for every checkpoint)."""
+        if (ds, split) not in self._samples:
+            pc = self.cfg["persistent"]
             items = self.items.sample(ds, split, pc["n_train"] if split == "train" else pc["n_test"], self.seed)
-            shots = question_shots(train, items["domain"], pc["n_shots"], self.seed, by_domain=by_domain)
-            prompts = qa_prompts(items["question"], items["domain"], shots, label=pc["prompt_label"])
-            lm.beam_search(prompts, num_beams=beams, max_new_tokens=pc["max_new_tokens"], stop=("\n",))
-            if judged:
-                prompt = sum(tokens(q) for q in items["question"]) + len(items) * (beams * pc["max_new_tokens"] + 80)
-                self.ledger.add(jm, "persistent_judge", per_q * len(items), per_q * prompt,
-                                per_q * len(items) * (max_judge_tokens(beams) + hidden), done=judge_done)
-                self.ledger.note(jm, "persistent_judge", "one request per question (generate) or per beam "
-                                                         "(constrained, upper bound on the answer groups)")
-            out[split] = Sample(len(items), self._scoring_tokens(items))
-        return out
+            conf = sum(tokens(confidence_prompt(q, a, "Confidence:")) for q, a in zip(items["question"], items["answer"]))
+            self._samples[ds, split] = Sample(len(items), conf)
+        return self._samples[ds, split]
 
-    def _scoring_tokens(self, items: pd.DataFrame) -> int:
-        from selfknow.protocols.persistent.prompts import confidence_prompt
+    def persistent_sc(self, job: DagJob) -> None:
+        """Beam search on both splits' samples, one request a question."""
+        p, w = job.params, job.wildcards
+        lm = self.lm(w["model"], w["ckpt"], "persistent_sc", job)
+        train = self._train_frame(w["dataset"], p["n_shots"])
+        for split, n in p["n_items"].items():
+            items = self.items.sample(w["dataset"], split, n, p["seed"])
+            shots = question_shots(train, items["domain"], p["n_shots"], p["seed"], by_domain=p["icl_by_domain"])
+            prompts = qa_prompts(items["question"], items["domain"], shots, label=p["prompt_label"])
+            lm.beam_search(prompts, num_beams=p["num_beams"], max_new_tokens=p["max_new_tokens"], stop=("\n",))
 
-        return sum(tokens(confidence_prompt(q, a, "Confidence:")) for q, a in zip(items["question"], items["answer"]))
+    def persistent_judge(self, job: DagJob) -> None:
+        """The LLM judge on both splits' candidates: one request per question or per beam."""
+        pc, judge, w = self.cfg["persistent"], job.params["judge"], job.wildcards
+        jm, beams = judge["spec"]["name"], pc["num_beams"]
+        per_q, hidden = 1 if judge["labels"] == "generate" else beams, judge_reasoning_tokens(model_entry(self.cfg, jm))
+        self.ledger.job(jm, "persistent_judge", job.done)
+        for split in ("train", "test"):
+            items = self.items.sample(w["dataset"], split, pc["n_train"] if split == "train" else pc["n_test"],
+                                      self.seed)
+            prompt = sum(tokens(q) for q in items["question"]) + len(items) * (beams * pc["max_new_tokens"] + 80)
+            self.ledger.add(jm, "persistent_judge", per_q * len(items), per_q * prompt,
+                            per_q * len(items) * (max_judge_tokens(beams) + hidden), done=job.done)
+        self.ledger.note(jm, "persistent_judge", "one request per question (generate) or per beam "
+                                                 "(constrained, upper bound on the answer groups)")
 
-    def _train_tokens(self, samples: Sequence["Sample"], n_answers: int) -> int:
-        return self.cfg["persistent"]["adapter"]["epochs"] * n_answers * sum(s.conf_tokens for s in samples)
+    def _train_tokens(self, samples: Sequence[Sample], n_answers: int, epochs: int) -> int:
+        return epochs * n_answers * sum(s.conf_tokens for s in samples)
 
-    def variant_job(self, m: str, d: str, plan, seed: int, scored: bool, sc: dict, transfer: str | None) -> None:
-        from selfknow.protocols.persistent.variants import MAIN
-
-        base = self.R / "persistent"
-        done = _exists(base / "adapters" / m / d / plan.variant / f"seed{seed}",
-                       *([base / "conf" / m / d / plan.variant / f"seed{seed}.parquet"] if scored else []))
-        self.ledger.job(m, "persistent_variants", done)
+    def persistent_variant(self, job: DagJob) -> None:
+        """A variant's adapters (training tokens) and, when the job writes confidences, its
+        scorings, as the job resolves them (`plan_variant`)."""
+        p, w = job.params, job.wildcards
+        m, d = w["model"], w["dataset"]
+        plan = plan_variant(w.get("variant", "transfer"), p["train_ckpts"], p["eval_ckpts"],
+                            with_transfer=any(k.dataset == TRANSFER for k in p["sc"]), pair_mode=p["pair_mode"])
+        self.ledger.job(m, "persistent_variants", job.done)
         for ap in plan.adapters:
-            frames = [sc[src, d, "train"] for view in ap.views for src in ap.data_for(view)]
-            self.ledger.train(m, "persistent_variants", self._train_tokens(frames, ap.n_answers), done=done)
-        for s in plan.scorings if scored else ():
-            target = ([sc[s.target, d, "test"]] if s.dataset == MAIN
-                      else [sc[s.target, transfer, sp] for sp in ("train", "test")])
+            frames = [self.sample(d, "train") for view in ap.views for _ in ap.data_for(view)]
+            self.ledger.train(m, "persistent_variants", self._train_tokens(frames, ap.n_answers, p["adapter"]["epochs"]),
+                              done=job.done)
+        for s in plan.scorings if "conf" in job.outputs else ():
+            target = ([self.sample(d, "test")] if s.dataset == MAIN
+                      else [self.sample(self.cfg["persistent"]["transfer_dataset"], sp) for sp in ("train", "test")])
             n = sum(t.n for t in target)
-            self.ledger.add(m, "persistent_variants", n, sum(t.conf_tokens for t in target), n, done=done)
+            self.ledger.add(m, "persistent_variants", n, sum(t.conf_tokens for t in target), n, done=job.done)
         self.ledger.note(m, "persistent_variants", SHARED_ANSWERS)
 
-    def gcm_job(self, m: str, d: str, seed: int | None, tr, ev, sc: dict) -> None:
-        """One GCM job: the released adapter's scoring (`seed` None) or our GCM's training + scoring."""
-        gm = self.cfg["persistent"]["gcm_model"]
-        done = _exists(self.R / "persistent" / "gcm" / m / d / ("released.parquet" if seed is None
-                                                                else f"seed{seed}.parquet"))
-        self.ledger.job(gm, "persistent_gcm", done)
-        if seed is not None:
-            self.ledger.train(gm, "persistent_gcm", self._train_tokens([sc[c, d, "train"] for c in tr], 1),
-                              done=done)
-        for target in [sc[c, d, "test"] for c in ev] + [sc[c, d, "train"] for c in tr]:
-            self.ledger.add(gm, "persistent_gcm", target.n, target.conf_tokens, target.n, done=done)
+    def persistent_gcm(self, job: DagJob) -> None:
+        """The GCM: trained on the training checkpoints' answers when the job writes an adapter
+        (ours), then scoring the evaluation checkpoints' test and the training ones' train answers."""
+        p, d = job.params, job.wildcards["dataset"]
+        gm = p["gcm_spec"]["name"]
+        self.ledger.job(gm, "persistent_gcm", job.done)
+        if "adapter" in job.outputs:
+            self.ledger.train(gm, "persistent_gcm", self._train_tokens([self.sample(d, "train") for _ in p["train_ckpts"]],
+                                                                       1, p["adapter"]["epochs"]), done=job.done)
+        for target in [self.sample(d, "test") for _ in p["eval_ckpts"]] + [self.sample(d, "train")
+                                                                              for _ in p["train_ckpts"]]:
+            self.ledger.add(gm, "persistent_gcm", target.n, target.conf_tokens, target.n, done=job.done)
         self.ledger.note(gm, "persistent_gcm", SHARED_ANSWERS)
 
     # -- the judge audit (rules/judge.smk)
-    def judge_audit(self) -> None:
-        from selfknow.stages.judge import max_judge_tokens
-
-        judge = self.cfg["judge"]
-        if "llm_judge" not in judge or "persistent" not in self.cfg:
-            return
-        jm, ds = judge["llm_judge"], judge["audit_dataset"]
-        done = _exists(self.R / "judgments" / "llm_judge_audit.parquet")
-        answers = sum(len(self.items.sample(ds, "test", self.cfg["generation"]["n_items"], self.seed))
-                      for _ in self.cfg["persistent"]["models"])
-        n = min(judge["audit_items"], answers)
-        prompt = sum(tokens(q) + 60 for q in self.items.sample(ds, "test", n, self.seed)["question"])
-        self.ledger.job(jm, "judge_audit", done)
-        modes = len(judge["audit_labels"])  # each answer is judged once per label mode
-        self.ledger.add(jm, "judge_audit", modes * n, modes * prompt, modes * n * max_judge_tokens(1), done=done)
+    def judge_audit(self, job: DagJob) -> None:
+        p, ds = job.params, self.cfg["judge"]["audit_dataset"]
+        jm = p["spec"]["name"]
+        per_file = len(self.items.sample(ds, "test", self.cfg["generation"]["n_items"], p["seed"]))
+        n = min(p["n_items"], per_file * len(job.inputs["generations"]))
+        prompt = sum(tokens(q) + 60 for q in self.items.sample(ds, "test", n, p["seed"])["question"])
+        self.ledger.job(jm, "judge_audit", job.done)
+        modes = len(p["label_modes"])  # each answer is judged once per label mode
+        self.ledger.add(jm, "judge_audit", modes * n, modes * prompt, modes * n * max_judge_tokens(1), done=job.done)
 
     # -- LADDER (rules/ladder.smk)
-    def ladder(self) -> None:
-        import inspect
-
-        from selfknow.protocols.ladder.answering import make_answer_fn
-        from selfknow.protocols.ladder.prompted import lsa_query_confidence
-
+    def ladder_pool(self) -> pd.DataFrame:
         lad = self.cfg["ladder"]
-        pool = self.items.sample(lad["dataset"], "test", lad["items_per_domain"], self.seed, stratify="domain")
-        n_dom = pool["domain"].nunique()
-        q_tok = int(np.mean([tokens(q) for q in pool["question"]]))
+        if "ladder" not in self._pools:
+            self._pools["ladder"] = self.items.sample(lad["dataset"], "test", lad["items_per_domain"], self.seed,
+                                                      stratify="domain")
+        return self._pools["ladder"]
+
+    def ladder_answers(self, job: DagJob) -> None:
+        """The answering model's answers: once per item, or per session turn."""
+        p, m = job.params, job.wildcards["model"]
+        pool, a = self.ladder_pool(), p["answering"]
+        answer_lm = self.lm(m, self.last(m), "ladder_answers", job)
+        if not is_chat(p["spec"]):
+            make_answer_fn(answer_lm, "cloze")(pool)
+            return
+        answer = make_answer_fn(answer_lm, a["format"], temperature=a["temperature"],
+                                max_new_tokens=a["max_new_tokens"])
+        if not a["per_turn"] or p["tiers"] is None:
+            answer(pool)  # one answer per item: reused, or the tiers' profile
+        if a["per_turn"]:
+            for s in range(p["n_sessions"]):  # the session's draw of n_turns questions
+                drawn = np.random.default_rng([p["seed"], s, 0]).permutation(len(pool))[:p["n_turns"]]
+                answer(pool.iloc[drawn], sample_index=s + 1)
+
+    def ladder_sessions(self, job: DagJob) -> None:
+        """The LLM user's turns: one request per session turn."""
+        p = job.params
+        turns = p["n_turns"] * (p["n_sessions"] if p["user"] == "llm" else p["alt_sessions"])
+        if turns and p["user_spec"] is not None:
+            um, q_tok = p["user_spec"]["name"], _mean_tokens(self.ladder_pool())
+            self.ledger.job(um, "ladder_user", job.done)
+            self.ledger.add(um, "ladder_user", turns, turns * (q_tok + 150), turns * p["user_max_new_tokens"],
+                            done=job.done)
+            self.ledger.note(um, "ladder_user", "one request per session turn")
+
+    def ladder_prompted(self, job: DagJob) -> None:
+        """The prompted levels: one request per profile asked, one per query turn."""
+        p, lad, pool = job.params, self.cfg["ladder"], self.ladder_pool()
+        pm, q_tok = p["spec"]["name"], _mean_tokens(pool)
         min_history = inspect.signature(lsa_query_confidence).parameters["min_history"].default
-        alt = "llm" if lad["user"] == "rule" else "rule"
-        for m in lad["models"]:
-            spec = model_entry(self.cfg, m)
-            last = checkpoint_names(self.cfg, m)[-1]
-            sess = self.R / "ladder" / "sessions" / m
-            done = _exists(sess / "main.parquet", sess / "alt_user.parquet")
-            answer_lm = self.lm(m, last, "ladder_answers", _exists(sess / "answers.parquet"))
-            if not is_chat(spec):
-                make_answer_fn(answer_lm, "cloze")(pool)
-            else:
-                answer = make_answer_fn(answer_lm, lad["answer_format"], temperature=lad["answer_temperature"],
-                                        max_new_tokens=lad["answer_max_new_tokens"])
-                if not lad["answer_per_turn"] or m not in lad.get("tiers", {}):
-                    answer(pool)  # one answer per item: reused, or the tiers' profile
-                if lad["answer_per_turn"]:
-                    for s in range(lad["n_sessions"]):  # the session's draw of n_turns questions
-                        drawn = np.random.default_rng([self.seed, s, 0]).permutation(len(pool))[:lad["n_turns"]]
-                        answer(pool.iloc[drawn], sample_index=s + 1)
-            for kind, n in ((lad["user"], lad["n_sessions"]), (alt, lad["llm_user_sessions"])):
-                if kind == "llm" and n:
-                    um = lad.get("user_models", {}).get(m, lad["llm_user_model"])
-                    self.ledger.job(um, "ladder_user", done)
-                    turns = n * lad["n_turns"]
-                    self.ledger.add(um, "ladder_user", turns, turns * (q_tok + 150),
-                                    turns * lad["user_max_new_tokens"], done=done)
-                    self.ledger.note(um, "ladder_user", "one request per session turn")
-            pm = m if is_chat(spec) else lad["prompted_model"]
-            done = _exists(self.R / "ladder" / "prompted" / m / "profiles.parquet")
-            self.ledger.job(pm, "ladder_prompted", done)
-            per_profile = 1 if lad["prompted_mode"] == "json" else n_dom
-            asked = min(lad["prompted_sessions"] or lad["n_sessions"], lad["n_sessions"])
-            profiles = per_profile * (1 + asked * (4 if lad["lsa_controls"] else 2))
-            queries = min(lad["lsa_query_sessions"], lad["n_sessions"]) * max(0, lad["n_turns"] - min_history)
-            history = lad["n_turns"] * (q_tok + 50)
-            self.ledger.add(pm, "ladder_prompted", profiles + queries,
-                            profiles * history + queries * 10 * (q_tok + 45),
-                            profiles * lad["prompted_max_new_tokens"] + queries * 10, done=done)
-            self.ledger.note(pm, "ladder_prompted", "one request per profile asked and per query turn "
-                                                    "(every session assumed to have eligible domains)")
+        self.ledger.job(pm, "ladder_prompted", job.done)
+        per_profile = 1 if p["mode"] == "json" else pool["domain"].nunique()
+        asked = min(p["prompted_sessions"] or lad["n_sessions"], lad["n_sessions"])
+        profiles = per_profile * (1 + asked * (4 if p["lsa_controls"] else 2))
+        queries = min(p["lsa_query_sessions"], lad["n_sessions"]) * max(0, lad["n_turns"] - min_history)
+        history = lad["n_turns"] * (q_tok + 50)
+        self.ledger.add(pm, "ladder_prompted", profiles + queries, profiles * history + queries * 10 * (q_tok + 45),
+                        profiles * p["max_new_tokens"] + queries * 10, done=job.done)
+        self.ledger.note(pm, "ladder_prompted", "one request per profile asked and per query turn "
+                                                "(every session assumed to have eligible domains)")
 
-    # -- LADDER cross-task priors (rules/ladder_crosstask.smk)
-    def crosstask(self) -> None:
-        from selfknow.protocols.ladder.crosstask import answer_suite, sample_suite
-        from selfknow.protocols.ladder.prompted import zs_prior
-
-        lad = self.cfg["ladder"]
-        ct = lad["cross_task"]
-        for suite, sc in ct["suites"].items():
+    def crosstask_pool(self, suite: str, sc: dict, n: int) -> pd.DataFrame:
+        if suite not in self._pools:
             spec = self.cfg["datasets"][sc["datasets"][0]]
             frames = [self.items.get(d)[sc["split"]] for d in sc["datasets"]]
             if any(f is None for f in frames):  # hub rows not on disk: stand-ins of each category / task
-                pool = pd.concat([placeholder_items(f"{suite}:{d}", spec, sc["split"], ct["items_per_domain"])
-                                  .assign(domain=d) for d in sc["domains"]], ignore_index=True)
+                self._pools[suite] = pd.concat([placeholder_items(f"{suite}:{d}", spec, sc["split"], n).assign(domain=d)
+                                                for d in sc["domains"]], ignore_index=True)
             else:
-                pool = sample_suite(pd.concat(frames, ignore_index=True), sc["domains"], ct["items_per_domain"],
-                                    self.seed, f"ladder.cross_task.suites.{suite}")
-            for m in ct["models"]:
-                out = self.R / "ladder" / "crosstask" / suite / m
-                done = _exists(out / "answers.parquet", out / "prior.parquet")
-                chat = is_chat(model_entry(self.cfg, m))
-                lm = self.lm(m, checkpoint_names(self.cfg, m)[-1], "ladder_crosstask", done)
-                answer_suite(lm, pool, spec["loader"], chat=chat, max_new_tokens=ct["max_new_tokens"],
-                             bbh_lenient=ct["bbh_lenient"])
-                if ct["prior"] == "l1":  # read from LADDER's prompted profiles: no request
-                    continue
-                pm = m if chat else lad["prompted_model"]
-                plm = lm if pm == m else PlanLM(self.ledger, model_entry(self.cfg, pm), checkpoint_names(self.cfg, pm)[-1],
-                                                "ladder_crosstask", done=done)
-                zs_prior(plm, list(sc["domains"]), model=m, mode=lad["prompted_mode"],
-                         max_new_tokens=lad["prompted_max_new_tokens"], chat=is_chat(model_entry(self.cfg, pm)))
+                self._pools[suite] = sample_suite(pd.concat(frames, ignore_index=True), sc["domains"], n, self.seed,
+                                                  f"ladder.cross_task.suites.{suite}")
+        return self._pools[suite]
 
-    # -- LADDER extension tasks (rules/ladder_extension.smk)
-    def extension(self) -> None:
-        from selfknow.protocols.ladder.extension import TASKS
+    def ladder_crosstask(self, job: DagJob) -> None:
+        """A suite's answers by the job's own answering code, then the prior where it is asked."""
+        p, w = job.params, job.wildcards
+        m = w["model"]
+        pool = self.crosstask_pool(w["suite"], p["suite"], p["items_per_domain"])
+        lm = self.lm(m, self.last(m), "ladder_crosstask", job)
+        answer_suite(lm, pool, p["loader"], chat=is_chat(p["spec"]), max_new_tokens=p["max_new_tokens"],
+                     bbh_lenient=p["bbh_lenient"])
+        if p["prompt_spec"] is None:  # prior "l1": read from LADDER's prompted profiles, no request
+            return
+        pm = p["prompt_spec"]["name"]
+        plm = lm if pm == m else PlanLM(self.ledger, model_entry(self.cfg, pm), self.last(pm), "ladder_crosstask",
+                                        done=job.done)
+        zs_prior(plm, list(p["suite"]["domains"]), model=m, mode=p["prior_mode"],
+                 max_new_tokens=p["prior_max_new_tokens"], chat=is_chat(p["prompt_spec"]))
 
-        ext = self.cfg["ladder"]["extension"]
-        asked = {t: self.items.sample(ext[t]["dataset"], "test", ext[t]["n_items"] if "n_items" in ext[t] else None,
-                                      self.seed) for t in TASKS}
-        for m in ext["models"]:
-            done = _exists(self.R / "ladder" / "extension" / m / "records.parquet")
-            self.ledger.job(m, "ladder_extension", done)
-            for t, items in asked.items():
-                n, answer = len(items), ext[t]["max_new_tokens"]
-                prompt = sum(tokens(q) for q in items["question"]) + n * EXTENSION_PROMPT_TOKENS
-                # step 2 repeats step 1's prompt with the answer in it
-                self.ledger.add(m, "ladder_extension", 2 * n, 2 * prompt + n * (answer + EXTENSION_PROMPT_TOKENS),
-                                n * (answer + ext["confidence_max_new_tokens"]), done=done)
-        self.ledger.note(ext["models"][0], "ladder_extension", "two requests per item: the answer and its confidence "
-                                                               "(BFCL's function documents not counted)")
+    def ladder_extension(self, job: DagJob) -> None:
+        """Two requests per item of each task: the answer and its confidence."""
+        p, m = job.params, job.wildcards["model"]
+        self.ledger.job(m, "ladder_extension", job.done)
+        for t, ds in p["datasets"].items():
+            items = self.items.sample(ds, "test", p["n_items"][t], p["seed"])
+            n, answer = len(items), p["max_new_tokens"][t]
+            prompt = sum(tokens(q) for q in items["question"]) + n * EXTENSION_PROMPT_TOKENS
+            # step 2 repeats step 1's prompt with the answer in it
+            self.ledger.add(m, "ladder_extension", 2 * n, 2 * prompt + n * (answer + EXTENSION_PROMPT_TOKENS),
+                            n * (answer + p["confidence_max_new_tokens"]), done=job.done)
+        self.ledger.note(m, "ladder_extension", "two requests per item: the answer and its confidence "
+                                                "(BFCL's function documents not counted)")
 
-    # -- LADDER held-out ReAct records (rules/ladder_heldout.smk)
-    def react(self) -> None:
-        from selfknow.protocols.ladder.prompted import zs_prior
-        from selfknow.protocols.ladder.react_agent import pick_items, run_agent
-
-        lad = self.cfg["ladder"]
-        rc = lad["react"]
-        items = pick_items(self.items.sample(rc["dataset"], "test", None, self.seed), rc["items_per_domain"], self.seed)
-        for c in rc["configurations"]:
-            m, out = c["model"], self.R / "ladder" / "react" / c["model"] / c["name"]
-            chat = is_chat(model_entry(self.cfg, m))
-            lm = self.lm(m, checkpoint_names(self.cfg, m)[-1], "ladder_react", _exists(out / "test.jsonl"))
-            zs_prior(lm, sorted(items["domain"].unique()), model=m, mode=lad["prompted_mode"],
-                     max_new_tokens=lad["prompted_max_new_tokens"], chat=chat)
-            run_agent(lm, items, max_steps=c["max_steps"], max_new_tokens=rc["max_new_tokens"], chat=chat)
-        self.ledger.note(rc["configurations"][0]["model"], "ladder_react",
-                         "every trajectory runs to its step limit (an upper bound on requests); later steps' "
-                         "prompts counted without the model's own thoughts")
+    def ladder_react(self, job: DagJob) -> None:
+        """Table 34's agent: the L1 prior, then every picked question up to the step limit."""
+        p, m = job.params, job.wildcards["model"]
+        items = pick_items(self.items.sample(self.cfg["ladder"]["react"]["dataset"], "test", None, p["seed"]),
+                           p["per_domain"], p["seed"])
+        chat = is_chat(p["spec"])
+        lm = self.lm(m, self.last(m), "ladder_react", job)
+        zs_prior(lm, sorted(items["domain"].unique()), model=m, mode=p["prior_mode"],
+                 max_new_tokens=p["prior_max_new_tokens"], chat=chat)
+        run_agent(lm, items, max_steps=p["setting"]["max_steps"], max_new_tokens=p["max_new_tokens"], chat=chat)
+        self.ledger.note(m, "ladder_react", "every trajectory runs to its step limit (an upper bound on requests); "
+                                            "later steps' prompts counted without the model's own thoughts")
 
     # -- LCAE (rules/lcae.smk)
-    def lcae(self) -> None:
-        from selfknow.protocols.lcae.examinees import answer_items
-        from selfknow.protocols.lcae.metacognition import assess
-
+    def lcae_items(self) -> pd.DataFrame:
         lc = self.cfg["lcae"]
-        items = self.items.sample(lc["dataset"], "test", lc["n_items"], self.seed)
+        return self.items.sample(lc["dataset"], "test", lc["n_items"], self.seed)
+
+    def _stage1(self, lm: PlanLM, job: DagJob, strategies: Sequence[str]) -> pd.DataFrame:
+        items, chat = self.lcae_items(), is_chat(job.params["spec"])
+        return pd.concat([answer_items(lm, items, s, chat=chat, max_new_tokens=job.params["max_new_tokens"])
+                          for s in strategies], ignore_index=True)
+
+    def lcae_stage1(self, job: DagJob) -> None:
+        w = job.wildcards
+        self._stage1(self.lm(w["model"], w["ckpt"], "lcae_stage1", job), job, job.params["strategies"])
+
+    def lcae_stage2(self, job: DagJob) -> None:
+        """Self-assessment of the Standard answers (recomputed from the placeholders, uncounted)."""
+        p, w = job.params, job.wildcards
+        spec = model_entry(self.cfg, w["model"])
+        standard = self._stage1(PlanLM(Ledger(), spec, w["ckpt"], "lcae_stage1", done=True), job, ["standard"])
+        items = self.lcae_items()
         error_p = {i: 0.5 for i in items["item_id"]}  # IRT_ItemErrorP: only its printed value is in a prompt
-        for m in lc["examinee_models"]:
-            chat = is_chat(model_entry(self.cfg, m))
-            for c in checkpoint_names(self.cfg, m):
-                done1 = _exists(self.R / "lcae" / "stage1" / m / f"{c}.parquet")
-                lm = self.lm(m, c, "lcae_stage1", done1)
-                stage1 = pd.concat([answer_items(lm, items, s, chat=chat, max_new_tokens=lc["max_new_tokens"])
-                                    for s in lc["strategies"]], ignore_index=True)
-                standard = stage1[stage1["strategy"] == "standard"]
-                done2 = _exists(self.R / "lcae" / "stage2" / m / f"{c}.parquet")
-                lm = self.lm(m, c, "lcae_stage2", done2)
-                for cond in lc["conditions"]:
-                    for r in range(lc["repeats"]):
-                        assess(lm, items, standard, cond, error_p, chat=chat, repeat=r, reflection=lc["reflection"],
-                               temperature=lc["stage2_temperature"], max_new_tokens=lc["max_new_tokens"])
-                if {"dpr", "ids_dpr"} & set(lc["conditions"]):
-                    self.ledger.note(m, "lcae_stage2", "DPR routes: about half the items taken as slow")
+        lm = self.lm(w["model"], w["ckpt"], "lcae_stage2", job)
+        for cond in p["conditions"]:
+            for r in range(p["repeats"]):
+                assess(lm, items, standard, cond, error_p, chat=is_chat(p["spec"]), repeat=r, reflection=p["reflection"],
+                       temperature=p["temperature"], max_new_tokens=p["max_new_tokens"])
+        if {"dpr", "ids_dpr"} & set(p["conditions"]):
+            self.ledger.note(w["model"], "lcae_stage2", "DPR routes: about half the items taken as slow")
+
+
+def _mean_tokens(pool: pd.DataFrame) -> int:
+    return int(np.mean([tokens(q) for q in pool["question"]]))
+
+
+class PlanError(ValueError):
+    """The DAG has a job the plan cannot count."""
+
+
+@dataclass(frozen=True)
+class Counter:
+    """How the plan counts one rule's jobs: the plan rows (stages) it fills and the method."""
+
+    stages: tuple[str, ...]
+    count: Callable[[Planner, DagJob], None]
+
+
+#: every rule whose jobs make model requests, in `STAGES` order: a new such rule adds its entry
+#: here (and, if its requests are of a new kind, a `Planner` method)
+COUNTERS: dict[str, Counter] = {
+    "generate_greedy": Counter(("generate",), Planner.generate),
+    "persistent_sc": Counter(("persistent_sc",), Planner.persistent_sc),
+    "persistent_judge": Counter(("persistent_judge",), Planner.persistent_judge),
+    **{rule: Counter(("persistent_variants",), Planner.persistent_variant)
+       for rule in ("persistent_variant", "persistent_transfer_variant", "persistent_variance_adapters")},
+    **{rule: Counter(("persistent_gcm",), Planner.persistent_gcm)
+       for rule in ("persistent_gcm", "persistent_gcm_released")},
+    "llm_judge": Counter(("judge_audit",), Planner.judge_audit),
+    "ladder_answers": Counter(("ladder_answers",), Planner.ladder_answers),
+    "ladder_sessions": Counter(("ladder_user",), Planner.ladder_sessions),
+    "ladder_prompted": Counter(("ladder_prompted",), Planner.ladder_prompted),
+    "ladder_crosstask": Counter(("ladder_crosstask",), Planner.ladder_crosstask),
+    "ladder_extension": Counter(("ladder_extension",), Planner.ladder_extension),
+    "ladder_react": Counter(("ladder_react",), Planner.ladder_react),
+    "lcae_stage1": Counter(("lcae_stage1",), Planner.lcae_stage1),
+    "lcae_stage2": Counter(("lcae_stage2",), Planner.lcae_stage2),
+}
+#: the plan's rows in order: requests two stages share are counted under the first
+STAGES = tuple(dict.fromkeys(s for c in COUNTERS.values() for s in c.stages))
+
+#: rules (shell patterns) whose jobs make no model request: data preparation, CPU training of
+#: the offline world's small LMs, metrics, tables and figures (device time not counted). A
+#: rule that runs nothing (all_tables) needs no entry.
+FREE_RULES = (
+    "items", "smollm2_convert", "world_generate", "world_train", "world_evolution_table", "judge_audit_table",
+    "persistent_variant_slice", "persistent_metrics", "persistent_judge_counts", "persistent_reliability",
+    "persistent_table*", "persistent_figure*",
+    "ladder_score", "ladder_optimisation", "ladder_appendix", "ladder_table*",
+    "ladder_crosstask_tables", "ladder_import",
+    "lcae_sample", "lcae_irt", "lcae_stage3", "lcae_tables", "knowledge_card",
+)
+
+
+def is_free(rule: str) -> bool:
+    return any(fnmatch.fnmatchcase(rule, pattern) for pattern in FREE_RULES)
 
 
 def judge_reasoning_tokens(spec: dict) -> int:
     """Hidden reasoning tokens per request of an API judge that reasons (an effort other than
     "none" sent, `request_options`): its reasoning headroom `reasoning_tokens`, an upper bound;
     0 for a judge asked no effort (the authors' request shape) or a local judge."""
-    from selfknow.models.openai_api import request_options
-
     if spec["backend"] != "openai":
         return 0
     opts = request_options(spec)
@@ -698,8 +582,6 @@ def reasoning_per_request(spec: dict) -> tuple[int, str] | None:
     `reasoning_estimate`, else, for a model whose requests reason (reasoning headroom or
     effort from its entry or preset), the request's reasoning headroom (an upper bound);
     None for a model that does not reason."""
-    from selfknow.models.openai_api import request_options
-
     if spec["backend"] != "openai":
         return None
     if "reasoning_estimate" in spec:
@@ -737,86 +619,11 @@ def plan_frame(cfg: dict, ledger: Ledger) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PLAN_COLUMNS)
 
 
-def make_plan(cfg: dict, results: str | Path | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The plan of a validated config (`results` overrides its `results`): the `plan_frame`
+def make_plan(configfile: str | Path, target: str = "all_tables", results: str | Path | None = None, *,
+              root: Path = WORKFLOW_ROOT) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The plan of `target` for the config at `configfile` (`results` overrides its
+    `results`) in the workflow at `root`: the `plan_frame` of the jobs Snakemake's DAG holds,
     and where each dataset's items came from."""
-    planner = Planner(cfg, results)
+    planner = Planner(load_config(configfile), workflow_jobs(configfile, target, results=results, root=root))
     ledger = planner.run()
-    return plan_frame(cfg, ledger), dict(planner.items.basis)
-
-
-def _human(x: float) -> str:
-    if not np.isfinite(x):
-        return "-"
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= size:
-            return f"{x / size:.1f}{unit}"
-    return f"{x:.0f}"
-
-
-def render_plan(df: pd.DataFrame, datasets: dict[str, str]) -> str:
-    """The plan as a Markdown table with a total row, then the notes on estimated rows."""
-    notes: list[str] = []
-    lines = ["| model | stage | jobs (done) | requests | cached | prompt tok | completion tok | reasoning tok | USD | "
-             "device | hours |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in df.itertuples(index=False):
-        mark = ""
-        if r.basis:
-            if r.basis not in notes:
-                notes.append(r.basis)
-            mark = f" [{notes.index(r.basis) + 1}]"
-        usd = "-" if not np.isfinite(r.usd) else f"{r.usd:,.2f}"
-        hours = "-" if not np.isfinite(r.device_hours) else f"{r.device_hours:,.2f}"
-        lines.append(f"| {r.model} | {r.stage}{mark} | {r.jobs} ({r.done_jobs}) | {r.requests:,} | {r.cached:,} | "
-                     f"{_human(r.prompt_tokens)} | {_human(r.completion_tokens)} | {_human(r.reasoning_tokens)} | "
-                     f"{usd} | {r.device} | {hours} |")
-    priced = df["usd"].notna()
-    hours = "; ".join(f"{name} {df.loc[df['device'].str.endswith(kind), 'device_hours'].sum():,.2f}"
-                      for kind, name in (("GPU", "GPU"), ("CPU", "CPU"), ("batch", "batch wait"))
-                      if df["device"].str.endswith(kind).any())
-    lines.append(f"| **total** | | {df['jobs'].sum()} ({df['done_jobs'].sum()}) | {df['requests'].sum():,} | "
-                 f"{df['cached'].sum():,} | {_human(df['prompt_tokens'].sum())} | "
-                 f"{_human(df['completion_tokens'].sum())} | {_human(df['reasoning_tokens'].sum())} | "
-                 f"{df.loc[priced, 'usd'].sum():,.2f} | | {hours} |")
-    out = "\n".join(lines)
-    unpriced = sorted(set(df.loc[df["device"].str.startswith("API") & ~priced, "model"]))
-    foot = [f"[{i + 1}] estimate: {n}" for i, n in enumerate(notes)]
-    foot += [f"items: {name}: {basis}" for name, basis in sorted(datasets.items())]
-    if unpriced:
-        foot.append("no published price found, USD not counted (no `price` in the model entry nor in "
-                    "lcae.prices): " + ", ".join(unpriced))
-    foot.append("completion tokens are the requests' budgets (upper bounds); reasoning tokens are the hidden "
-                "reasoning of reasoning models, billed as output (see the price table); "
-                "hours = (prompt + completion + 3 x adapter-training tokens) / throughput_tok_s x GPUs; "
-                "API batch hours = jobs x the batch completion window, time waited (upper bound), no device")
-    return out + "\n\n" + "\n".join(f"- {line}" for line in foot) + "\n"
-
-
-def render_prices(cfg: dict, df: pd.DataFrame) -> str:
-    """Per API model of the plan: the price it is counted at and where it comes from, the
-    hidden reasoning tokens per request and their basis, and its dollars in total; then one
-    `unpriced: <model> (<why>)` line per API model whose dollars are not counted."""
-    lines = ["| API model | USD / 1M in | USD / 1M out | batch | price source | reasoning tok / request | "
-             "reasoning basis | USD |", "|---|---|---|---|---|---|---|---|"]
-    api = df[df["device"].str.startswith("API")]
-    unpriced = []
-    for model in sorted(set(api["model"])):
-        spec = model_entry(cfg, model)
-        price = price_per_mtok(cfg, model)
-        if "price" in spec:
-            source = spec["price"]["source"]
-        elif price is not None:
-            source = "lcae.prices (the LCAE paper's price)"
-        else:
-            source = "**no published price found**: USD not counted"
-            why = spec.get("unpriced", "no `price` in its model entry nor in lcae.prices")
-            unpriced.append(f"unpriced: {model} ({why})")
-        batch = "yes" if spec["batch"] and "batch_discount" in spec.get("price", {}) else "-"
-        reasoning = reasoning_per_request(spec)
-        usd = api.loc[api["model"] == model, "usd"].sum() if price else float("nan")
-        cells = [f"{price[0]:g}", f"{price[1]:g}"] if price else ["-", "-"]
-        lines.append(f"| {model} | {cells[0]} | {cells[1]} | {batch} | {source} | "
-                     f"{reasoning[0] if reasoning else 0:,} | {reasoning[1] if reasoning else 'no reasoning'} | "
-                     f"{'-' if not np.isfinite(usd) else f'{usd:,.2f}'} |")
-    return "\n".join(lines + ([""] + unpriced if unpriced else [])) + "\n"
+    return plan_frame(planner.cfg, ledger), dict(planner.items.basis)
