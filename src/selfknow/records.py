@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+import numpy as np
 import pandas as pd
 
 # One item schema for every dataset (SPEC §0.1). `choices` is None for short-answer items;
@@ -118,3 +119,131 @@ def read_json_file(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path}: not UTF-8 (invalid byte at offset {err.start})") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+
+
+# ----------------------------------------------------------------------------- record tables
+
+#: the spellings a 0/1 field may take in a record table (a bool, a number, or text)
+_TRUE, _FALSE = {"1", "1.0", "true"}, {"0", "0.0", "false"}
+
+
+class RecordTable:
+    """A long record table read from CSV, JSON Lines or parquet (by suffix: ``.csv``,
+    ``.jsonl``/``.ndjson``, ``.parquet``), with accessors that check a column's values and
+    raise a ValueError naming the file, the row (CSV and JSONL: its line; parquet: its 1-based
+    row) and the column of the first bad value. A CSV cell or a JSON null that is empty is
+    missing; CSV cells are read as text, so "007" stays an id."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such file")
+        suffix = self.path.suffix.lower()
+        if suffix == ".csv":
+            self.frame = pd.read_csv(self.path, dtype=str, keep_default_na=False, na_values=[""])
+            self._lines = [f"line {i + 2}" for i in range(len(self.frame))]
+        elif suffix in (".jsonl", ".ndjson"):
+            self.frame, self._lines = self._read_jsonl()
+        elif suffix == ".parquet":
+            self.frame = pd.read_parquet(self.path)
+            self._lines = [f"row {i + 1}" for i in range(len(self.frame))]
+        else:
+            raise ValueError(f"{self.path}: unknown record format {suffix!r} (use .csv, .jsonl or .parquet)")
+        self.frame = self.frame.reset_index(drop=True)
+        if self.frame.empty:
+            raise ValueError(f"{self.path}: no records")
+
+    def _read_jsonl(self) -> tuple[pd.DataFrame, list[str]]:
+        rows, where = [], []
+        text = self.path.read_bytes().decode("utf-8", errors="strict")
+        for n, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{self.path}: line {n}: invalid JSON: {err.msg}") from None
+            if not isinstance(obj, dict):
+                raise ValueError(f"{self.path}: line {n}: expected a JSON object, got {type(obj).__name__}")
+            rows.append(obj)
+            where.append(f"line {n}")
+        return pd.DataFrame(rows), where
+
+    def where(self, i: int) -> str:
+        """The location of row `i` (0-based) in the file, as error messages name it."""
+        return self._lines[i]
+
+    def error(self, i: int, column: str, message: str) -> ValueError:
+        return ValueError(f"{self.path}: {self.where(i)}, column {column!r}: {message}")
+
+    def has(self, column: str) -> bool:
+        return column in self.frame.columns
+
+    def require(self, *columns: str) -> None:
+        missing = [c for c in columns if c not in self.frame.columns]
+        if missing:
+            raise ValueError(f"{self.path}: missing column(s) {missing}; the file has {list(self.frame.columns)}")
+
+    def _missing(self, column: str) -> np.ndarray:
+        return self.frame[column].isna().to_numpy()
+
+    def text(self, column: str, default: str | None = None) -> pd.Series:
+        """Non-empty strings; `default` fills an absent column (a missing cell is an error)."""
+        if not self.has(column):
+            if default is None:
+                self.require(column)
+            return pd.Series(default, index=self.frame.index, dtype=object)
+        s = self.frame[column]
+        out = s.map(lambda v: v if isinstance(v, str) else str(v)).str.strip()
+        bad = np.flatnonzero(self._missing(column) | (out == "").to_numpy())
+        if bad.size:
+            raise self.error(int(bad[0]), column, "missing or empty")
+        return out
+
+    def number(self, column: str, *, default: float | None = None, missing_ok: bool = False) -> np.ndarray:
+        """Floats; `missing_ok` lets an empty cell be NaN; `default` fills an absent column."""
+        if not self.has(column):
+            if default is None:
+                self.require(column)
+            return np.full(len(self.frame), float(default))
+        s = self.frame[column]
+        if s.map(lambda v: isinstance(v, bool)).any():
+            i = int(np.flatnonzero(s.map(lambda v: isinstance(v, bool)).to_numpy())[0])
+            raise self.error(i, column, f"expected a number, got {s.iloc[i]!r}")
+        x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
+        missing = self._missing(column)
+        bad = np.flatnonzero((np.isnan(x) & ~missing) | (missing & (not missing_ok)))
+        if bad.size:
+            i = int(bad[0])
+            raise self.error(i, column, "missing" if missing[i] else f"expected a number, got {s.iloc[i]!r}")
+        return x
+
+    def probability(self, column: str, *, missing_ok: bool = False) -> np.ndarray:
+        """Floats in [0, 1] (empty cells NaN where `missing_ok`)."""
+        x = self.number(column, missing_ok=missing_ok)
+        bad = np.flatnonzero(~np.isnan(x) & ((x < 0) | (x > 1)))
+        if bad.size:
+            raise self.error(int(bad[0]), column, f"{x[bad[0]]!r} is not a probability in [0, 1]")
+        return x
+
+    def integer(self, column: str, *, default: int | None = None) -> np.ndarray:
+        x = self.number(column, default=None if default is None else float(default))
+        bad = np.flatnonzero(x != np.round(x))
+        if bad.size:
+            raise self.error(int(bad[0]), column, f"expected an integer, got {self.frame[column].iloc[bad[0]]!r}")
+        return x.astype(np.int64)
+
+    def binary(self, column: str, *, default: bool | None = None) -> np.ndarray:
+        """Booleans from 0/1, true/false (any case) or JSON/parquet booleans."""
+        if not self.has(column):
+            if default is None:
+                self.require(column)
+            return np.full(len(self.frame), bool(default))
+        out = np.zeros(len(self.frame), dtype=bool)
+        for i, v in enumerate(self.frame[column].tolist()):
+            key = str(bool(v)).lower() if isinstance(v, (bool, np.bool_)) else str(v).strip().lower()
+            if key in _TRUE:
+                out[i] = True
+            elif key not in _FALSE:
+                raise self.error(i, column, f"expected 0/1 or true/false, got {v!r}")
+        return out
