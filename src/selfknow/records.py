@@ -123,8 +123,52 @@ def read_json_file(path: str | os.PathLike) -> Any:
 
 # ----------------------------------------------------------------------------- record tables
 
+def json_lines(path: str | os.PathLike) -> list[tuple[int, dict]]:
+    """(line number, object) of every non-blank line of a JSON-lines file; a ValueError names
+    the file and line of invalid JSON or of a value that is not an object."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}: line {line_no}: invalid JSON ({err.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}: line {line_no}: expected a JSON object, got {type(row).__name__}")
+            rows.append((line_no, row))
+    return rows
+
+
 #: the spellings a 0/1 field may take in a record table (a bool, a number, or text)
 _TRUE, _FALSE = {"1", "1.0", "true"}, {"0", "0.0", "false"}
+
+
+def write_record_table(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    """Write a long record table as `RecordTable` reads it back (by suffix: CSV, JSON Lines or
+    parquet), atomically; floats keep every digit (pandas' `to_json` keeps 10) and a missing
+    value is an empty cell or null."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        write_csv(df, path)
+    elif suffix == ".parquet":
+        write_parquet(df, path)
+    elif suffix in (".jsonl", ".ndjson"):
+        lines = [json.dumps({k: None if v is None or (isinstance(v, float) and np.isnan(v)) else _json_value(v)
+                             for k, v in row.items()}) for row in df.to_dict("records")]
+        write_text("".join(line + "\n" for line in lines), path)
+    else:
+        raise ValueError(f"{path}: unknown record format {suffix!r} (use .csv, .jsonl or .parquet)")
+
+
+def _json_value(v: Any) -> Any:
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def shown(value: Any) -> str:
+    """`repr` of a cell as its file has it (a numpy scalar as the plain Python value)."""
+    return repr(_json_value(value))
 
 
 class RecordTable:
@@ -154,20 +198,8 @@ class RecordTable:
             raise ValueError(f"{self.path}: no records")
 
     def _read_jsonl(self) -> tuple[pd.DataFrame, list[str]]:
-        rows, where = [], []
-        text = self.path.read_bytes().decode("utf-8", errors="strict")
-        for n, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{self.path}: line {n}: invalid JSON: {err.msg}") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{self.path}: line {n}: expected a JSON object, got {type(obj).__name__}")
-            rows.append(obj)
-            where.append(f"line {n}")
-        return pd.DataFrame(rows), where
+        rows = json_lines(self.path)
+        return pd.DataFrame([r for _, r in rows]), [f"line {n}" for n, _ in rows]
 
     def where(self, i: int) -> str:
         """The location of row `i` (0-based) in the file, as error messages name it."""
@@ -209,13 +241,13 @@ class RecordTable:
         s = self.frame[column]
         if s.map(lambda v: isinstance(v, bool)).any():
             i = int(np.flatnonzero(s.map(lambda v: isinstance(v, bool)).to_numpy())[0])
-            raise self.error(i, column, f"expected a number, got {s.iloc[i]!r}")
+            raise self.error(i, column, f"expected a number, got {shown(s.iloc[i])}")
         x = pd.to_numeric(s, errors="coerce").to_numpy(dtype=float)
         missing = self._missing(column)
         bad = np.flatnonzero((np.isnan(x) & ~missing) | (missing & (not missing_ok)))
         if bad.size:
             i = int(bad[0])
-            raise self.error(i, column, "missing" if missing[i] else f"expected a number, got {s.iloc[i]!r}")
+            raise self.error(i, column, "missing" if missing[i] else f"expected a number, got {shown(s.iloc[i])}")
         return x
 
     def probability(self, column: str, *, missing_ok: bool = False) -> np.ndarray:
@@ -223,14 +255,14 @@ class RecordTable:
         x = self.number(column, missing_ok=missing_ok)
         bad = np.flatnonzero(~np.isnan(x) & ((x < 0) | (x > 1)))
         if bad.size:
-            raise self.error(int(bad[0]), column, f"{x[bad[0]]!r} is not a probability in [0, 1]")
+            raise self.error(int(bad[0]), column, f"{shown(x[bad[0]])} is not a probability in [0, 1]")
         return x
 
     def integer(self, column: str, *, default: int | None = None) -> np.ndarray:
         x = self.number(column, default=None if default is None else float(default))
         bad = np.flatnonzero(x != np.round(x))
         if bad.size:
-            raise self.error(int(bad[0]), column, f"expected an integer, got {self.frame[column].iloc[bad[0]]!r}")
+            raise self.error(int(bad[0]), column, f"expected an integer, got {shown(self.frame[column].iloc[bad[0]])}")
         return x.astype(np.int64)
 
     def binary(self, column: str, *, default: bool | None = None) -> np.ndarray:
@@ -245,5 +277,5 @@ class RecordTable:
             if key in _TRUE:
                 out[i] = True
             elif key not in _FALSE:
-                raise self.error(i, column, f"expected 0/1 or true/false, got {v!r}")
+                raise self.error(i, column, f"expected 0/1 or true/false, got {shown(v)}")
         return out

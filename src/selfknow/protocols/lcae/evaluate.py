@@ -103,7 +103,8 @@ def lcae_eval(stage1_path: str | Path, stage2_path: str | Path, outdir: str | Pa
     -> the workflow's LCAE outputs under `outdir`: irt/persons.parquet, irt/items.parquet,
     stage3.parquet, tables/<table>.{csv,md,tex,html} for `TABLES`, and with `prices` Figure 2
     (figure2.png) and its points with cost efficiency (figure2_points.csv). Every record is
-    read and checked, and every number computed, before the first file is written."""
+    read and checked, and the fit and Stage 3 computed, before the first file is written;
+    each file is written atomically."""
     from .tables import figure2_frame, write_tables
 
     s1, t1 = read_stage1(stage1_path)

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from selfknow.records import RecordTable
+from selfknow.records import RecordTable, shown
 
 from .examinees import STATUSES
 from .metacognition import CONDITIONS
@@ -55,7 +55,7 @@ def _one_of(t: RecordTable, column: str, values: tuple[str, ...], default: str |
     s = t.text(column, default=default)
     bad = np.flatnonzero(~s.isin(values).to_numpy())
     if bad.size:
-        raise t.error(int(bad[0]), column, f"{s.iloc[bad[0]]!r} is not one of {', '.join(values)}")
+        raise t.error(int(bad[0]), column, f"{shown(s.iloc[bad[0]])} is not one of {', '.join(values)}")
     return s
 
 
@@ -63,7 +63,7 @@ def _unique_keys(t: RecordTable, df: pd.DataFrame, keys: list[str]) -> None:
     dup = np.flatnonzero(df.duplicated(keys).to_numpy())
     if dup.size:
         raise ValueError(f"{t.path}: {t.where(int(dup[0]))}: a second record of ("
-                         + ", ".join(f"{k}={df[k].iloc[dup[0]]!r}" for k in keys) + ")")
+                         + ", ".join(f"{k}={shown(df[k].iloc[dup[0]])}" for k in keys) + ")")
 
 
 def read_stage1(path) -> tuple[pd.DataFrame, RecordTable]:
@@ -104,7 +104,7 @@ def read_stage2(path, stage1: pd.DataFrame) -> tuple[pd.DataFrame, RecordTable]:
         bad = np.flatnonzero(~ok.to_numpy())
         if bad.size:
             what = "examinee has no Stage-1 responses" if column == "examinee" else "item has no Stage-1 responses"
-            raise t.error(int(bad[0]), column, f"{df[column].iloc[bad[0]]!r}: this {what}")
+            raise t.error(int(bad[0]), column, f"{shown(df[column].iloc[bad[0]])}: this {what}")
     if t.has("correct_final"):
         df["correct_final"] = t.binary("correct_final")
     else:
