@@ -43,7 +43,7 @@ def test_released_sessions_as_a_session_table_score_exactly_as_the_json(released
     pd.testing.assert_frame_equal(ours, theirs, check_exact=True)
     if suffix == ".csv":  # and the command's aggregate table is the importer's
         assert main(["ladder-eval", str(path), str(tmp_path / "out")]) == 0
-        agg = pd.read_csv(tmp_path / "out" / "import_aggregates.csv", float_precision="round_trip")
+        agg = pd.read_csv(tmp_path / "out" / "import_aggregates.csv")
         pd.testing.assert_frame_equal(agg, authors_aggregates(theirs).reset_index(drop=True), check_exact=True)
 
 
@@ -52,7 +52,7 @@ def test_tiny_runs_sessions_as_csv_score_as_the_workflow_scored_them(tiny_run, t
     write_record_table(main_sessions[REQUIRED_COLUMNS], tmp_path / "sessions.csv")  # only what is required
     assert main(["ladder-eval", str(tmp_path / "sessions.csv"), str(tmp_path / "out")]) == 0
     assert "3 sessions of 1 models, 9 (model, estimator) rows" in capsys.readouterr().out
-    ours = pd.read_csv(tmp_path / "out" / "sessions.csv", dtype={"session_id": str}, float_precision="round_trip")
+    ours = pd.read_csv(tmp_path / "out" / "sessions.csv", dtype={"session_id": str})
     workflow = pd.read_parquet(tiny_run / "ladder" / "scores" / "wm-small" / "sessions.parquet")
     both = ours.merge(workflow, on=["model", "session_id", "estimator"], suffixes=("", "_workflow"), validate="1:1")
     assert len(both) == len(ours) == 3 * len(IMPORT_ESTIMATORS)

@@ -149,8 +149,11 @@ def test_jsonl_and_parquet_name_their_line_and_row(tmp_path, capsys):
 
 
 def test_fit_stage1_first_rule_takes_the_lowest_repeat_whatever_the_row_order():
-    s1 = pd.DataFrame({"examinee": ["a", "a", "b", "b", "a", "b"], "item": ["q1", "q1", "q1", "q2", "q2", "q2"],
-                       "repeat": [1, 0, 0, 1, 0, 0], "correct": [True, False, True, False, True, True],
-                       "status": "parsed", "model": ["a", "a", "b", "b", "a", "b"], "checkpoint": "", "strategy": ""})
-    persons, _, _ = fit_stage1(s1, method="jml")
-    assert persons.set_index("examinee")["raw_score"].to_dict() == {"a": 1.0, "b": 2.0}
+    rows = [("a", "q1", 1, True), ("a", "q1", 0, False), ("a", "q2", 0, True), ("a", "q3", 0, False),
+            ("b", "q1", 0, True), ("b", "q2", 1, True), ("b", "q2", 0, False), ("b", "q3", 0, True),
+            ("c", "q1", 0, False), ("c", "q2", 0, True), ("c", "q3", 0, False)]
+    s1 = pd.DataFrame(rows, columns=["examinee", "item", "repeat", "correct"]).assign(
+        status="parsed", model=lambda d: d["examinee"], checkpoint="", strategy="")
+    persons, items, converged = fit_stage1(s1, method="jml")
+    assert converged and persons.set_index("examinee")["raw_score"].to_dict() == {"a": 1.0, "b": 2.0, "c": 1.0}
+    assert items["p_correct"].tolist() == pytest.approx([1 / 3, 2 / 3, 1 / 3])

@@ -1,7 +1,6 @@
 """The LCAE protocol's workflow jobs: each reads its inputs, computes, writes atomically."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from selfknow.config import is_chat

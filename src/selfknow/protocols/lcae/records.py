@@ -120,7 +120,7 @@ def stage1_records(workflow: pd.DataFrame) -> pd.DataFrame:
         "examinee": [examinee_id(m, c, s) for m, c, s in
                      zip(workflow["model"], workflow["checkpoint"], workflow["strategy"])],
         "item": workflow["item_id"].to_numpy(), "repeat": 0, "correct": workflow["correct"].astype(bool).to_numpy(),
-        "answer": workflow["answer"].to_numpy(), "status": workflow["status"].to_numpy(),
+        "answer": workflow.get("answer"), "status": workflow["status"].to_numpy(),
         "model": workflow["model"].to_numpy(), "checkpoint": workflow["checkpoint"].to_numpy(),
         "strategy": workflow["strategy"].to_numpy()})[STAGE1_COLUMNS]
 
