@@ -9,7 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import REPO
 from selfknow.cli import main
+from selfknow.config import load_config
 from selfknow.protocols.lcae.evaluate import TABLES, fit_stage1, stage3
 from selfknow.protocols.lcae.records import stage1_records, stage2_records
 from selfknow.records import write_record_table
@@ -20,8 +22,13 @@ def test_workflow_records_give_the_workflows_lcae_numbers(tiny_run, tmp_path, ca
     stage2 = pd.concat([stage2_records(pd.read_parquet(p)) for p in sorted((tiny_run / "lcae" / "stage2").glob("*/*.parquet"))])
     stage1.to_csv(tmp_path / "stage1.csv", index=False)
     write_record_table(stage2, tmp_path / "stage2.jsonl")
+    lc = load_config(REPO / "config" / "test.yaml")["lcae"]
+    pd.DataFrame([(m, *p) for m, p in lc["prices"].items()], columns=["model", "price_in", "price_out"]).to_csv(
+        tmp_path / "prices.csv", index=False)
     out = tmp_path / "out"
-    assert main(["lcae-eval", str(tmp_path / "stage1.csv"), str(tmp_path / "stage2.jsonl"), str(out), "--quiet"]) == 0
+    assert main(["lcae-eval", str(tmp_path / "stage1.csv"), str(tmp_path / "stage2.jsonl"), str(out), "--quiet",
+                 "--method", lc["rasch_method"], "--eps", repr(lc["lcae_eps"]),
+                 "--prices", str(tmp_path / "prices.csv")]) == 0
     assert f"45 examinees x 20 items; Stage 3 of 9 examinees -> {out}" in capsys.readouterr().out
     for ours, theirs, key in (("irt/persons", "irt/persons", ["examinee"]), ("irt/items", "irt/items", ["item_id"]),
                               ("stage3", "stage3", ["examinee", "condition", "repeat"])):
@@ -33,7 +40,10 @@ def test_workflow_records_give_the_workflows_lcae_numbers(tiny_run, tmp_path, ca
     # the tests' note as the workflow's (Friedman, pairwise Wilcoxon-Holm)
     notes = lambda p: [ln for ln in p.read_text().splitlines() if ln.startswith(("Friedman", "Pairwise"))]
     assert notes(out / "tables" / "table1.md") == notes(tiny_run / "tables" / "lcae" / "table1.md") != []
-    assert not (out / "figure2.png").exists()  # no prices, no cost efficiency
+    # Figure 2: one point per Standard-prompting examinee (model x checkpoint), CE from the prices
+    points = pd.read_csv(out / "figure2_points.csv")
+    assert len(points) == 9 and (out / "figure2.png").stat().st_size > 0
+    assert points.loc[points["group"] == "smollm2", "ce"].item() == pytest.approx(8.733624e6, rel=1e-6)
 
 
 def _records(tmp_path, n_examinees=6, n_items=12, seed=0):
