@@ -25,7 +25,7 @@ Stage 2, one row per self-assessment (SPEC §3 "Stage 2"):
   confidence  float           instead of error_p: the stated probability that the answer is
                               right (error_p = 1 - confidence)
   correct_final 0/1, optional the final (possibly revised) answer was right; default the
-                              examinee's Stage-1 response (no revision)
+                              examinee's Stage-1 response, its lowest repeat's (no revision)
   route       str, optional   fast | slow, DPR's route (default fast)
   truncated   0/1, optional   an empty error_p was cut at a token budget (else: unparsed)
   tokens_in, tokens_out  int, optional  tokens used (default 0)
@@ -85,7 +85,7 @@ def read_stage1(path) -> tuple[pd.DataFrame, RecordTable]:
 def read_stage2(path, stage1: pd.DataFrame) -> tuple[pd.DataFrame, RecordTable]:
     """Stage-2 self-assessments in the format above, checked against the Stage-1 responses
     (every examinee must have Stage-1 responses and every item a Stage-1 difficulty);
-    `correct_final` defaults to the examinee's first Stage-1 response to the item."""
+    `correct_final` defaults to the examinee's Stage-1 response to the item (lowest repeat)."""
     t = RecordTable(path)
     t.require("examinee", "item", "condition")
     if t.has("error_p") == t.has("confidence"):
