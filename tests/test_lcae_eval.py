@@ -155,6 +155,11 @@ def test_jsonl_and_parquet_name_their_line_and_row(tmp_path, capsys):
     s2.assign(error_p=s2["error_p"].where(s2.index != 20, 2.0)).to_parquet(tmp_path / "s2.parquet", index=False)
     assert main(["lcae-eval", str(tmp_path / "s1.csv"), str(tmp_path / "s2.parquet"), str(tmp_path / "o")]) == 2
     assert "s2.parquet: row 21, column 'error_p': 2.0 is not a probability in [0, 1]" in capsys.readouterr().err
+    (tmp_path / "empty.csv").write_text("")
+    (tmp_path / "s2.parquet").write_text("not parquet")
+    for bad, message in (("empty.csv", "empty.csv: cannot read as csv"), ("s2.parquet", "s2.parquet: ")):
+        assert main(["lcae-eval", str(tmp_path / "s1.csv"), str(tmp_path / bad), str(tmp_path / "o")]) == 2
+        assert f"error: {tmp_path / message}" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
 
 

@@ -183,16 +183,22 @@ class RecordTable:
         if not self.path.is_file():
             raise FileNotFoundError(f"{self.path}: no such file")
         suffix = self.path.suffix.lower()
-        if suffix == ".csv":
-            self.frame = pd.read_csv(self.path, dtype=str, keep_default_na=False, na_values=[""])
-            self._lines = [f"line {i + 2}" for i in range(len(self.frame))]
-        elif suffix in (".jsonl", ".ndjson"):
-            self.frame, self._lines = self._read_jsonl()
-        elif suffix == ".parquet":
-            self.frame = pd.read_parquet(self.path)
-            self._lines = [f"row {i + 1}" for i in range(len(self.frame))]
-        else:
+        if suffix not in (".csv", ".jsonl", ".ndjson", ".parquet"):
             raise ValueError(f"{self.path}: unknown record format {suffix!r} (use .csv, .jsonl or .parquet)")
+        try:
+            if suffix == ".csv":
+                self.frame = pd.read_csv(self.path, dtype=str, keep_default_na=False, na_values=[""],
+                                         encoding="utf-8-sig")
+                self._lines = [f"line {i + 2}" for i in range(len(self.frame))]
+            elif suffix == ".parquet":
+                self.frame = pd.read_parquet(self.path)
+                self._lines = [f"row {i + 1}" for i in range(len(self.frame))]
+            else:
+                self.frame, self._lines = self._read_jsonl()
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as err:
+            raise ValueError(f"{self.path}: cannot read as {suffix[1:]}: {err}") from None
+        except ValueError as err:  # pyarrow's ArrowInvalid; json_lines' errors already name the file
+            raise err if str(err).startswith(str(self.path)) else ValueError(f"{self.path}: {err}") from None
         self.frame = self.frame.reset_index(drop=True)
         if self.frame.empty:
             raise ValueError(f"{self.path}: no records")
