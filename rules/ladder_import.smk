@@ -1,5 +1,6 @@
-# The importer of released LADDER sessions (`ladder_import_dir`): scores them with the
-# estimators that need no model call.
+# The importer of LADDER sessions (`ladder_import_dir`: released files or session tables):
+# scores them with the estimators that need no model call, as `selfknow ladder-eval` does
+# (both call protocols.ladder.tables.import_job).
 
 
 rule ladder_import:

@@ -6,6 +6,9 @@ function running it). A command signals bad input by raising ``ValueError`` (or
 
     selfknow rasch MATRIX.csv|MATRIX.parquet OUTDIR [--method jml|cml] [--abilities wle|mle]
                    [--no-bias-correction] [--quiet]
+    selfknow lcae-eval STAGE1 STAGE2 OUTDIR [--method jml|cml] [--eps E] [--repeats first|majority]
+                       [--prices PRICES] [--quiet]
+    selfknow ladder-eval SESSIONS... OUTDIR [--estimators NAME...]
     selfknow plan CONFIG.yaml [TARGET] [--results DIR] [--csv PLAN.csv]
     selfknow fidelity [CONFIG.yaml] [--docs]
     selfknow rehearse [--results DIR] [--cores N] [-- SNAKEMAKE_ARGS...]
@@ -63,6 +66,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return int(status or 0)
 
 
+def _progress(command: str, quiet: bool) -> Callable[[str], None]:
+    """A progress printer for stderr: "<command> [  elapsed s] message", silent when `quiet`."""
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not quiet:
+            print(f"{command} [{time.perf_counter() - start:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    return progress
+
+
 # ----------------------------------------------------------------------------- rasch
 
 def _configure_rasch(p: argparse.ArgumentParser) -> None:
@@ -89,12 +103,7 @@ def run_rasch(args: argparse.Namespace) -> int:
     from selfknow.stats.item_fit import band_counts, fit_band, item_fit_table
     from selfknow.stats.rasch import fit_rasch
 
-    start = time.perf_counter()
-
-    def progress(message: str) -> None:
-        if not args.quiet:
-            print(f"rasch [{time.perf_counter() - start:6.1f} s] {message}", file=sys.stderr, flush=True)
-
+    progress = _progress("rasch", args.quiet)
     R, examinees, items = read_responses(args.matrix, progress)
     try:
         fit = fit_rasch(R, args.method, bias_correction=not args.no_bias_correction,
@@ -136,6 +145,75 @@ def run_rasch(args: argparse.Namespace) -> int:
 
 register("rasch", "Fit a Rasch model to an examinee x item 0/1 matrix (CSV or parquet; blank = missing).",
          _configure_rasch, run_rasch)
+
+# ----------------------------------------------------------------------------- lcae-eval
+
+_RECORDS = "CSV, JSON Lines (.jsonl) or parquet; the format: docs/own-results.md"
+
+
+def _configure_lcae_eval(p: argparse.ArgumentParser) -> None:
+    from selfknow.schema import defaults
+
+    lcae = defaults("lcae")
+    p.add_argument("stage1", type=Path, help=f"Stage-1 responses: examinee, item, correct (0/1)[, repeat, ...]; {_RECORDS}")
+    p.add_argument("stage2", type=Path, help="Stage-2 self-assessments: examinee, item, condition, error_p (or "
+                                             f"confidence)[, repeat, correct_final, route, ...]; {_RECORDS}")
+    p.add_argument("outdir", type=Path, help="writes irt/, stage3.parquet, tables/ (Tables I-III, item fit) here")
+    p.add_argument("--method", choices=["jml", "cml"], default=lcae["rasch_method"],
+                   help=f"Rasch difficulty calibration (default: {lcae['rasch_method']}, as lcae.rasch_method)")
+    p.add_argument("--eps", type=float, default=lcae["lcae_eps"],
+                   help=f"BCE clip of stated error probabilities (default: {lcae['lcae_eps']:g}, as lcae.lcae_eps)")
+    p.add_argument("--repeats", choices=["first", "majority"], default="first",
+                   help="one Stage-1 response from an examinee's repeats of an item: the lowest repeat's, or the "
+                        "majority outcome (ties: the lowest repeat's) (default: first)")
+    p.add_argument("--prices", type=Path, help="model, price_in, price_out (USD per million tokens): adds cost "
+                                               f"efficiency and Figure 2; {_RECORDS}")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def run_lcae_eval(args: argparse.Namespace) -> int:
+    """LCAE's Stage 1 fit, Stage 3 and tables on Stage-1 and Stage-2 records from anywhere."""
+    from selfknow.protocols.lcae.evaluate import lcae_eval, read_prices
+
+    progress = _progress("lcae-eval", args.quiet)
+    prices = read_prices(args.prices) if args.prices else None
+    summary = lcae_eval(args.stage1, args.stage2, args.outdir, method=args.method, eps=args.eps,
+                        repeats=args.repeats, prices=prices, progress=progress)
+    print(f"lcae-eval: {summary['examinees']} examinees x {summary['items']} items; Stage 3 of "
+          f"{summary['examinees_stage3']} examinees -> {args.outdir}")
+    return 0
+
+
+register("lcae-eval", "LCAE on your own records: Stage-1 responses and Stage-2 self-assessments in, the Rasch "
+         "fit, LCAE (BCE and squared), Friedman/Wilcoxon tests, Tables I-III and item fit out.",
+         _configure_lcae_eval, run_lcae_eval)
+
+# ----------------------------------------------------------------------------- ladder-eval
+
+def _configure_ladder_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sources", type=Path, nargs="+", metavar="SESSIONS",
+                   help="session files or directories: released capbound_sessions_*.json and session tables "
+                        f"(model, session_id, turn, domain, confidence, correct, feedback_text, in_expertise); {_RECORDS}")
+    p.add_argument("outdir", type=Path, help="writes import_aggregates.{csv,md,tex,html} and sessions.csv here")
+    p.add_argument("--estimators", nargs="+", metavar="NAME",
+                   help="estimators to score (default: the importer's, as the workflow's ladder_import)")
+
+
+def run_ladder_eval(args: argparse.Namespace) -> int:
+    """LADDER's offline estimators on sessions from anywhere, as the workflow's importer scores them."""
+    from selfknow.protocols.ladder.tables import import_job
+
+    out = args.outdir
+    summary = import_job([str(s) for s in args.sources], str(out / "import_aggregates.csv"),
+                         str(out / "import_aggregates.md"), args.estimators, out_sessions=str(out / "sessions.csv"))
+    print(f"ladder-eval: {summary['sessions']} sessions of {summary['models']} models, {summary['rows']} "
+          f"(model, estimator) rows -> {out}")
+    return 0
+
+
+register("ladder-eval", "LADDER on your own sessions: the estimators that need no model call, per session and "
+         "averaged as the authors do, from released or documented-format session files.",
+         _configure_ladder_eval, run_ladder_eval)
 
 # ----------------------------------------------------------------------------- plan
 

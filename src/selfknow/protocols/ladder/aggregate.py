@@ -122,15 +122,23 @@ def session_means(per_session: pd.DataFrame) -> pd.DataFrame:
     return per_session.groupby(["model", "estimator"], sort=False)[list(num)].mean().reset_index()
 
 
-def import_aggregates(import_dir: str | Path, out_csv: str | Path | None = None,
+def authors_aggregates(per_session: pd.DataFrame) -> pd.DataFrame:
+    """The authors' aggregate table from unrounded per-session scores (`score_sessions`):
+    each session's metrics rounded as their scorer rounds them, then averaged over sessions ->
+    model, baseline, CBF, ECE, Brier, AUROC, HR."""
+    rounded = pd.DataFrame([round_like_authors(r) for r in per_session.to_dict("records")])
+    return session_means(rounded).rename(columns={"estimator": "baseline"})[AGG_COLUMNS]
+
+
+def import_aggregates(sources, out_csv: str | Path | None = None,
                       estimators: list[str] | None = None) -> pd.DataFrame:
-    """Read every `capbound_sessions_*.json` under `import_dir`, score every estimator that
-    needs no live model call per session with the authors' rounding, and average over
-    sessions. Returns (and writes to `out_csv` if given) columns model, baseline, CBF, ECE,
-    Brier, AUROC, HR; baseline names as in the released aggregates for the released ones."""
-    turns = import_sessions(import_dir)
-    per = score_sessions(turns, estimators or OFFLINE_ESTIMATORS, "frozen", authors_rounding=True)
-    agg = session_means(per).rename(columns={"estimator": "baseline"})[AGG_COLUMNS]
+    """Read every session file of `sources` (`records.import_sessions`: released
+    `capbound_sessions_*.json` and session tables), score every estimator that needs no live
+    model call per session and average over sessions with the authors' rounding
+    (`authors_aggregates`). Returns (and writes to `out_csv` if given) columns model, baseline,
+    CBF, ECE, Brier, AUROC, HR; baseline names as in the released aggregates for the released ones."""
+    turns = import_sessions(sources)
+    agg = authors_aggregates(score_sessions(turns, estimators or OFFLINE_ESTIMATORS, "frozen"))
     if out_csv is not None:
         write_csv(agg, out_csv)
     return agg

@@ -1,5 +1,6 @@
 """LADDER session-turn records: the schema every session source emits (the live session
-engine and the importer of the authors' released sessions), and that importer.
+engine, the importer of the authors' released sessions, and session tables from anywhere
+else), and the readers of both file forms.
 
 One row per turn (SPEC §2 "Sessions"; paper §3, §B.1). Columns, in order:
 
@@ -30,6 +31,14 @@ One row per turn (SPEC §2 "Sessions"; paper §3, §B.1). Columns, in order:
 
 `score_sessions` re-decodes `feedback_text` with the requested rule set, so a producer may
 leave `decoded_category` / `decoded_label` empty.
+
+A session table (CSV, JSON Lines or parquet; `read_session_table`, docs/own-results.md) needs
+REQUIRED_COLUMNS: model, session_id (text), turn (integer >= 1, unique within a session),
+domain, confidence (in [0, 1]), correct (0/1 or true/false), feedback_text (the user's reply;
+may be empty) and in_expertise (0/1 or true/false). Every other column of TURN_COLUMNS is
+optional: item_id defaults to `item_id_for(domain, question)` (or domain/turn without a
+question), parsed to "answer is not empty" (true without an answer column), abstain to false,
+source to the file name; the decoded columns are always recomputed.
 """
 from __future__ import annotations
 
@@ -39,7 +48,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from selfknow.records import read_json_file
+from selfknow.records import RecordTable, read_json_file, shown
 
 from .feedback import decode_feedback
 
@@ -155,19 +164,85 @@ def read_released_sessions(path: str | Path) -> pd.DataFrame:
                 "user_model": sess.get("user_model", meta.get("user_model")),
                 "source": path.name,
             })
-    df = pd.DataFrame(rows)
-    dec = decode_feedback(df["feedback_text"], "frozen")
-    df["decoded_category"] = dec["decoded_category"].to_numpy()
-    df["decoded_label"] = dec["decoded_label"].to_numpy()
-    df = df[TURN_COLUMNS]
+    df = _decoded(pd.DataFrame(rows))
     validate_turns(df, str(path))
     return df
 
 
-def import_sessions(import_dir: str | Path) -> pd.DataFrame:
-    """All `capbound_sessions_*.json` in `import_dir` (searched recursively) as one turn table."""
-    import_dir = Path(import_dir)
-    files = sorted(import_dir.rglob("capbound_sessions_*.json"))
+def _decoded(df: pd.DataFrame) -> pd.DataFrame:
+    dec = decode_feedback(df["feedback_text"], "frozen")
+    df["decoded_category"] = dec["decoded_category"].to_numpy()
+    df["decoded_label"] = dec["decoded_label"].to_numpy()
+    return df[TURN_COLUMNS]
+
+
+def read_session_table(path: str | Path) -> pd.DataFrame:
+    """Session-turn records from a session table (the module docstring; CSV, JSON Lines or
+    parquet), checked field by field: a ValueError names the file, the row and the column."""
+    t = RecordTable(path)
+    t.require(*REQUIRED_COLUMNS)
+    f = t.frame
+
+    def optional(column: str) -> pd.Series:
+        """The column as objects with None for missing cells (an absent column: all None)."""
+        return f[column].astype(object).where(f[column].notna(), None) if t.has(column) else pd.Series(
+            None, index=f.index, dtype=object)
+
+    domain, question, answer = t.text("domain"), optional("question"), optional("answer")
+    turn = t.integer("turn")
+    bad = np.flatnonzero(turn < 1)
+    if bad.size:
+        raise t.error(int(bad[0]), "turn", f"turns count from 1, got {turn[bad[0]]}")
+
+    df = pd.DataFrame({
+        "model": t.text("model"), "session_id": t.text("session_id"), "turn": turn,
+        "item_id": (t.text("item_id") if t.has("item_id") else
+                    [item_id_for(d, q) if isinstance(q, str) else f"{d}/{n}" for d, q, n in zip(domain, question, turn)]),
+        "question": question, "domain": domain, "tier": optional("tier"), "reference": optional("reference"),
+        "answer": answer,
+        "parsed": t.binary("parsed") if t.has("parsed") else (answer.notna().to_numpy() if t.has("answer") else True),
+        "abstain": t.binary("abstain", default=False), "confidence": t.probability("confidence"),
+        "correct": t.binary("correct"), "feedback_text": f["feedback_text"].fillna("").astype(str),
+        "decoded_category": None, "decoded_label": np.nan, "in_expertise": t.binary("in_expertise"),
+        "persona_id": optional("persona_id"), "persona_expertise": optional("persona_expertise"),
+        "persona_style": optional("persona_style"),
+        "persona_tolerance": t.number("persona_tolerance", missing_ok=True) if t.has("persona_tolerance") else np.nan,
+        "persona_explicitness": (t.number("persona_explicitness", missing_ok=True) if t.has("persona_explicitness")
+                                 else np.nan),
+        "user_model": optional("user_model"), "source": t.text("source", default=t.path.name)})
+    dup = np.flatnonzero(df.duplicated(["model", "session_id", "turn"]).to_numpy())
+    if dup.size:
+        r = df.iloc[dup[0]]
+        raise t.error(int(dup[0]), "turn", f"a second turn {r['turn']} of session {shown(r['session_id'])} of "
+                                           f"model {shown(r['model'])}")
+    return _decoded(df)
+
+
+#: suffixes of session tables (`read_session_table`); a `.json` file is a released session file
+SESSION_TABLE_SUFFIXES = (".csv", ".jsonl", ".ndjson", ".parquet")
+
+
+def session_files(source: str | Path) -> list[Path]:
+    """The session files of `source`: the file itself, or under a directory (recursively) every
+    released `capbound_sessions_*.json` and every session table."""
+    source = Path(source)
+    if source.is_file():
+        return [source]
+    if not source.is_dir():
+        raise FileNotFoundError(f"{source}: no such file or directory")
+    files = sorted(p for p in source.rglob("*") if p.is_file() and (
+        (p.suffix == ".json" and p.name.startswith("capbound_sessions_")) or p.suffix.lower() in SESSION_TABLE_SUFFIXES))
     if not files:
-        raise FileNotFoundError(f"{import_dir}: no capbound_sessions_*.json files")
-    return pd.concat([read_released_sessions(f) for f in files], ignore_index=True)
+        raise FileNotFoundError(f"{source}: no capbound_sessions_*.json files and no session tables "
+                                f"({', '.join(SESSION_TABLE_SUFFIXES)})")
+    return files
+
+
+def import_sessions(sources: str | Path | list[str | Path]) -> pd.DataFrame:
+    """Every session file of `sources` (files or directories, `session_files`) as one turn
+    table; released `.json` files by `read_released_sessions`, tables by `read_session_table`."""
+    paths = [f for s in ([sources] if isinstance(sources, (str, Path)) else sources) for f in session_files(s)]
+    turns = pd.concat([read_released_sessions(f) if f.suffix == ".json" else read_session_table(f) for f in paths],
+                      ignore_index=True)
+    validate_turns(turns, ", ".join(map(str, paths)))
+    return turns

@@ -4,7 +4,6 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -259,19 +258,28 @@ IMPORT_ESTIMATORS = ["NoMemory", "OraclePDC", "UF-PDC", "Platt-Online", "HistBin
                      "Bayes-Domain", "EM-Joint", "Global", "Count"]
 
 
-def import_job(import_dir: str, out_csv: str, out_md: str, estimators: Sequence[str] | None = None, *,
-               provenance: dict | None = None) -> dict:
-    """The released-session importer (SPEC §2): estimators that need no live model call, per
-    released file, averaged over sessions -> model, baseline, CBF, ECE, Brier, AUROC, HR;
-    written as a table (`selfknow.report.tables.write_table`)."""
+def import_job(sources: str | Sequence[str], out_csv: str, out_md: str, estimators: Sequence[str] | None = None, *,
+               out_sessions: str | None = None, provenance: dict | None = None) -> dict:
+    """The session importer (SPEC §2): the session files of `sources` (released
+    `capbound_sessions_*.json` and session tables, `records.import_sessions`) scored with
+    estimators that need no live model call, per session (written to `out_sessions` if given,
+    unrounded), averaged over sessions with the authors' rounding -> model, baseline, CBF,
+    ECE, Brier, AUROC, HR; written as a table (`selfknow.report.tables.write_table`)."""
+    from selfknow.records import write_csv
     from selfknow.report.tables import write_table
 
-    from .aggregate import import_aggregates
+    from .aggregate import authors_aggregates, score_sessions
+    from .records import import_sessions
 
-    if not Path(import_dir).is_dir():
-        raise FileNotFoundError(f"ladder_import_dir: {import_dir} is not a directory")
-    agg = import_aggregates(import_dir, None, list(estimators or IMPORT_ESTIMATORS))
-    write_table(agg, out_csv, out_md, title="LADDER released sessions: aggregates per model and baseline",
-                notes=f"Recomputed from the released sessions in {import_dir} (estimators that need no live model call), "
-                      "averaged over sessions.", provenance=provenance)
-    return {"models": int(agg["model"].nunique()), "rows": len(agg)}
+    turns = import_sessions(sources)
+    per = score_sessions(turns, list(estimators or IMPORT_ESTIMATORS), "frozen")
+    agg = authors_aggregates(per)
+    where = sources if isinstance(sources, str) else ", ".join(map(str, sources))
+    write_table(agg, out_csv, out_md, title="LADDER sessions: aggregates per model and baseline",
+                notes=f"Recomputed from the sessions in {where} (estimators that need no live model call), "
+                      "each session's metrics rounded as the authors' scorer rounds them, averaged over sessions.",
+                provenance=provenance)
+    if out_sessions is not None:
+        write_csv(per, out_sessions)
+    return {"models": int(agg["model"].nunique()), "rows": len(agg),
+            "sessions": len(per[["model", "session_id"]].drop_duplicates())}

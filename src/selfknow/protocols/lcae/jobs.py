@@ -1,7 +1,6 @@
 """The LCAE protocol's workflow jobs: each reads its inputs, computes, writes atomically."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from selfknow.config import is_chat
@@ -13,10 +12,9 @@ from selfknow.protocols.lcae.metacognition import assess
 from selfknow.protocols.lcae.prompting import prompts_version
 from selfknow.records import read_parquet, write_parquet
 from selfknow.resumable import map_chunks
-from selfknow.stats.item_fit import fit_band
-from selfknow.stats.lcae import lcae
-from selfknow.stats.rasch import (estimate_abilities, fit_rasch, irt_item_error_p, irt_model_error_p,
-                                     response_matrix)
+
+from .evaluate import fit_stage1, stage3
+from .records import stage1_records, stage2_records
 
 
 def sample_job(test_items: str, n_items: int, seed: int, out: str) -> dict:
@@ -58,34 +56,15 @@ def stage1_job(items_path: str, spec: dict, checkpoint: str, strategies: list[st
             "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
 
 
-def examinee_id(model: str, checkpoint: str, strategy: str) -> str:
-    return f"{model}@{checkpoint}/{strategy}"
-
-
 def irt_job(stage1_paths: list[str], out_persons: str, out_items: str, *, method: str) -> dict:
-    """Stage 1's joint Rasch fit over every examinee (model x checkpoint x strategy); writes
-    abilities (with SE, fit, extreme flags, and how many replies were unparsed or truncated)
-    and item difficulties with IRT_ItemErrorP."""
-    recs = pd.concat([read_parquet(p) for p in stage1_paths], ignore_index=True)
-    ex = [examinee_id(m, c, s) for m, c, s in zip(recs["model"], recs["checkpoint"], recs["strategy"])]
-    X, ex_ids, item_ids = response_matrix(ex, recs["item_id"], recs["correct"].astype(float), common_items=False)
-    fit = fit_rasch(X, method=method)
-    persons = pd.DataFrame({
-        "examinee": ex_ids, "model": [e.split("@")[0] for e in ex_ids],
-        "checkpoint": [e.split("@")[1].split("/")[0] for e in ex_ids], "strategy": [e.split("/")[-1] for e in ex_ids],
-        "theta": fit.theta, "se": fit.se_theta, "raw_score": np.nansum(X, axis=1), "n_items": np.sum(~np.isnan(X), axis=1),
-        "infit": fit.infit_person, "outfit": fit.outfit_person, "extreme": fit.row_status})
-    counts = pd.crosstab(pd.Series(ex, name="examinee"), recs["status"]).reindex(columns=STATUSES, fill_value=0)
-    for s in ("unparsed", "truncated"):
-        persons[f"n_{s}"] = counts[s].reindex(ex_ids).to_numpy()
-    items = pd.DataFrame({
-        "item_id": item_ids, "b": fit.b, "se": fit.se_b, "infit": fit.infit_item, "outfit": fit.outfit_item,
-        "band": fit_band(fit.infit_item, fit.outfit_item), "extreme": fit.col_status,
-        "item_error_p": irt_item_error_p(fit.theta, fit.b), "p_correct": np.nanmean(X, axis=0)})
+    """Stage 1's joint Rasch fit over every examinee (model x checkpoint x strategy):
+    `evaluate.fit_stage1` on the Stage-1 records in their documented format."""
+    recs = pd.concat([stage1_records(read_parquet(p)) for p in stage1_paths], ignore_index=True)
+    persons, items, converged = fit_stage1(recs, method=method)
     write_parquet(persons, out_persons)
     write_parquet(items, out_items)
-    return {"examinees": len(ex_ids), "items": len(item_ids), "extreme_rows": len(fit.extreme_rows),
-            "extreme_cols": len(fit.extreme_cols), "converged": fit.converged}
+    return {"examinees": len(persons), "items": len(items), "extreme_rows": int((persons["extreme"] != "").sum()),
+            "extreme_cols": int((items["extreme"] != "").sum()), "converged": converged}
 
 
 def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dict, checkpoint: str, out: str, *,
@@ -117,40 +96,9 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
 
 
 def stage3_job(stage2_paths: list[str], persons_path: str, irt_items_path: str, out: str, *, eps: float) -> dict:
-    """Stage 3: abilities re-estimated from the final answers with Stage-1 difficulties fixed,
-    and LCAE (BCE; squared error as the named variant) of LLM_ModelErrorP against
-    IRT_ModelErrorP of the examinee's Stage-1 ability, per (examinee, condition, repeat).
-    The abilities use the items Stage 1's used, the calibrated (non-extreme) ones, so that
-    identical answers give identical abilities; LCAE and accuracy use every item (an extreme
-    item has its adjusted difficulty). Unparsed or truncated error probabilities are left out
-    of that examinee's mean and counted."""
-    items = read_parquet(irt_items_path)
-    b = items.set_index("item_id")["b"]
-    calibrated = set(items.loc[items["extreme"] == "", "item_id"])
-    persons = read_parquet(persons_path).set_index("examinee")
-    rows = []
-    for path in stage2_paths:
-        s2 = read_parquet(path)
-        model, ckpt = s2["model"].iloc[0], s2["checkpoint"].iloc[0]
-        theta1 = persons.loc[examinee_id(model, ckpt, "standard"), "theta"]
-        for (cond, rep), g in s2.groupby(["condition", "repeat"], sort=True):
-            g = g.set_index("item_id").loc[b.index.intersection(g["item_id"])]
-            bq = b.loc[g.index].to_numpy()
-            x = g["correct_final"].astype(float).to_numpy()
-            cal = g.index.isin(list(calibrated))
-            theta, se = estimate_abilities(x[None, cal], bq[cal])
-            e = irt_model_error_p(np.array([theta1]), bq)[0]
-            ok = g["parsed"].to_numpy() & np.isfinite(g["error_p"].to_numpy(dtype=float))
-            c = g["error_p"].to_numpy(dtype=float)
-            cut = (g["finish_reason"] == "length").to_numpy()
-            rows.append(dict(
-                model=model, checkpoint=ckpt, examinee=examinee_id(model, ckpt, "standard"), condition=cond,
-                repeat=int(rep), theta_stage1=theta1, theta=float(theta[0]), se=float(se[0]),
-                accuracy=float(x.mean()), lcae=float(lcae(e[ok], c[ok], eps=eps, kind="bce")),
-                lcae_squared=float(lcae(e[ok], c[ok], eps=eps, kind="squared")), n_items=int(len(g)),
-                n_ability_items=int(cal.sum()), n_unparsed=int((~ok & ~cut).sum()), n_truncated=int(cut.sum()),
-                slow_share=float((g["mode"] == "slow").mean()),
-                tokens_in=int(g["tokens_in"].sum()), tokens_out=int(g["tokens_out"].sum())))
-    df = pd.DataFrame(rows)
+    """Stage 3 (`evaluate.stage3`) on the Standard-prompting examinees' Stage-2 records in
+    their documented format."""
+    s2 = pd.concat([stage2_records(read_parquet(p)) for p in stage2_paths], ignore_index=True)
+    df = stage3(s2, read_parquet(persons_path), read_parquet(irt_items_path), eps=eps)
     write_parquet(df, out)
     return {"rows": len(df), "unparsed": int(df["n_unparsed"].sum()), "truncated": int(df["n_truncated"].sum())}

@@ -128,12 +128,13 @@ def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
     return " ".join(out)
 
 
-def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str], figure2: str,
-                 prices: dict[str, list[float]], shared_repeats: list[str], *, method: str, eps: float,
+def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str], figure2: str | None,
+                 prices: dict[str, list[float]], shared_repeats: list[str] | None, *, method: str, eps: float,
                  base_models: list[str], provenance: dict | None = None, modes_note: str = "") -> dict:
     """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
     names the examinee models whose Stage-2 repeats shared one set of requests
-    (`jobs.stage2_repeats_shared`), `base_models` those that answer by likelihood; `method`
+    (`jobs.stage2_repeats_shared`; None: unknown, no note), `base_models` those that answer by
+    likelihood; `figure2` None skips Figure 2 (records from elsewhere without prices); `method`
     and `eps` are the config's Rasch estimator and BCE clip, stated in the notes; with
     `provenance`, every table and the figure get its sidecar; `modes_note`
     (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
@@ -162,10 +163,13 @@ def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: 
     write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"], provenance=provenance,
                 title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
                 notes=noted("Ranked by the mean Stage-3 ability over every condition and repeat; columns in the "
-                            "paper's order.", repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note))
+                            "paper's order.", "" if shared_repeats is None else
+                            repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note))
     fit, nf = item_fit_summary(items)
     write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf, provenance=provenance,
                 title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")
     f2 = figure2_frame(s3, prices)
-    ability_lcae_ce(f2, figure2, title="Stage-3 ability x LCAE x cost efficiency (IDS+DPR, means over repeats)", provenance=provenance)
-    return {"examinees": int(s3["examinee"].nunique()), "figure_points": len(f2)}
+    if figure2 is not None:
+        ability_lcae_ce(f2, figure2, title="Stage-3 ability x LCAE x cost efficiency (IDS+DPR, means over repeats)",
+                        provenance=provenance)
+    return {"examinees": int(s3["examinee"].nunique()), "figure_points": len(f2) if figure2 is not None else 0}
