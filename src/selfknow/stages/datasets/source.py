@@ -1,14 +1,13 @@
 """Reading a dataset's rows (hub or local copy) and the steps the papers' loaders share."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from selfknow.records import ITEM_COLUMNS
+from selfknow.records import ITEM_COLUMNS, json_lines
 
 
 class ItemError(ValueError):
@@ -65,20 +64,10 @@ def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], str]:
 
 def read_json_lines(name: str, path: Path) -> list[dict]:
     """The rows of a JSON-lines file whatever its suffix (BFCL names its JSON lines .json)."""
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ItemError(f"{name}: {path}: line {line_no}: invalid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ItemError(f"{name}: {path}: line {line_no}: expected a JSON object, got "
-                                f"{type(row).__name__}")
-            rows.append(row)
-    return rows
+    try:
+        return [row for _, row in json_lines(path)]
+    except ValueError as err:
+        raise ItemError(f"{name}: {err}") from None
 
 
 def require_fields(rows: list[dict], fields: Sequence[str] | Mapping[str, type | tuple[type, ...]],
