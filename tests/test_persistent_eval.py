@@ -150,7 +150,7 @@ def test_persistent_eval_writes_the_workflows_table1_from_its_records(tmp_path):
     """Two datasets of synthetic confidences: the workflow's Table 1 (`table_job` on the metric
     files its metrics job writes) and `persistent-eval` on the same records exported to CSV agree
     cell for cell, bold and underline included."""
-    settings = {"min_contrast": 20, "n_boot": 200, "n_boot_ece": 0, "seed": 17}
+    settings = {"min_contrast": 20, "n_boot": 100, "n_boot_ece": 0, "seed": 17}
     confs = {"d1": _confidences(2), "d2": _confidences(3)}
     files = _workflow_metric_files(tmp_path / "wf", confs, settings)
     T.table_job("table1", files, ["M"], ["d1", "d2"], "t", str(tmp_path / "wf" / "table1.csv"),
@@ -159,7 +159,7 @@ def test_persistent_eval_writes_the_workflows_table1_from_its_records(tmp_path):
     write_plain(records, tmp_path / "records.csv")
     out = tmp_path / "own"
     assert main(["persistent-eval", str(tmp_path / "records.csv"), str(out), "--min-contrast", "20", "--bootstrap",
-                 "200", "--bootstrap-ece", "0", "--seed", "17", "--label", "M", "--quiet"]) == 0
+                 "100", "--bootstrap-ece", "0", "--seed", "17", "--label", "M", "--quiet"]) == 0
     assert (out / "table1.csv").read_bytes() == (tmp_path / "wf" / "table1.csv").read_bytes()
 
     def cells(md: Path) -> list[str]:
@@ -168,7 +168,7 @@ def test_persistent_eval_writes_the_workflows_table1_from_its_records(tmp_path):
     own, wf = cells(out / "table1.md"), cells(tmp_path / "wf" / "table1.md")
     assert own == wf and any("**" in line for line in own)
     values = pd.read_csv(out / "table1.csv")
-    assert values.notna().all().all() and values["M full AUC"].nunique() == 4
+    assert values.notna().all().all() and values["M full AUC"].nunique() == len(values)
     for name in ("table8", "table11", "table12"):
         assert (out / f"{name}.tex").is_file()
     assert (out / "reliability_d1.png").stat().st_size > 0 and (out / "reliability_d2.png").stat().st_size > 0

@@ -124,7 +124,7 @@ def _confidences(df: pd.DataFrame, source: str, ds: str) -> Confidences:
     if absent.size:
         c, i = divmod(int(absent[0]), n)
         other = where[np.flatnonzero(df["item"].to_numpy() == items[i])[0]]
-        raise ValueError(f"{source}: no row for item {items[i]!r} at checkpoint {ckpts[c]!r}{ds}, which {other} "
+        raise ValueError(f"{source}: no row for item {str(items[i])!r} at checkpoint {ckpts[c]!r}{ds}, which {other} "
                          f"has for another checkpoint; every evaluation checkpoint needs every question (column 'item')")
     correct = lo.reshape(k, n)
     seed = df["seed"].to_numpy() if "seed" in df.columns else np.zeros(len(df), dtype=np.int64)
@@ -140,7 +140,7 @@ def _confidences(df: pd.DataFrame, source: str, ds: str) -> Confidences:
             if gap.size:
                 c, i = divmod(int(gap[0]), n)
                 seeds = f", seed {s}" if "seed" in df.columns else ""
-                raise ValueError(f"{source}: method {m!r}{seeds}{ds} has no row for item {items[i]!r} at checkpoint "
+                raise ValueError(f"{source}: method {m!r}{seeds}{ds} has no row for item {str(items[i])!r} at checkpoint "
                                  f"{ckpts[c]!r} (columns 'method', 'item', 'checkpoint'); every method needs a "
                                  "confidence for every (evaluation checkpoint, item)")
             stacked.append(conf.reshape(k, n))
