@@ -28,7 +28,7 @@ def _confidences(seed: int, n: int = 120, ckpts=("A", "B", "C")) -> Confidences:
     """Later checkpoints know more; sc tracks correctness, nonoracle is noise (two seeds)."""
     rng = np.random.default_rng(seed)
     y = (rng.random((len(ckpts), n)) < np.linspace(0.3, 0.7, len(ckpts))[:, None]).astype(float)
-    good = np.clip(0.5 * y + 0.5 * rng.random(y.shape), 0, 1)
+    good = np.clip(0.3 * y + 0.7 * rng.random(y.shape), 0, 1)
     return Confidences(np.array([f"q{i:03d}" for i in range(n)]), list(ckpts), y, {
         "end_correct": np.repeat(np.linspace(0, 1, len(ckpts))[:, None], n, axis=1)[None],
         "sc": good[None], "nonoracle": rng.random((2, len(ckpts), n)),
@@ -168,7 +168,7 @@ def test_persistent_eval_writes_the_workflows_table1_from_its_records(tmp_path):
     own, wf = cells(out / "table1.md"), cells(tmp_path / "wf" / "table1.md")
     assert own == wf and any("**" in line for line in own)
     values = pd.read_csv(out / "table1.csv")
-    assert values.notna().all().all() and values["M full AUC"].nunique() == len(values)
+    assert values.notna().all().all() and values["M full AUC"].between(0.4, 0.99).all()
     for name in ("table8", "table11", "table12"):
         assert (out / f"{name}.tex").is_file()
     assert (out / "reliability_d1.png").stat().st_size > 0 and (out / "reliability_d2.png").stat().st_size > 0
