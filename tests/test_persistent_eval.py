@@ -212,3 +212,19 @@ def test_export_records_on_the_tiny_run_reproduces_its_persistent_table1(tiny_ru
         merged = theirs.merge(ours, on=key, suffixes=("_wf", "_own"), how="outer", indicator=True)
         assert (merged["_merge"] == "both").all()
         np.testing.assert_array_equal(merged["value_wf"].to_numpy(), merged["value_own"].to_numpy())
+
+
+def test_export_records_names_what_it_cannot_export(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no persistent records"):
+        export_records(tmp_path)
+    for model, d in (("M1", "a"), ("M1", "b"), ("M2", "a")):
+        p = tmp_path / "persistent" / "records" / model / d / "main.parquet"
+        p.parent.mkdir(parents=True)
+        records_frame(_confidences(4, n=10)).to_parquet(p)
+    with pytest.raises(ValueError, match=r"several models \(M1, M2\); name one"):
+        export_records(tmp_path)
+    with pytest.raises(ValueError, match="no method 'gcm' \\(have end_correct, sc, nonoracle, oracle\\)"):
+        export_records(tmp_path, model="M1", methods=["sc", "gcm"])
+    df = export_records(tmp_path, model="M1", methods=["oracle", "sc"])
+    assert df["dataset"].unique().tolist() == ["a", "b"]
+    assert df["method"].unique().tolist() == ["oracle", "sc"] and len(df) == 2 * 2 * 3 * 10
