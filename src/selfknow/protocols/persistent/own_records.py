@@ -142,7 +142,8 @@ def export_records(results: str | Path, *, model: str | None = None, evalset: st
     paths = sorted(Path(results).glob(f"persistent/records/*/*/{evalset}.parquet"))
     if not paths:
         raise FileNotFoundError(f"{results}: no persistent records (persistent/records/<model>/<dataset>/"
-                                f"{evalset}.parquet); build the persistent tables first")
+                                f"{evalset}.parquet); build the persistent tables first (a run from before "
+                                "the metrics job wrote records: add --forcerun persistent_metrics)")
     models = sorted({p.parent.parent.name for p in paths})
     if model is None and len(models) > 1:
         raise ValueError(f"{results}: records of several models ({', '.join(models)}); name one")
