@@ -230,6 +230,8 @@ rule persistent_metrics:
         metrics=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.parquet",
         replicates=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.replicates.npz",
         contrast=f"{R}/persistent/contrast/{{model}}/{{dataset}}/{{evalset}}.parquet",
+        # the confidences evaluated, as plain records (`selfknow export-records`)
+        records=f"{R}/persistent/records/{{model}}/{{dataset}}/{{evalset}}.parquet",
     params:
         sc=get_metrics_sc,
         train_ckpts=get_train_ckpts,

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from selfknow.protocols.persistent import evaluate as E
 from selfknow.protocols.persistent import jobs as J
 from selfknow.protocols.persistent import tables as T
 from selfknow.protocols.persistent import variance as VAR
@@ -285,7 +286,7 @@ def test_assemble_methods_variant_seeds_and_renames():
 
 def test_contrast_size_frame_counts_by_hand():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1]])
-    df = J.contrast_size_frame(y, ["A", "B"], min_contrast=3)
+    df = E.contrast_size_frame(y, ["A", "B"], min_contrast=3)
     ab = df[(df.row == "A") & (df.col == "B")].iloc[0]
     ba = df[(df.row == "B") & (df.col == "A")].iloc[0]
     assert (ab["size"], ab["row_wrong_col_right"], ba["row_wrong_col_right"]) == (3, 2, 1)
@@ -297,7 +298,7 @@ def test_compute_metrics_points_and_replicates():
     y = (rng.random((3, 200)) < [[0.4], [0.5], [0.6]]).astype(float)
     good = np.clip(0.5 * y + 0.5 * rng.random((3, 200)), 0, 1)[None]
     m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 200, axis=1)[None], "sc": good}
-    pts, reps, pairs = J.compute_metrics(y, m, min_contrast=50, n_boot=40, n_boot_ece=0, seed=1)
+    pts, reps, pairs = E.compute_metrics(y, m, min_contrast=50, n_boot=40, n_boot_ece=0, seed=1)
     assert len(pairs) == 3
     eq1 = pts[pts.normaliser == "eq1"].set_index(["method", "metric"])["value"]
     assert eq1["end_correct", "delta0_b"] == pytest.approx(0.0)
@@ -354,7 +355,7 @@ def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a
         good = np.clip(0.5 * y + 0.5 * rng.random((3, 300)), 0, 1)[None]
         m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 300, axis=1)[None], "sc": good,
              "nonoracle": rng.random((1, 3, 300)), "oracle": good if d == "d1" else 1 - good}
-        points, reps, _ = J.compute_metrics(y, m, min_contrast=50, n_boot=400, n_boot_ece=0, seed=1)
+        points, reps, _ = E.compute_metrics(y, m, min_contrast=50, n_boot=400, n_boot_ece=0, seed=1)
         files[("M", d, d)] = T.MetricFile(points, reps)
         if d == "d1":  # the point value is the pooled AUC
             noise_auc, noise_reps = roc_auc_score(y.ravel(), m["nonoracle"][0].ravel()), reps["eq1|nonoracle|full_auc"]
@@ -395,9 +396,9 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
         noise = rng.random((1, 3, 400))
         m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 400, axis=1)[None], "sc": good,
              "nonoracle": noise if d == "d1" else good, "oracle": good if d == "d1" else noise}
-        points, reps, _ = J.compute_metrics(y, m, min_contrast=50, n_boot=300, n_boot_ece=0, seed=2)
+        points, reps, _ = E.compute_metrics(y, m, min_contrast=50, n_boot=300, n_boot_ece=0, seed=2)
         files[("M", d, d)] = T.MetricFile(points, reps)
-        contrast[("M", d, d)] = J.contrast_size_frame(y, ["A", "B", "C"], 50)
+        contrast[("M", d, d)] = E.contrast_size_frame(y, ["A", "B", "C"], 50)
     # by hand: (A,B) 90 improvements (items 80-159, 390-399); (A,C) 160 (80-239); (B,C) 80 (160-239)
     # and 10 regressions (390-399)
     assert T.improvement_share(contrast[("M", "d1", "d1")]) == (90 + 160 + 80, 90 + 160 + 90)
@@ -416,7 +417,7 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
 
 def test_contrast_size_table_marks_unused_pairs():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
-    df = T.contrast_size_table({"M": J.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)
+    df = T.contrast_size_table({"M": E.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)
     assert df.loc[0, "#2"] == "3 (2)" and df.loc[1, "#1"] == "3 (1)" and df.loc[0, "#3"] == "2 (2)*"
     assert df.loc[0, "#1"] == "–"
 
@@ -436,7 +437,7 @@ def test_write_table_and_figure3_from_synthetic_files(tmp_path):
                 for n in ("eq1", "bt") for m in methods for k in METRICS]
         pd.DataFrame(rows).to_parquet(p["metrics"])
         np.savez(p["replicates"], **{f"eq1|{m}|{k}": np.full(10, 0.5) for m in methods for k in METRICS})
-        J.contrast_size_frame(np.array([[1, 0, 1], [0, 1, 1]]), ["A", "B"], 1).to_parquet(p["contrast"])
+        E.contrast_size_frame(np.array([[1, 0, 1], [0, 1, 1]]), ["A", "B"], 1).to_parquet(p["contrast"])
     files = {Evaluation("M", "d", e): EvalFiles(*(T.metrics_paths(R, "M", "d", e)[k]
                                                   for k in ("metrics", "replicates", "contrast")), f"{R}/judge_{e}.csv")
              for e in ("main", "transfer")}

@@ -13,6 +13,8 @@ function running it). A command signals bad input by raising ``ValueError`` (or
     selfknow fidelity [CONFIG.yaml] [--docs]
     selfknow rehearse [--results DIR] [--cores N] [-- SNAKEMAKE_ARGS...]
     selfknow preflight CONFIG.yaml [CONFIG.yaml...] [--timeout S]
+    selfknow persistent-eval RECORDS OUTDIR [--config CONFIG.yaml] [--min-contrast N] [--bootstrap N] ...
+    selfknow export-records RESULTS OUT.csv|.jsonl|.parquet [--model M] [--evalset main|transfer] [--methods ...]
 """
 from __future__ import annotations
 
@@ -322,3 +324,85 @@ def run_preflight(args: argparse.Namespace) -> int:
 
 register("preflight", "Check a config's endpoints and keys, hub models and datasets before a launch "
          "(one line per problem, naming the config key)", _configure_preflight, run_preflight)
+
+
+# ----------------------------------------------------------------------------- persistent-eval
+
+def _configure_persistent_eval(p: argparse.ArgumentParser) -> None:
+    p.add_argument("records", type=Path, help="plain records: .csv, .jsonl or .parquet, one row per (item, "
+                   "checkpoint, method) with correct (0/1) and confidence in [0, 1]; optional role, dataset, seed")
+    p.add_argument("outdir", type=Path, help="writes metrics.csv, replicates.npz, contrast_sets.csv, table1/8/11/12 "
+                                             "(.csv .md .tex .html) and reliability diagrams here")
+    p.add_argument("--format", default="auto", help="record format (default: by suffix)")
+    p.add_argument("--config", type=Path, help="take the settings below from this workflow config's `persistent` "
+                   "section (default: the schema's defaults, the paper's)")
+    p.add_argument("--min-contrast", type=int, help="smallest contrast set the contrast metrics use "
+                                                    "(persistent.min_contrast)")
+    p.add_argument("--bootstrap", type=int, help="bootstrap replicates (persistent.bootstrap_replicates)")
+    p.add_argument("--bootstrap-ece", type=int, help="replicates of the SmoothECE columns, 0 = none "
+                                                     "(persistent.bootstrap_ece_replicates)")
+    p.add_argument("--seed", type=int, help="bootstrap seed (persistent.bootstrap_seed)")
+    p.add_argument("--label", default="", help="prefix of the tables' metric columns, e.g. a model name")
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+
+
+def run_persistent_eval(args: argparse.Namespace) -> int:
+    """The persistent paper's contrast-set and full-set evaluation of plain records."""
+    from selfknow.protocols.persistent.own_records import Settings, persistent_eval
+
+    if args.config:
+        from selfknow.config import load_config
+
+        pc = load_config(args.config)["persistent"]
+    else:
+        from selfknow.schema import defaults
+
+        pc = defaults("persistent")
+    n_boot = pc["bootstrap_replicates"] if args.bootstrap is None else args.bootstrap
+    # the schema's derived default of bootstrap_ece_replicates: bootstrap_replicates
+    n_ece = pc.get("bootstrap_ece_replicates", n_boot) if args.bootstrap_ece is None else args.bootstrap_ece
+    settings = Settings(pc["min_contrast"] if args.min_contrast is None else args.min_contrast, n_boot, n_ece,
+                        pc["bootstrap_seed"] if args.seed is None else args.seed)
+    start = time.perf_counter()
+
+    def progress(message: str) -> None:
+        if not args.quiet:
+            print(f"persistent-eval [{time.perf_counter() - start:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+    summary = persistent_eval(args.records, args.outdir, settings, fmt=args.format, label=args.label,
+                              progress=progress)
+    datasets = ", ".join(d for d in summary["datasets"] if d) or "one dataset"
+    print(f"persistent-eval: {summary['records']} records ({datasets}) -> {args.outdir}")
+    return 0
+
+
+register("persistent-eval", "The persistent-calibration paper's contrast-set evaluation of your own records "
+         "(correctness and confidence per item, checkpoint and method): metrics, bootstrap, tables, diagrams.",
+         _configure_persistent_eval, run_persistent_eval)
+
+# ----------------------------------------------------------------------------- export-records
+
+def _configure_export_records(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", type=Path, help="a workflow results directory with persistent tables built")
+    p.add_argument("out", type=Path, help="the plain records to write: .csv, .jsonl or .parquet")
+    p.add_argument("--model", help="the persistent model (needed when the run has several)")
+    p.add_argument("--evalset", choices=["main", "transfer"], default="main",
+                   help="the training datasets' test split (main) or the transfer dataset (default: main)")
+    p.add_argument("--methods", help="comma-separated methods to keep, in this order (default: all)")
+
+
+def run_export_records(args: argparse.Namespace) -> int:
+    """Write the records a workflow run's persistent metrics evaluated in the plain format."""
+    from selfknow.protocols.persistent.own_records import export_records
+    from selfknow.readers.plain import write_plain
+
+    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
+    df = export_records(args.results, model=args.model, evalset=args.evalset, methods=methods)
+    write_plain(df, args.out)
+    print(f"export-records: {len(df)} records ({df['method'].nunique()} methods, "
+          f"{df['dataset'].nunique()} datasets) -> {args.out}")
+    return 0
+
+
+register("export-records", "Export the records a workflow run's persistent metrics evaluated, in the plain "
+         "format persistent-eval reads.", _configure_export_records, run_export_records)

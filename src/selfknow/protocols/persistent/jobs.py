@@ -35,6 +35,7 @@ from selfknow.stages.judge import exact_match, judge_candidates, judge_reference
 from selfknow.records import read_parquet, write_csv, write_parquet
 
 from . import variants as V
+from .evaluate import BT_METHODS, Confidences, evaluate, record_arrays, records_frame
 from .inputs import ScInput
 
 log = logging.getLogger("selfknow.persistent")
@@ -589,8 +590,6 @@ def hub_snapshot(hub_id: str, revision: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # metrics
 # ----------------------------------------------------------------------------------------------
-#: methods of the Table 12 fitted-normalisation rows (the others use Eq. 1 only)
-BT_METHODS = ("end_correct", "sc", "sc_posthoc", "nonoracle", "oracle")
 #: variant -> method name in the metric tables
 VARIANT_METHOD = {"nonoracle_multi": "nonoracle", "oracle_multi": "oracle"}
 
@@ -675,49 +674,6 @@ def assemble_methods(eval_sc: Mapping[str, pd.DataFrame], eval_ckpts: Sequence[s
     return items, y, methods
 
 
-def contrast_size_frame(y: np.ndarray, ckpts: Sequence[str], min_contrast: int) -> pd.DataFrame:
-    """Every ordered pair of evaluation checkpoints (Tables 8-10): contrast-set size and the
-    number of questions the row checkpoint gets wrong and the column checkpoint right."""
-    rows = []
-    for a, ca in enumerate(ckpts):
-        for b, cb in enumerate(ckpts):
-            if a == b:
-                continue
-            diff = y[a] != y[b]
-            rows.append({"row": ca, "col": cb, "row_index": a, "col_index": b, "size": int(diff.sum()),
-                         "row_wrong_col_right": int((diff & (y[b] == 1)).sum()),
-                         "used": bool(diff.sum() >= min_contrast), "n_items": int(y.shape[1])})
-    return pd.DataFrame(rows)
-
-
-def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_contrast: int, n_boot: int,
-                    n_boot_ece: int, seed: int, bt_methods: Sequence[str] = BT_METHODS
-                    ) -> tuple[pd.DataFrame, dict[str, np.ndarray], list]:
-    """Point metrics (long: normaliser, method, metric, value) for Eq. 1 (every method) and the
-    fitted §B.1 normalisation (`bt_methods`), and paired bootstrap replicates
-    ("<normaliser>|<method>|<metric>" -> (B,)): the non-ECE metrics with `n_boot` replicates,
-    the two ECE metrics with the first `n_boot_ece` of the same replicate sequence (0: none)."""
-    from selfknow.stats.persistent.bootstrap import bootstrap_persistent
-    from selfknow.stats.persistent.contrast import METRICS, contrast_pairs, persistent_metrics
-
-    pairs = contrast_pairs(y, min_size=min_contrast)
-    ece = ("contrast_ece", "full_ece")
-    rows, reps = [], {}
-    for norm, names in (("eq1", list(methods)), ("bt", [m for m in bt_methods if m in methods])):
-        sub = {m: methods[m] for m in names}
-        for m, c in sub.items():
-            for metric, v in persistent_metrics(c, y, pairs, normaliser=norm).items():
-                rows.append({"normaliser": norm, "method": m, "metric": metric, "value": v})
-        for metrics, b in (([m for m in METRICS if m not in ece], n_boot), (list(ece), n_boot_ece)):
-            if b <= 0 or not sub:
-                continue
-            out = bootstrap_persistent(sub, y, pairs, n_boot=b, seed=seed, normaliser=norm, metrics=metrics)
-            for m, d in out.items():
-                for metric, arr in d.items():
-                    reps[f"{norm}|{m}|{metric}"] = arr.astype(np.float32)
-    return pd.DataFrame(rows), reps, pairs
-
-
 def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc: Mapping[ScInput, pd.DataFrame],
                           variant_frames: Sequence[pd.DataFrame], gcm_frames: Sequence[pd.DataFrame],
                           equivalence: str, normalisation: str) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -734,11 +690,12 @@ def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str],
 
 def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[ScInput, str],
                 variant_paths: Sequence[str], gcm_paths: Sequence[str], out_metrics: str,
-                out_replicates: str, out_contrast: str, *, evalset: str, min_contrast: int, n_boot: int,
-                n_boot_ece: int, seed: int, equivalence: str, normalisation: str) -> dict:
+                out_replicates: str, out_contrast: str, out_records: str, *, evalset: str, min_contrast: int,
+                n_boot: int, n_boot_ece: int, seed: int, equivalence: str, normalisation: str) -> dict:
     """Metrics of every method for one (model, training dataset, evaluation set): the main
     dataset's test split (`evalset="main"`) or the transfer dataset (both of its splits);
-    `sc_paths` as in `variant_job`."""
+    `sc_paths` as in `variant_job`. The assembled confidences are written as plain records
+    (`out_records`) and evaluated by `evaluate.evaluate`, as `selfknow persistent-eval` does."""
     from selfknow.records import atomic_path
 
     t0 = time.time()
@@ -753,19 +710,18 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
                                              dataset=V.TRANSFER)
     else:
         raise ValueError(f"evalset must be {V.MAIN!r} or {V.TRANSFER!r}, got {evalset!r}")
-    sizes = contrast_size_frame(y, ev, min_contrast)
-    write_parquet(sizes, out_contrast)
-    points, reps, pairs = compute_metrics(y, methods, min_contrast=min_contrast, n_boot=n_boot,
-                                          n_boot_ece=n_boot_ece, seed=seed)
-    points["n_seeds"] = points["method"].map({m: c.shape[0] for m, c in methods.items()})
-    points["n_items"] = items.size
-    points["n_pairs"] = len(pairs)
-    write_parquet(points, out_metrics)
+    records = records_frame(Confidences(items, ev, y, methods))
+    write_parquet(records, out_records)
+    (conf,) = record_arrays(records).values()
+    res = evaluate(conf, min_contrast=min_contrast, n_boot=n_boot, n_boot_ece=n_boot_ece, seed=seed,
+                   bt_methods=BT_METHODS)
+    write_parquet(res.contrast, out_contrast)
+    write_parquet(res.points, out_metrics)
     with atomic_path(out_replicates) as tmp:
         with open(tmp, "wb") as f:
-            np.savez_compressed(f, **reps)
-    return {"items": int(items.size), "methods": len(methods), "pairs_used": len(pairs),
-            "pair_sizes": [p.size for p in pairs], "accuracy": [round(float(a), 3) for a in y.mean(axis=1)],
+            np.savez_compressed(f, **res.replicates)
+    return {"items": int(items.size), "methods": len(methods), "pairs_used": len(res.pairs),
+            "pair_sizes": [p.size for p in res.pairs], "accuracy": [round(float(a), 3) for a in y.mean(axis=1)],
             "seconds": round(time.time() - t0, 1)}
 
 

@@ -1,0 +1,167 @@
+"""The persistent paper's evaluation on records a researcher already has (`selfknow
+persistent-eval`, docs/own-results.md), and the workflow's own records exported in the same
+plain format (`selfknow export-records`).
+
+`persistent_eval` reads the records (`selfknow.readers`), evaluates every dataset with the
+workflow's own `evaluate.evaluate` and renders the paper's table layouts with its own table
+code (`tables.assemble`, `report.tables.write_table`) and reliability diagrams
+(`report.figures.reliability_grid`). Everything is read, checked and computed before the
+first file is written; every file is written atomically.
+"""
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from selfknow.readers import read_records
+from selfknow.readers.plain import COLUMNS
+from selfknow.records import atomic_path, read_parquet, write_csv
+from selfknow.stats.persistent.contrast import METRICS
+
+from .evaluate import Result, evaluate, record_arrays
+from .tables import (METHOD_LABELS, METRIC_LABELS, SHORT, Col, MetricFile, Row, assemble, chance_check,
+                     contrast_size_table)
+
+#: the tables written, as the paper's: name -> (metric columns, normaliser, title)
+TABLES = {
+    "table1": (SHORT, "eq1", "Table 1 layout: contrast-set and full-set calibration"),
+    "table11": (METRICS, "eq1", "Table 11 layout: all ten metrics (Eq. 1 normalisation)"),
+    "table12": (METRICS, "bt", "Table 12 layout: all ten metrics, fitted Bradley-Terry normalisation (§B.1)"),
+}
+NOTES = ("Contrast sets: the questions one evaluation checkpoint answers right and the other wrong, for every "
+         "pair of evaluation checkpoints (earlier first, in the records' order); contrast metrics average over "
+         "the pairs of at least {min_contrast} questions ({pairs}). Full-set AUC and Brier pool the evaluation "
+         "checkpoints' answers, SmoothECE is averaged over checkpoints; methods with several seeds average each "
+         "metric over seeds. Bold: best in its block (a dataset); underlined: not significantly worse on {n_boot} "
+         "paired class-stratified bootstrap replicates (one-sided 95 %, §A.8). ")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The evaluation's settings (config keys `persistent.min_contrast`,
+    `bootstrap_replicates`, `bootstrap_ece_replicates`, `bootstrap_seed`)."""
+
+    min_contrast: int
+    n_boot: int
+    n_boot_ece: int
+    seed: int
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", name).strip("_") or "records"
+
+
+def render_tables(results: dict[str, Result], methods: dict[str, list[str]], settings: Settings,
+                  label: str = "") -> dict[str, tuple[pd.DataFrame, pd.DataFrame, str, str]]:
+    """Table name -> (values, marks, title, notes): one block of rows per dataset (its methods
+    in order), the columns of `TABLES`; `label` prefixes the metric columns as the workflow's
+    model name does ("wm-small Δ0b")."""
+    # keys as the workflow's (model, dataset, evaluation set); the table notes name them
+    key = {d: (label or "records", d or "all questions", d or "all questions") for d in results}
+    files = {key[d]: MetricFile(r.points, r.replicates) for d, r in results.items()}
+    out = {}
+    for name, (metrics, norm, title) in TABLES.items():
+        cols = [Col(f"{label} {METRIC_LABELS[m]}".strip(), m) for m in metrics]
+        rows = [Row({**({"dataset": d} if d else {}), "method": METHOD_LABELS.get(m, m)}, m, key[d], d)
+                for d in results for m in methods[d]]
+        values, marks = assemble(rows, cols, files, normaliser=norm)
+        pairs = ", ".join(f"{d + ': ' if d else ''}{len(r.pairs)} pairs" for d, r in results.items())
+        notes = NOTES.format(min_contrast=settings.min_contrast, pairs=pairs, n_boot=settings.n_boot)
+        out[name] = (values, marks, title, notes + chance_check(rows, cols, files, normaliser=norm))
+    sizes = pd.concat([contrast_size_table({d: r.contrast}, settings.min_contrast) for d, r in results.items()],
+                      ignore_index=True).rename(columns={"model": "dataset"})
+    if list(results) == [""]:
+        sizes = sizes.drop(columns="dataset")
+    out["table8"] = (sizes, None, "Table 8 layout: contrast-set sizes per pair of evaluation checkpoints",
+                     "Cell: contrast-set size (questions the row checkpoint gets wrong and the column checkpoint "
+                     f"right); * = below the minimum size {settings.min_contrast}, not used.")
+    return out
+
+
+def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *, fmt: str = "auto",
+                    label: str = "", progress: Callable[[str], None] | None = None) -> dict:
+    """Evaluate the records at `path` and write to `outdir`: `metrics.csv` (every point
+    metric), `replicates.npz` (the bootstrap replicates, "<dataset>|<normaliser>|<method>|<metric>"),
+    `contrast_sets.csv`, the tables of `render_tables` (CSV, Markdown, LaTeX, HTML) and
+    `reliability[_<dataset>].png`. Returns a summary."""
+    from selfknow.report.figures import reliability_grid
+    from selfknow.report.tables import write_table
+
+    from .jobs import RELIABILITY_PANELS, reliability_frame
+
+    say = progress or (lambda message: None)
+    t0 = time.perf_counter()
+    records = read_records(path, fmt)
+    say(f"read {len(records)} records from {path}")
+    by_dataset = record_arrays(records)
+    results: dict[str, Result] = {}
+    for d, conf in by_dataset.items():
+        say(f"{d or 'records'}: {len(conf.checkpoints)} evaluation checkpoints x {conf.items.size} questions, "
+            f"{len(conf.methods)} methods; metrics and {settings.n_boot} bootstrap replicates")
+        results[d] = evaluate(conf, min_contrast=settings.min_contrast, n_boot=settings.n_boot,
+                              n_boot_ece=settings.n_boot_ece, seed=settings.seed)
+        say(f"{d or 'records'}: {len(results[d].pairs)} contrast sets used "
+            f"({time.perf_counter() - t0:.1f} s)")
+    methods = {d: list(c.methods) for d, c in by_dataset.items()}
+    tables = render_tables(results, methods, settings, label)
+    out = Path(outdir)
+    points = pd.concat([r.points.assign(dataset=d) for d, r in results.items()], ignore_index=True)
+    write_csv(points[["dataset", *[c for c in points.columns if c != "dataset"]]], out / "metrics.csv")
+    with atomic_path(out / "replicates.npz") as tmp:
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, **{f"{d}|{k}": v for d, r in results.items() for k, v in r.replicates.items()})
+    write_csv(pd.concat([r.contrast.assign(dataset=d) for d, r in results.items()], ignore_index=True),
+              out / "contrast_sets.csv")
+    for name, (values, marks, title, notes) in tables.items():
+        write_table(values, out / f"{name}.csv", out / f"{name}.md", title=title, notes=notes, marks=marks)
+    figures = []
+    for d, conf in by_dataset.items():
+        png = out / (f"reliability_{_slug(d)}.png" if d else "reliability.png")
+        panels = {m: RELIABILITY_PANELS.get(m, m) for m in conf.methods}
+        reliability_grid(reliability_frame(conf.correct, conf.methods, panels), png,
+                         title=f"Reliability on the full set{f' ({d})' if d else ''}: answers of every evaluation "
+                               "checkpoint, first seed", seed=settings.seed)
+        figures.append(png.name)
+    say(f"wrote {len(tables)} tables and {len(figures)} reliability diagrams to {out} "
+        f"({time.perf_counter() - t0:.1f} s)")
+    return {"records": len(records), "datasets": list(results), "tables": list(tables), "figures": figures}
+
+
+def export_records(results: str | Path, *, model: str | None = None, evalset: str = "main",
+                   methods: Sequence[str] | None = None) -> pd.DataFrame:
+    """The plain records a workflow run evaluated (`persistent/records/<model>/<dataset>/<evalset>.parquet`,
+    written by the metrics job) for one model, every training dataset (the `dataset` column;
+    sorted by name), the `methods` given in their order (default: all, as the workflow
+    assembled them)."""
+    paths = sorted(Path(results).glob(f"persistent/records/*/*/{evalset}.parquet"))
+    if not paths:
+        raise FileNotFoundError(f"{results}: no persistent records (persistent/records/<model>/<dataset>/"
+                                f"{evalset}.parquet); build the persistent tables first (a run from before "
+                                "the metrics job wrote records: add --forcerun persistent_metrics)")
+    models = sorted({p.parent.parent.name for p in paths})
+    if model is None and len(models) > 1:
+        raise ValueError(f"{results}: records of several models ({', '.join(models)}); name one")
+    model = models[0] if model is None else model
+    if model not in models:
+        raise ValueError(f"{results}: no persistent records of model {model!r} (have {', '.join(models)})")
+    frames = []
+    for p in paths:
+        if p.parent.parent.name != model:
+            continue
+        df = read_parquet(p).assign(dataset=p.parent.name)
+        if methods is not None:
+            unknown = [m for m in methods if m not in set(df["method"])]
+            if unknown:
+                raise ValueError(f"{p}: no method {', '.join(map(repr, unknown))} "
+                                 f"(have {', '.join(pd.unique(df['method']))})")
+            df = pd.concat([df[df["method"] == m] for m in methods], ignore_index=True)
+        frames.append(df)
+    df = pd.concat(frames, ignore_index=True)
+    return df[[c for c in COLUMNS if c in df.columns]]
+
