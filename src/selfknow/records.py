@@ -104,22 +104,6 @@ def write_csv(df: pd.DataFrame, path: str | os.PathLike) -> None:
         df.to_csv(tmp, index=False)
 
 
-def json_lines(path: str | os.PathLike) -> Iterator[tuple[int, dict]]:
-    """(line number, object) of each non-blank line of a JSON-lines file; ValueError naming the
-    file and line of one that is not a JSON object."""
-    with open(path, encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}: line {line_no}: invalid JSON ({err.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}: line {line_no}: expected a JSON object, got {type(row).__name__}")
-            yield line_no, row
-
-
 def _json_default(o: Any) -> Any:
     if hasattr(o, "tolist"):
         return o.tolist()
