@@ -13,7 +13,7 @@ PACKAGE = REPO / "src" / "selfknow"
 #: the layers in order; a module may import its own layer and the ones before it
 LAYERS = [
     ("config", ["selfknow.schema", "selfknow.config"]),
-    ("records", ["selfknow.records", "selfknow.resumable", "selfknow.runlog"]),
+    ("records", ["selfknow.records", "selfknow.resumable", "selfknow.runlog", "selfknow.readers"]),
     ("stats", ["selfknow.stats"]),
     ("models", ["selfknow.models"]),
     ("stages", ["selfknow.stages"]),
