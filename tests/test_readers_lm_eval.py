@@ -274,3 +274,25 @@ def test_same_model_twice_needs_labels(tmp_path):
         _write_run(tmp_path / run, [sample])
     with pytest.raises(ValueError, match=r"two records for one .* 'm', 'option-likelihood'.*give each run its own checkpoint"):
         read_records(tmp_path, "lm-eval")
+
+
+def test_several_filters_need_one_named(tmp_path):
+    def sample(flt, acc):
+        return {"doc_id": 0, "target": "0", "filter": flt, "acc": acc,
+                "arguments": {"gen_args_0": {"arg_0": "Q:", "arg_1": " a"}, "gen_args_1": {"arg_0": "Q:", "arg_1": " b"}},
+                "filtered_resps": [["-1.0", "False"], ["-2.0", "False"]] if acc else [["-2.0", "False"], ["-1.0", "False"]]}
+    run = _write_run(tmp_path, [sample("strict", 1.0), sample("loose", 0.0)])
+    with pytest.raises(ValueError, match=r"samples of several filters \['loose', 'strict'\]; pass filter="):
+        read_records(run, "lm-eval")
+    assert read_records(run, "lm-eval", filter="loose").correct.tolist() == [0]
+    with pytest.raises(ValueError, match=r"no samples of filter 'none'; logged: \['loose', 'strict'\]"):
+        read_records(run, "lm-eval", filter="none")
+
+
+def test_unknown_format_and_method_are_named(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown records format 'helm'"):
+        read_records(tmp_path, "helm")
+    with pytest.raises(ValueError, match=r"unknown lm-eval method 'p-true'"):
+        read_records(tmp_path, "lm-eval", methods=["p-true"])
+    with pytest.raises(ValueError, match=r"no lm-eval results_<date>.json under this directory"):
+        read_records(tmp_path, "lm-eval")
