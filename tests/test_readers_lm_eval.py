@@ -243,11 +243,11 @@ def test_malformed_json_line_names_file_and_line(lm_eval_runs, tmp_path):
         read_records(bad, "lm-eval")
 
 
-def _write_run(root: Path, samples: list[dict], delimiter: str = " ") -> Path:
+def _write_run(root: Path, samples: list[dict], output_type: str = "multiple_choice") -> Path:
     """A hand-written run in lm-eval's layout (for hand-computed cases)."""
     date = "2026-01-01T00-00-00.000000"
     (root / f"results_{date}.json").write_text(json.dumps(
-        {"model_name": "m", "configs": {"t": {"output_type": "multiple_choice", "target_delimiter": delimiter}}}))
+        {"model_name": "m", "configs": {"t": {"output_type": output_type, "target_delimiter": " "}}}))
     (root / f"samples_t_{date}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
     return root
 
@@ -296,3 +296,13 @@ def test_unknown_format_and_method_are_named(tmp_path):
         read_records(tmp_path, "lm-eval", methods=["p-true"])
     with pytest.raises(ValueError, match=r"no lm-eval results_<date>.json under this directory"):
         read_records(tmp_path, "lm-eval")
+
+
+def test_generation_confidence_field_must_be_a_probability(tmp_path):
+    samples = [{"doc_id": 0, "filter": "none", "exact_match": True, "conf": 0.25},
+               {"doc_id": 1, "filter": "none", "exact_match": 0.0, "conf": "high"}]
+    run = _write_run(tmp_path, samples, output_type="generate_until")
+    with pytest.raises(ValueError, match=r"samples_t_.*\.jsonl:2: field 'conf' must be a number in \[0, 1\], got 'high'"):
+        read_records(run, "lm-eval", confidence_field="conf")
+    with pytest.raises(ValueError, match=r"samples_t_.*\.jsonl:1: field 'em' is missing"):
+        read_records(run, "lm-eval", confidence_field="conf", metric="em")

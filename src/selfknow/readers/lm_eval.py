@@ -154,7 +154,7 @@ def _field(sample: dict, name: str, where: str):
 
 def _binary(sample: dict, name: str, where: str) -> int:
     value = _field(sample, name, where)
-    if isinstance(value, bool) or value not in (0, 1):
+    if not isinstance(value, (bool, int, float)) or value not in (0, 1):
         raise ValueError(f"{where}: field {name!r} must be 0 or 1 to serve as correctness, got {value!r}")
     return int(value)
 
