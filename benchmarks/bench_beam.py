@@ -8,9 +8,11 @@ prompts of ~90 tokens; stop at the first newline (persistent §3.1.1 self-consis
 Timed, uncached (`beam_search_batch`, so the disk cache plays no part):
 1. batched: `batch_size` prompts x `beams` rows per forward step;
 2. one at a time: the same code with batch_size 1 (no padding);
-3. the pre-batching implementation (the oracle `reference_beam_search` of
+3. batched without the shared-prefix attention (`prefix_attention`): the plain per-beam cache a
+   model or transformers release without the kernel's requirements runs;
+4. the pre-batching implementation (the oracle `reference_beam_search` of
    tests/test_models_hf.py), on the first 16 prompts, since it is slow.
-Checks that 1 and 2 return the same beams (texts identical, log-probs within 1e-4), prints
+Checks that 1, 2 and 3 return the same beams (texts identical, log-probs within 1e-4), prints
 seconds per prompt and the ratios; then greedy `generate` per-prompt time, batched and single.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 TESTS = Path(__file__).resolve().parents[1] / "tests"
 
@@ -70,6 +73,7 @@ def main() -> None:
     import torch
 
     from selfknow.models import load_lm
+    from selfknow.models.hf import prefix_attention
 
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,10 +96,15 @@ def main() -> None:
         t0 = time.perf_counter()
         one = single.beam_search_batch(ids, **kw)
         t_single = (time.perf_counter() - t0) / len(ids)
-        for a, b in zip(got, one):
-            assert [x["text"] for x in a] == [x["text"] for x in b]
-            np.testing.assert_allclose([x["logprob"] for x in a], [x["logprob"] for x in b],
-                                       atol=1e-4)
+        with mock.patch.object(prefix_attention, "supported", lambda model: False):
+            t0 = time.perf_counter()
+            plain = batched.beam_search_batch(ids, **kw)
+            t_plain = (time.perf_counter() - t0) / len(ids)
+        for a, b, c in zip(got, one, plain):
+            assert [x["text"] for x in a] == [x["text"] for x in b] == [x["text"] for x in c]
+            for other in (b, c):
+                np.testing.assert_allclose([x["logprob"] for x in a],
+                                           [x["logprob"] for x in other], atol=1e-4)
         sys.path.insert(0, str(TESTS))
         from test_models_hf import reference_beam_search
 
@@ -108,6 +117,8 @@ def main() -> None:
               f"{1e3 * t_batched:8.1f} ms/prompt")
         print(f"beam search, one at a time (batch_size 1):  {1e3 * t_single:8.1f} ms/prompt  "
               f"-> batched is {t_single / t_batched:.1f}x faster")
+        print(f"beam search, batched, plain attention:      {1e3 * t_plain:8.1f} ms/prompt  "
+              f"-> the shared-prefix attention is {t_plain / t_batched:.1f}x faster")
         print(f"beam search, pre-batching implementation:   {1e3 * t_ref:8.1f} ms/prompt  "
               f"-> batched is {t_ref / t_batched:.1f}x faster")
 

@@ -8,11 +8,11 @@ Multi-checkpoint LoRA training (`verbalized.train_adapter`) on the given checkpo
 with its own train-split self-consistency table (`persistent/sc/<model>/<ckpt>/<dataset>/
 train.parquet`, top `--n-answers` candidates per question, as the variant jobs train), with
 the config.yaml adapter settings (lr 2e-3 to 2e-4) and `--epochs`:
-1. scratch files: what a CPU job does (`_FileViews`; one base resident);
-2. host memory: every view's weights alive at once (`_HostViews`, the GPU path's store run on
+1. scratch files: what a CPU job does (`views.FileViews`; one base resident);
+2. host memory: every view's weights alive at once (`views.HostViews`, the GPU path's store run on
    the CPU: what CPU jobs did before);
 interleaved `--repeats` times after an untimed one-epoch warm-up. Prints seconds of each run, the time spent switching views
-(`_ViewWeights.use`), the ratio, and whether both adapters are bitwise equal. With
+(`views.ViewWeights.use`), the ratio, and whether both adapters are bitwise equal. With
 `--swap-model`, also times one view switch of that model (two views of the same weights)
 with either store: the cost per switch that grows with the model's size.
 """
@@ -27,9 +27,9 @@ from unittest import mock
 
 
 def timed_use(log: list):
-    from selfknow.protocols.persistent import verbalized as V
+    from selfknow.protocols.persistent import views
 
-    use = V._ViewWeights.use
+    use = views.ViewWeights.use
 
     def wrapper(self, k):
         t = time.perf_counter()
@@ -41,26 +41,27 @@ def timed_use(log: list):
 def train(examples: dict, store: str, out: Path, hp: dict) -> tuple[float, float]:
     """(seconds of the training, seconds inside view switches)."""
     from selfknow.protocols.persistent import verbalized as V
+    from selfknow.protocols.persistent import views
 
     switches: list[float] = []
-    make = V._FileViews if store == "files" else V._HostViews
-    with mock.patch.object(V, "_view_store", lambda _hp: make()), \
-            mock.patch.object(V._ViewWeights, "use", timed_use(switches)):
+    make = views.FileViews if store == "files" else views.HostViews
+    with mock.patch.object(views, "view_store", lambda *_: make()), \
+            mock.patch.object(views.ViewWeights, "use", timed_use(switches)):
         t = time.perf_counter()
         V.train_adapter(examples, out, seed=0, hparams=hp)
         return time.perf_counter() - t, sum(switches)
 
 
 def switch_seconds(model_dir: str, store: str, swaps: int) -> float:
-    from selfknow.protocols.persistent import verbalized as V
+    from selfknow.protocols.persistent import views
 
-    make = V._FileViews if store == "files" else V._HostViews
-    with mock.patch.object(V, "_view_store", lambda _hp: make()):
-        with V._ViewWeights([model_dir, model_dir], V.AdapterHParams()) as views:
-            views.use(1)  # warm the page cache
+    make = views.FileViews if store == "files" else views.HostViews
+    with mock.patch.object(views, "view_store", lambda *_: make()):
+        with views.ViewWeights([model_dir, model_dir]) as stored:
+            stored.use(1)  # warm the page cache
             t = time.perf_counter()
             for i in range(swaps):
-                views.use(i % 2)
+                stored.use(i % 2)
             return (time.perf_counter() - t) / swaps
 
 

@@ -111,9 +111,9 @@ def _plan(model, variant):
 def get_variant_bases(wildcards):
     """Copies of the base weights a variant job keeps in host memory: one, except when its
     multi-checkpoint training parks every view of its widest adapter there (a GPU job whose
-    views fit, `verbalized.views_in_host`; otherwise they wait in scratch files)."""
+    views fit, `views.views_in_host`; otherwise they wait in scratch files)."""
     from selfknow.models.registry import DTYPE_BYTES, model_params
-    from selfknow.protocols.persistent.verbalized import views_in_host
+    from selfknow.protocols.persistent.views import views_in_host
 
     spec = get_model_spec(wildcards)
     # persistent_transfer_variant and persistent_variance_adapters fix the variant to "transfer"

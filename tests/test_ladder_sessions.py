@@ -537,14 +537,12 @@ def test_lsa_query_confidence():
 # ----------------------------------------------------------------------------- real model
 @pytest.mark.slow
 def test_real_smollm2_session_and_profile(pytestconfig):
-    pytest.importorskip("transformers")
-    try:
-        from model_fixtures import smollm2_hf_dir
-        from selfknow.models.registry import load_lm
-        hf_dir = smollm2_hf_dir(pytestconfig.cache.mkdir("selfknow-models"))
-    except (ImportError, FileNotFoundError) as e:
-        pytest.skip(f"SmolLM2 / load_lm not available: {e}")
     import torch
+    from model_fixtures import smollm2_hf_dir
+
+    from selfknow.models.registry import load_lm
+
+    hf_dir = smollm2_hf_dir(pytestconfig.cache.mkdir("selfknow-models"))
     torch.set_num_threads(1)
     lm = load_lm({"name": "smollm2", "backend": "hf", "path": str(hf_dir), "chat": True},
                  cache_dir=None)
@@ -570,7 +568,6 @@ def test_smollm2_gt_selfstats_profiles_parse_when_constrained(pytestconfig):
     Constrained to the profile schema (the default `structured_output`), on two sessions of 25
     turns over the mini world's domains and the default's token budget, every profile is
     complete: status "ok", no domain filled, every value a probability."""
-    pytest.importorskip("transformers")
     from pathlib import Path
 
     import torch

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from model_fixtures import build_lora_adapter, build_tiny_gpt2, smollm2_hf_dir  # noqa: E402
-
-from selfknow.models import ModelSpecError, load_lm  # noqa: E402
+from model_fixtures import build_lora_adapter, build_tiny_gpt2, smollm2_hf_dir
+from selfknow.models import ModelSpecError, load_lm
+from selfknow.models.hf import beam, prefix_attention
 
 torch.set_num_threads(1)
 
@@ -150,7 +149,7 @@ def test_sampling_is_seeded_per_prompt_and_sample_index(tiny):
 def test_batched_sampling_equals_a_per_prompt_reference(tiny):
     """Each prompt of a batch is sampled exactly as alone: softmax(logits / T), one draw per
     step from a generator seeded by (prompt, sample index), until EOS or the token limit."""
-    from selfknow.models.hf import sample_seed
+    from selfknow.models.hf.generation import sample_seed
 
     got = tiny.generate(PROMPTS, max_new_tokens=10, temperature=0.8, sample_index=3)
     for prompt, g in zip(PROMPTS, got):
@@ -228,14 +227,15 @@ def test_beams_match_hf_beam_search_without_stop(tiny):
 def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
     """The pre-batching one-prompt loop (unpadded prompt, its own KV cache, candidates decoded
     one by one): the oracle the batched search must reproduce."""
-    from selfknow.models.hf import _first_stop, _kv_cache, cache_kwarg
+    from selfknow.models.hf.compat import cache_kwarg, kv_cache
+    from selfknow.models.hf.generation import first_stop
 
     model, tok, eos, k = lm.model, lm.tokenizer, lm.eos_ids, num_beams
     vocab_k = min(2 * k, int(model.config.get_text_config().vocab_size))
     finished, running = [], [([], 0.0)]
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
-        past, logits = _kv_cache(out), out.logits[:, -1, :]
+        past, logits = kv_cache(out), out.logits[:, -1, :]
         for step in range(max_new_tokens):
             top_lp, top_id = torch.log_softmax(logits.float(), -1).topk(vocab_k, dim=-1)
             cands = [(score + lp, b, tid) for b, (_, score) in enumerate(running)
@@ -247,7 +247,7 @@ def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
                     break
                 ids = running[b][0] + [tid]
                 text = tok.decode(ids, skip_special_tokens=True)
-                pos = _first_stop(text, stop)
+                pos = first_stop(text, stop)
                 if tid in eos or pos >= 0:
                     if len(finished) < k or score > finished[-1]["logprob"]:
                         finished.append({"ids": ids, "text": text if pos < 0 else text[:pos],
@@ -266,7 +266,7 @@ def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
             past.reorder_cache(torch.tensor(src))
             out = model(input_ids=torch.tensor([[ids[-1]] for ids, _ in running]),
                         use_cache=True, **{cache_kwarg(model): past})
-            past, logits = _kv_cache(out), out.logits[:, -1, :]
+            past, logits = kv_cache(out), out.logits[:, -1, :]
     for ids, score in running:
         finished.append({"ids": ids, "text": tok.decode(ids, skip_special_tokens=True),
                          "logprob": score, "finish_reason": "length"})
@@ -322,7 +322,7 @@ def test_fallback_paths_equal_one_at_a_time(tiny_spec, shared_prefix, byte_table
     kw = dict(k=5, max_new_tokens=8, stop=["e", "\n"])
     if not byte_table:
         lm._byte_table_cache = None
-    got = lm._beam_search_group(ids, shared_prefix=shared_prefix, **kw)
+    got = beam.search_group(lm, ids, shared_prefix=shared_prefix, **kw)
     for x, beams in zip(ids, got):
         assert_same_beams(beams, reference_beam_search(lm, x, num_beams=5, max_new_tokens=8,
                                                        stop=("e", "\n")))
@@ -332,16 +332,14 @@ def test_beam_search_sets_its_attention_for_the_steps_only(tiny_spec, monkeypatc
     """The shared-prefix attention is the model's attention during the steps only: an eager
     model prefills with eager attention (same beams as the one-prompt search, eager too) and
     is eager again afterwards, also when a step fails."""
-    from selfknow.models import hf
-
     lm = load_lm(tiny_spec, "step1", cache_dir=None)
     model = lm.model  # shared with the other tests' LMs of step1: restored below
     own = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
-        assert lm._shared_prefix_ok
+        assert prefix_attention.supported(model)
         ids = [lm.tokenizer(p)["input_ids"] for p in LONG_PROMPTS[:4]]
-        got = lm._beam_search_group(ids, k=4, max_new_tokens=6, stop=["\n"])
+        got = beam.search_group(lm, ids, k=4, max_new_tokens=6, stop=["\n"])
         assert model.config._attn_implementation == "eager"
         for x, beams in zip(ids, got):
             assert_same_beams(beams, reference_beam_search(lm, x, num_beams=4,
@@ -352,12 +350,43 @@ def test_beam_search_sets_its_attention_for_the_steps_only(tiny_spec, monkeypatc
             seen.append(self.model.config._attn_implementation)
             raise RuntimeError("step failed")
 
-        monkeypatch.setattr(hf._BeamSearch, "forward", failing_step)
+        monkeypatch.setattr(beam.BeamSearch, "forward", failing_step)
         with pytest.raises(RuntimeError, match="step failed"):
-            lm._beam_search_group(ids, k=4, max_new_tokens=6, stop=["\n"])
-        assert seen == [hf._PREFIX_ATTN] and model.config._attn_implementation == "eager"
+            beam.search_group(lm, ids, k=4, max_new_tokens=6, stop=["\n"])
+        assert seen == [prefix_attention.NAME] and model.config._attn_implementation == "eager"
     finally:
         model.set_attn_implementation(own)
+
+
+@pytest.mark.parametrize("missing", ["mask interface", "attention switch"])
+def test_without_the_internals_it_needs_the_search_takes_the_plain_path(tiny_spec, monkeypatch,
+                                                                        missing):
+    """The shared-prefix attention is an optional speed-up: on a transformers without an
+    internal it uses (here removed), `supported` says no, and the public search runs the plain
+    per-beam cache and returns the same beams (ids, texts, finish reasons; log-probabilities
+    within float rounding) as with the kernel."""
+    import transformers
+    import transformers.masking_utils
+
+    lm = load_lm({**tiny_spec, "batch_size": 4}, "step1", cache_dir=None)
+    ids = [lm.tokenizer(p)["input_ids"] for p in LONG_PROMPTS]
+    kw = dict(num_beams=5, max_new_tokens=8, stop=("e", "\n"))
+    assert prefix_attention.supported(lm.model)
+    fast = lm.beam_search_batch(ids, **kw)
+    if missing == "mask interface":
+        monkeypatch.delattr(transformers.masking_utils, "AttentionMaskInterface")
+    else:
+        monkeypatch.delattr(transformers.PreTrainedModel, "_can_set_attn_implementation")
+    assert not prefix_attention.supported(lm.model)
+
+    def kernel(model):
+        raise AssertionError("the shared-prefix attention ran")
+
+    monkeypatch.setattr(prefix_attention, "attention", kernel)
+    plain = lm.beam_search_batch(ids, **kw)
+    for got, want in zip(plain, fast):
+        assert_same_beams(got, want)
+    assert sum(len(b) for b in plain) == 5 * len(ids)
 
 
 def test_byte_table_decodes_like_the_tokenizer(tiny, smol):
@@ -365,7 +394,7 @@ def test_byte_table_decodes_like_the_tokenizer(tiny, smol):
     including special tokens (skipped) and multi-byte characters split across tokens."""
     rng = np.random.default_rng(0)
     for lm in (tiny, smol):
-        tok, table = lm.tokenizer, lm._byte_table
+        tok, table = lm.tokenizer, lm.byte_table
         assert table is not None and len(table) == len(tok)
         text = "naïve café – 東京 ✓ <|im_end|>\n"
         seqs = [tok(text, add_special_tokens=False)["input_ids"]]
@@ -473,7 +502,7 @@ def test_last_position_logits_with_a_shared_prefix_and_adapter_gradients(fam_dir
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from selfknow.models.hf import _MIN_SHARED_PREFIX, _shared_prefix_length, last_position_logits
+    from selfknow.models.hf.scoring import MIN_SHARED_PREFIX, last_position_logits, shared_prefix_length
 
     tok = AutoTokenizer.from_pretrained(fam_dir / "step1")
     base = AutoModelForCausalLM.from_pretrained(fam_dir / "step1")
@@ -482,7 +511,7 @@ def test_last_position_logits_with_a_shared_prefix_and_adapter_gradients(fam_dir
     prompts = [INSTRUCTION + q for q in ("two plus two?\nAnswer: four", "the capital of France?",
                                          "who wrote it?\nCandidate answer: nobody at all\nConfidence:")]
     ids, mask, lengths = _right_padded(tok, prompts)
-    assert _shared_prefix_length(ids, lengths) >= _MIN_SHARED_PREFIX  # the shared path runs
+    assert shared_prefix_length(ids, lengths) >= MIN_SHARED_PREFIX  # the shared path runs
     assert len(set(lengths.tolist())) == 3
     grads = []
     for plain in (False, True):
@@ -689,7 +718,7 @@ def test_smollm2_batched_beams_grouped_query_attention(smol):
     so the spec's chat setting plays no part)."""
     lm = smol
     cfg = lm.model.config
-    assert cfg.num_attention_heads > cfg.num_key_value_heads and lm._shared_prefix_ok
+    assert cfg.num_attention_heads > cfg.num_key_value_heads and prefix_attention.supported(lm.model)
     prompts = ["The capital of France is", "Q: What is 2+2?\nA: 4\nQ: What colour is the "
                "sky?\nA:"]
     ids = [lm.tokenizer(p)["input_ids"] for p in prompts]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from selfknow.models import LogprobsUnavailable, ModelSpecError, UnsupportedCall, load_lm
-from selfknow.models.openai_api import RequestFailed
+from selfknow.models.http_retry import RequestFailed
 from selfknow.rehearsal.server import QuietHandler, reasoning_rule_violation, schema_instance, send_json, serve
 
 TOP = {"A": -0.2, "B": -1.9, " A": -3.0, "7": -4.0}

@@ -13,7 +13,7 @@ from batch_server import BatchServer, kill_once_waiting
 from conftest import REPO
 from selfknow.config import ConfigError, validate_config
 from selfknow.models import ModelSpecError, load_lm
-from selfknow.models.openai_api import RequestFailed
+from selfknow.models.http_retry import RequestFailed
 
 
 @pytest.fixture

@@ -9,18 +9,19 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from selfknow.models.base import Beam
+from selfknow.models.registry import load_lm
 from selfknow.protocols.persistent import baselines as B
 from selfknow.protocols.persistent import prompts as P
 from selfknow.protocols.persistent import self_consistency as SC
 from selfknow.protocols.persistent import verbalized as V
+from selfknow.protocols.persistent import views
 from selfknow.protocols.persistent.equivalence import (
     Equivalence, NLIEquivalence, NormalisedMatch, entailment_index, get_equivalence, get_normaliser,
     lowercase_no_periods)
 from fakes import ScriptedLM
-
-torch = pytest.importorskip("torch")
 
 
 def beams(*pairs):
@@ -295,7 +296,7 @@ def test_nli_runs_on_the_jobs_gpu_a_questions_pairs_in_one_batch(tiny_nli_dir, m
 # --------------------------------------------------------------------------------------------
 # Prompts
 # --------------------------------------------------------------------------------------------
-def test_prompts():
+def test_icl_examples_are_seeded_and_prompts_are_the_authors_templates():
     train = pd.DataFrame({"question": [f"q{i}" for i in range(8)] + ["q0"],
                           "answer": [f"a{i}" for i in range(8)] + ["dup"]})
     icl = P.select_icl_examples(train, 5, seed=3)
@@ -584,12 +585,8 @@ def test_lora_training_learns_correctness_and_adapter_loads(tiny_models, tmp_pat
     assert V.load_readout(out) == V.digit_format_for(AutoTokenizer.from_pretrained(tiny_models[0]))
 
     # the workflow's path: the hf backend with the adapter, through next_token_logprobs
-    registry = pytest.importorskip("selfknow.models.registry")
-    try:
-        lm = registry.load_lm({"name": "tiny", "backend": "hf", "path": tiny_models[0]},
-                              cache_dir=None, adapter=str(out))
-    except Exception as e:  # pragma: no cover - backend still in progress elsewhere
-        pytest.skip(f"hf backend unavailable: {e}")
+    lm = load_lm({"name": "tiny", "backend": "hf", "path": tiny_models[0]}, cache_dir=None,
+                 adapter=str(out))
     via_lm = V.predict_confidence(lm, test["question"][:20].tolist(), test["answer"][:20].tolist())
     np.testing.assert_allclose(via_lm, after[:20], atol=1e-5)
 
@@ -666,10 +663,10 @@ def test_repeated_prompts_merge_with_summed_weights_and_labels_kept_apart():
 
 
 def _record_stores(monkeypatch) -> list:
-    """Every view store `_ViewWeights` makes from here on (to look at its scratch directory)."""
+    """Every view store `ViewWeights` makes from here on (to look at its scratch directory)."""
     made = []
-    make = V._view_store
-    monkeypatch.setattr(V, "_view_store", lambda *a: made.append(make(*a)) or made[-1])
+    make = views.view_store
+    monkeypatch.setattr(views, "view_store", lambda *a: made.append(make(*a)) or made[-1])
     return made
 
 
@@ -697,11 +694,11 @@ def test_multi_checkpoint_views_swap_base_weights_in_one_model(family, dtype, re
 
     dirs = request.getfixturevalue({"gpt2": "tiny_models", "llama": "tiny_llamas"}[family])
     stores = _record_stores(monkeypatch)
-    monkeypatch.setattr(V._FileViews, "PART_BYTES", 2**16)
+    monkeypatch.setattr(views.FileViews, "PART_BYTES", 2**16)
     residency = _no_resident_bases()
     hp = V.AdapterHParams(dtype=dtype)
     ids = torch.tensor([[5, 17, 33, 2, 90], [7, 7, 40, 11, 3]])
-    with V._ViewWeights(dirs, hp) as views:
+    with views.ViewWeights(dirs, dtype=dtype) as weights:
         assert (residency.loads, residency.resident, residency.peak) == (3, 1, 1)
         scratch = stores[0].dir
         parts = {k: stores[0]._parts(k) for k in range(3)}
@@ -712,7 +709,7 @@ def test_multi_checkpoint_views_swap_base_weights_in_one_model(family, dtype, re
                 t = load_file(p)
                 assert len(t) == 1 or sum(x.numel() * x.element_size() for x in t.values()) <= 2**16
         torch.manual_seed(0)
-        model = get_peft_model(views.model, V._lora_config(views.model, hp))
+        model = get_peft_model(weights.model, V._lora_config(weights.model, hp))
         with torch.no_grad():  # a non-zero adapter, so that base and LoRA paths both matter
             for n, p in model.named_parameters():
                 if "lora_B" in n:
@@ -733,7 +730,7 @@ def test_multi_checkpoint_views_swap_base_weights_in_one_model(family, dtype, re
         assert not torch.allclose(fresh[0], fresh[1]) and not torch.allclose(fresh[1], fresh[2])
         model.eval()
         for k in (2, 0, 1, 1, 2, 0, 2):
-            views.use(k)
+            weights.use(k)
             with torch.no_grad():
                 assert torch.equal(model(input_ids=ids).logits, fresh[k])
         assert residency.peak == 1
@@ -749,7 +746,7 @@ def test_views_of_different_architectures_fail_and_leave_no_scratch(tiny_models,
     stores = _record_stores(monkeypatch)
     # the last view is stored before the narrow one is loaded
     with pytest.raises(ValueError, match=f"differ in architecture: {other} and {tiny_models[1]}"):
-        V._ViewWeights([tiny_models[0], str(other), tiny_models[1]], V.AdapterHParams())
+        views.ViewWeights([tiny_models[0], str(other), tiny_models[1]])
     assert len(stores) == 1 and not stores[0].dir.exists()
 
 
@@ -776,8 +773,8 @@ def test_multi_checkpoint_training_from_scratch_files_equals_host_parked_views(f
     residency = _no_resident_bases()
     V.train_adapter(data, tmp_path / "files", seed=0, hparams=hp)
     assert (residency.loads, residency.peak) == (3, 1)
-    assert len(stores) == 1 and isinstance(stores[0], V._FileViews) and not stores[0].dir.exists()
-    monkeypatch.setattr(V, "_view_store", lambda *a: V._HostViews())
+    assert len(stores) == 1 and isinstance(stores[0], views.FileViews) and not stores[0].dir.exists()
+    monkeypatch.setattr(views, "view_store", lambda *a: views.HostViews())
     V.train_adapter(data, tmp_path / "host", seed=0, hparams=hp)
     wf, wh = (load_file(tmp_path / n / "adapter_model.safetensors") for n in ("files", "host"))
     assert wf.keys() == wh.keys() and all(torch.equal(wf[k], wh[k]) for k in wf)
@@ -791,10 +788,10 @@ def test_views_wait_in_host_memory_on_a_gpu_only_while_they_fit():
     gb = 1e9
     # the paper config's widest view sets: 4 views of an 8B model (16 GB each in bf16) and of
     # Olmo 3 32B (64.4 GB each)
-    assert V.views_in_host("cuda", 4, 16.0 * gb)
-    assert not V.views_in_host("cuda", 4, 64.4 * gb) and not V.views_in_host("cuda", 2, 64.4 * gb)
-    assert V.views_in_host("cuda", 2, V.HOST_VIEWS_GB / 2 * gb) and not V.views_in_host("cuda", 2, V.HOST_VIEWS_GB / 2 * gb + 1)
-    assert not V.views_in_host("cpu", 2, 1.0)  # a CPU job's host memory is its device memory
+    assert views.views_in_host("cuda", 4, 16.0 * gb)
+    assert not views.views_in_host("cuda", 4, 64.4 * gb) and not views.views_in_host("cuda", 2, 64.4 * gb)
+    assert views.views_in_host("cuda", 2, views.HOST_VIEWS_GB / 2 * gb) and not views.views_in_host("cuda", 2, views.HOST_VIEWS_GB / 2 * gb + 1)
+    assert not views.views_in_host("cpu", 2, 1.0)  # a CPU job's host memory is its device memory
 
 
 def test_scratch_views_are_deleted_when_training_fails(tiny_models, tmp_path, monkeypatch):

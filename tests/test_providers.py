@@ -11,7 +11,7 @@ import json
 import pytest
 
 from selfknow.models import ModelSpecError, load_lm, providers
-from selfknow.models.openai_api import RequestFailed
+from selfknow.models.http_retry import RequestFailed
 from selfknow.rehearsal import harness
 from selfknow.rehearsal.server import StandInServer
 

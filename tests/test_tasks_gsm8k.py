@@ -20,7 +20,7 @@ from selfknow.stages.tasks import gsm8k
     ("There are 3 cats.", "3"),
     ("I cannot tell.", None),
 ])
-def test_extraction(response, number):
+def test_extract_answer_takes_the_last_number(response, number):
     assert gsm8k.extract_answer(response) == number
 
 

@@ -41,7 +41,7 @@ from selfknow.stages.tasks import mmlu_pro
     ("The answer is 42", None),
     ("A) 5, B) 6. The answer is between them.", "B"),
 ])
-def test_extraction(response, letter):
+def test_extract_answer_reads_the_letter_the_authors_three_regexes_read(response, letter):
     assert mmlu_pro.extract_answer(response) == letter
 
 

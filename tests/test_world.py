@@ -89,7 +89,7 @@ def test_corpus_follows_curriculum(world):
                    for p in text)
 
 
-def test_prompts():
+def test_qa_prompt_is_few_shot_and_mcq_prompt_needs_four_choices():
     p = qa_prompt("Who?", [("Q1?", "a1"), ("Q2?", "a2")])
     assert p == "Question: Q1?\nAnswer: a1\n\nQuestion: Q2?\nAnswer: a2\n\nQuestion: Who?\nAnswer:"
     assert mcq_prompt("Q?", ["w", "x", "y", "z"]).endswith("D. z\nCorrect option:")

@@ -43,7 +43,6 @@ repeats (`sample_index`) are separate requests and cache entries at any temperat
 """
 from __future__ import annotations
 
-import email.utils
 import logging
 import os
 import random
@@ -59,11 +58,10 @@ from selfknow.models import providers
 from selfknow.models.base import (LM, CallStats, Generation, LogprobsUnavailable,
                                   constrained_schemas, structured_output)
 from selfknow.models.cache import CachedCalls, PartialFailure
+from selfknow.models.http_retry import RETRY_STATUS, RequestFailed, retry_after
 from selfknow.models.registry import ModelSpecError, UnsupportedCall, register_backend
 
 log = logging.getLogger(__name__)
-
-_RETRY_STATUS = {408, 409, 425, 429} | set(range(500, 600))
 
 #: request options of a model entry without them or a preset: a classic chat model
 REQUEST_OPTION_DEFAULTS = {"token_param": "max_tokens", "sampling_params": True, "send_stop": True,
@@ -113,26 +111,6 @@ def _with_response_format(endpoint: str, body: dict, schema: dict, mode: str = "
 #: the provider's reason an answer ended -> ours (`Generation.finish_reason`): Chat/Completions
 #: `finish_reason`, Responses `incomplete_details.reason`; anything else ended normally
 _FINISH = {"length": "length", "max_output_tokens": "length", "content_filter": "content_filter"}
-
-class RequestFailed(RuntimeError):
-    """An HTTP request still failed after all retries (or failed with a non-retryable
-    status)."""
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
 
 @register_backend("openai")
 class OpenAILM(LM):
@@ -259,9 +237,9 @@ class OpenAILM(LM):
                         last = f"invalid JSON in response: {resp.text[:200]!r}"
                 else:
                     last = f"HTTP {resp.status_code}: {resp.text[:300]!r}"
-                    if resp.status_code not in _RETRY_STATUS:
+                    if resp.status_code not in RETRY_STATUS:
                         break
-                    wait = _retry_after(resp.headers.get("retry-after"))
+                    wait = retry_after(resp.headers.get("retry-after"))
                     if wait is not None and wait > self.max_retry_after_s:
                         last += (f"; the server asks for a retry after {wait:.0f} s (Retry-After), more than "
                                  f"max_retry_after_s = {self.max_retry_after_s:g}")

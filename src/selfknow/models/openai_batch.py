@@ -39,12 +39,15 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import urlsplit
 
 from selfknow.models.cache import canonical_json, sha256_text
-from selfknow.models.openai_api import _RETRY_STATUS, OpenAILM, RequestFailed
+from selfknow.models.http_retry import RETRY_STATUS, RequestFailed
 from selfknow.records import atomic_path
+
+if TYPE_CHECKING:
+    from selfknow.models.openai_api import OpenAILM
 
 log = logging.getLogger(__name__)
 
@@ -331,7 +334,7 @@ class BatchJobs:
                     answers[cid] = response.get("body")
                 else:
                     err = row.get("error") or (response.get("body") or {}).get("error")
-                    errors[cid] = (code is None or code in _RETRY_STATUS,
+                    errors[cid] = (code is None or code in RETRY_STATUS,
                                    f"HTTP {code}: {json.dumps(err)[:300]}" if code is not None
                                    else json.dumps(err)[:300])
         for cid in bodies:
