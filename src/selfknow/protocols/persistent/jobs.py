@@ -385,7 +385,7 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
     With `out` None nothing is scored (adapters and hidden states only).
 
     Memory: adapters train one after another (a multi-checkpoint one holds one base,
-    `verbalized._ViewWeights`); the scorings run grouped by scoring checkpoint, each loaded
+    `views.ViewWeights`); the scorings run grouped by scoring checkpoint, each loaded
     once with its adapters switched on it and released before the next one's."""
     import torch
 
