@@ -3,6 +3,7 @@ name the file, row and column of a bad record before anything is written; the co
 are the workflow's (the same `evaluate` on the same records gives the same Table 1)."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,7 @@ from selfknow.protocols.persistent.evaluate import (BT_METHODS, Confidences, eva
 from selfknow.protocols.persistent.inputs import EvalFiles, Evaluation
 from selfknow.protocols.persistent.own_records import export_records
 from selfknow.readers import read_records
-from selfknow.readers.plain import check_records, write_plain
+from selfknow.readers.plain import write_plain
 
 from conftest import REPO
 
@@ -53,13 +54,14 @@ def test_plain_records_round_trip_exactly_in_every_format(tmp_path, suffix):
         np.testing.assert_array_equal(arrays.methods[m], c)
 
 
-def test_record_arrays_orders_checkpoints_by_appearance_items_by_id_and_stacks_seeds():
+def test_record_arrays_orders_checkpoints_by_appearance_items_by_id_and_stacks_seeds(tmp_path):
     rows = [("q2", "late", "m", 1, 0.9, 0), ("q1", "late", "m", 0, 0.2, 0), ("q1", "early", "m", 0, 0.3, 0),
             ("q2", "early", "m", 0, 0.4, 0), ("q2", "late", "m", 1, 0.8, 1), ("q1", "late", "m", 0, 0.1, 1),
             ("q1", "early", "m", 0, 0.5, 1), ("q2", "early", "m", 0, 0.6, 1), ("q1", "train0", "m", 1, 0.5, 0)]
     raw = pd.DataFrame(rows, columns=["item", "checkpoint", "method", "correct", "confidence", "seed"])
     raw["role"] = ["eval"] * 8 + ["train"]
-    (conf,) = record_arrays(check_records(raw, "t", [f"row {k}" for k in range(9)])).values()
+    raw.to_parquet(tmp_path / "t.parquet")
+    (conf,) = record_arrays(read_records(tmp_path / "t.parquet")).values()
     assert conf.checkpoints == ["late", "early"] and list(conf.items) == ["q1", "q2"]
     np.testing.assert_array_equal(conf.correct, [[0, 1], [0, 0]])
     np.testing.assert_array_equal(conf.methods["m"], [[[0.2, 0.9], [0.3, 0.4]], [[0.1, 0.8], [0.5, 0.6]]])
@@ -69,13 +71,13 @@ GOOD = "item,checkpoint,method,correct,confidence\n" + "".join(
     f"q{i},{c},m,{int((i + k) % 2)},0.{i + 2}\n" for k, c in enumerate(["c1", "c2"]) for i in range(3))
 
 BAD = {
-    "missing column": (GOOD.replace(",confidence\n", ",conf\n", 1), "missing column(s) 'confidence'"),
+    "missing column": (GOOD.replace(",confidence\n", ",conf\n", 1), "missing column(s) ['confidence']"),
     "non-numeric confidence": (GOOD.replace("q1,c2,m,0,0.3", "q1,c2,m,0,high"),
-                               "line 6, column 'confidence': 'high' is not a number"),
+                               "line 6, column 'confidence': expected a number, got 'high'"),
     "confidence outside [0, 1]": (GOOD.replace("q1,c2,m,0,0.3", "q1,c2,m,0,1.3"),
-                                  "line 6, column 'confidence': '1.3' lies outside [0, 1]"),
-    "correct not 0/1": (GOOD.replace("q2,c1,m,0,0.4", "q2,c1,m,yes,0.4"), "line 4, column 'correct': 'yes' is not 0 or 1"),
-    "empty item": (GOOD.replace("q2,c1,m", ",c1,m"), "line 4, column 'item': '' is empty"),
+                                  "line 6, column 'confidence': 1.3 is not a probability in [0, 1]"),
+    "correct not 0/1": (GOOD.replace("q2,c1,m,0,0.4", "q2,c1,m,yes,0.4"), "line 4, column 'correct': expected 0/1 or true/false, got 'yes'"),
+    "empty item": (GOOD.replace("q2,c1,m", ",c1,m"), "line 4, column 'item': missing or empty"),
     "duplicate row": (GOOD + "q0,c1,m,0,0.5\n", "line 8 repeats line 2: two rows for one (item, checkpoint, method)"),
     "checkpoint with one question": (GOOD + "q0,c3,m,1,0.5\n",
                                      "line 8, column 'checkpoint': checkpoint 'c3' has one question ('q0')"),
@@ -119,7 +121,24 @@ def test_jsonl_and_parquet_name_the_row_of_a_bad_confidence(tmp_path, suffix, wh
         path.write_text("\n" + df.to_json(orient="records", lines=True))  # a blank first line counts
     else:
         df.to_parquet(path)
-    with pytest.raises(ValueError, match=f"{path}: {where}, column 'confidence': -0.1 lies outside"):
+    with pytest.raises(ValueError, match=f"{path}: {where}, column 'confidence': -0.1 is not a probability"):
+        read_records(path)
+
+
+@pytest.mark.parametrize("text,message", [
+    (GOOD.replace("q1,c1", "\nq1,c1").replace("q2,c1,m,0,0.4", "q2,c1,m,0,x"),
+     "line 5, column 'confidence': expected a number, got 'x'"),  # a blank line is skipped, not renumbered
+    (GOOD.replace("confidence\n", "confidence,role\n").replace("\n", ",eval\n").replace(
+        "role,eval\n", "role\n").replace("q2,c1,m,0,0.4,eval", "q2,c1,m,0,0.4,test"),
+     "line 4, column 'role': 'test' is not one of eval, train"),
+    (GOOD.replace("confidence\n", "confidence,seed\n").replace("\n", ",0\n").replace(
+        "seed,0\n", "seed\n").replace("q2,c1,m,0,0.4,0", "q2,c1,m,0,0.4,inf"),
+     "line 4, column 'seed': expected an integer, got 'inf'"),
+])
+def test_plain_roles_seeds_and_blank_lines(tmp_path, text, message):
+    path = tmp_path / "records.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: {message}")):
         read_records(path)
 
 

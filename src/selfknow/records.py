@@ -176,7 +176,7 @@ class RecordTable:
     ``.jsonl``/``.ndjson``, ``.parquet``), with accessors that check a column's values and
     raise a ValueError naming the file, the row (CSV and JSONL: its line; parquet: its 1-based
     row) and the column of the first bad value. A CSV cell or a JSON null that is empty is
-    missing; CSV cells are read as text, so "007" stays an id."""
+    missing and a blank line is skipped; CSV cells are read as text, so "007" stays an id."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -187,9 +187,12 @@ class RecordTable:
             raise ValueError(f"{self.path}: unknown record format {suffix!r} (use .csv, .jsonl or .parquet)")
         try:
             if suffix == ".csv":
-                self.frame = pd.read_csv(self.path, dtype=str, keep_default_na=False, na_values=[""],
-                                         encoding="utf-8-sig")
-                self._lines = [f"line {i + 2}" for i in range(len(self.frame))]
+                # blank lines are read as empty rows and then dropped, so every row keeps its line
+                frame = pd.read_csv(self.path, dtype=str, keep_default_na=False, na_values=[""],
+                                    encoding="utf-8-sig", skip_blank_lines=False)
+                kept = ~frame.isna().all(axis=1).to_numpy()
+                self.frame = frame[kept]
+                self._lines = [f"line {i + 2}" for i in np.flatnonzero(kept)]
             elif suffix == ".parquet":
                 self.frame = pd.read_parquet(self.path)
                 self._lines = [f"row {i + 1}" for i in range(len(self.frame))]
@@ -266,7 +269,7 @@ class RecordTable:
 
     def integer(self, column: str, *, default: int | None = None) -> np.ndarray:
         x = self.number(column, default=None if default is None else float(default))
-        bad = np.flatnonzero(x != np.round(x))
+        bad = np.flatnonzero(~np.isfinite(x) | (x != np.round(x)))
         if bad.size:
             raise self.error(int(bad[0]), column, f"expected an integer, got {shown(self.frame[column].iloc[bad[0]])}")
         return x.astype(np.int64)

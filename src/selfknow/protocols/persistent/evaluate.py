@@ -74,7 +74,7 @@ def records_frame(conf: Confidences, dataset: str | None = None) -> pd.DataFrame
 
 
 def record_arrays(records: pd.DataFrame) -> dict[str, Confidences]:
-    """Dataset -> `Confidences` of checked plain records (`readers.plain.check_records`; ""
+    """Dataset -> `Confidences` of checked plain records (`readers.plain.read_plain`; ""
     without a dataset column), in order of first appearance. Evaluation checkpoints are those
     of role "eval", in order of first appearance (training order: the contrast sets' "early"
     and "late"); items are sorted. Raises ValueError naming the file, row and column where a
