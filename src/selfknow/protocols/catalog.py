@@ -15,13 +15,15 @@ class Table:
 
     `needs`: what the config must provide for it to exist (paper-specific words, e.g.
     "gcm", "transfer", "second_dataset"); `figure`: a PNG (with `data_table`, its data is
-    written as a table of the same name beside the tables); `layout`: the paper's own
-    description of the rows and columns (None where one job's code writes it whole)."""
+    written as a table of the same name beside the tables); `job`: the job (rule) that
+    writes it with others ("" for a job of its own); `layout`: the paper's own description
+    of its rows and columns (None where the job's code writes it whole)."""
 
     name: str
     needs: frozenset[str] = frozenset()
     figure: bool = False
     data_table: bool = True
+    job: str = ""
     layout: Any = None
 
     @property
@@ -38,6 +40,11 @@ def buildable(tables: Sequence[Table], have: Iterable[str]) -> list[Table]:
     """The entries of `tables` whose needs the config meets (`have`), in catalog order."""
     have = set(have)
     return [t for t in tables if t.needs <= have]
+
+
+def names(tables: Sequence[Table], *, job: str | None = None, figure: bool | None = None) -> tuple[str, ...]:
+    """The names of the entries written by `job` (None: any) that are figures or not (None: both)."""
+    return tuple(t.name for t in tables if (job is None or t.job == job) and (figure is None or t.figure == figure))
 
 
 def by_name(tables: Sequence[Table]) -> dict[str, Table]:

@@ -2,8 +2,9 @@
 and Figures 2-4 with their data tables.
 
 Every method-comparison table is a list of rows (labels, method, the metric file it reads, a
-mark group) and a list of columns (metric, and for the wide Tables 1-3 the model); a cell is
-the point value of `metrics_job`. Marks follow §A.8: within a mark group and a column the best
+mark group) and a list of columns (metric, and for the wide Tables 1-3 the model), both
+derived from its entry in `catalog.TABLES` (`table_rows`); a cell is the point value of
+`metrics_job`. Marks follow §A.8: within a mark group and a column the best
 is bold, the methods not significantly worse on the paired bootstrap replicates underlined
 (`stats.persistent.significance.significance_marks`). A column without replicates (the ECE
 columns when `bootstrap_ece_replicates` is 0) gets the bold best only.
