@@ -15,12 +15,14 @@ from selfknow.config import (
     validate_config,
 )
 
-# Typed named inputs. Where a script must know which input file is which, one function returns
-# a key -> path mapping; `input` takes its paths, `params` the mapping itself.
-from selfknow.protocols.catalog import buildable, names
+# Each paper's catalog of tables and figures (protocols/<paper>/catalog.py).
+from selfknow.report.catalog import buildable, names
 from selfknow.protocols.ladder.catalog import TABLES as LADDER_CATALOG
 from selfknow.protocols.ladder.catalog import config_has as ladder_config_has
 from selfknow.protocols.lcae.catalog import TABLES as LCAE_CATALOG
+
+# Typed named inputs. Where a script must know which input file is which, one function returns
+# a key -> path mapping; `input` takes its paths, `params` the mapping itself.
 from selfknow.protocols.persistent.inputs import input_paths, paths_of
 
 try:

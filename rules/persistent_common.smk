@@ -9,7 +9,7 @@ from selfknow.protocols.persistent.inputs import (
     ScInput,
     ScTable,
 )
-from selfknow.protocols.catalog import buildable
+from selfknow.report.catalog import buildable
 from selfknow.protocols.persistent.catalog import (
     TABLES as P_CATALOG,
     ContrastTable,

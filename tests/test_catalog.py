@@ -17,7 +17,7 @@ import yaml
 
 from conftest import REPO
 from selfknow.config import load_config
-from selfknow.protocols.catalog import Table, buildable, by_name
+from selfknow.report.catalog import Table, buildable, by_name
 from selfknow.protocols.ladder import catalog as LC
 from selfknow.protocols.lcae import catalog as AC
 from selfknow.protocols.persistent import catalog as PC

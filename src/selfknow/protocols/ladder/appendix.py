@@ -9,7 +9,7 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from selfknow.protocols.catalog import names
+from selfknow.report.catalog import names
 from selfknow.records import read_parquet
 
 from .catalog import TABLES as CATALOG

@@ -1,11 +1,11 @@
-"""The LADDER paper's catalog (the pattern of `selfknow.protocols.catalog`): every table and
+"""The LADDER paper's catalog (the pattern of `selfknow.report.catalog`): every table and
 figure, each listed once, with the job that writes it and what it needs of the config
 (`config_has`)."""
 from __future__ import annotations
 
 from typing import Mapping
 
-from selfknow.protocols.catalog import Table, needs
+from selfknow.report.catalog import Table, needs
 
 _MAIN = needs("ladder")
 _FIGURE = dict(figure=True, data_table=False)

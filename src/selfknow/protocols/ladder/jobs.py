@@ -26,11 +26,13 @@ import numpy as np
 import pandas as pd
 
 from selfknow.config import is_chat
+from selfknow.models import load_lm
 from selfknow.stages.items import sample_items
 from selfknow.records import read_parquet, write_json, write_parquet
 
 from . import controls as C
 from .aggregate import OFFLINE_ESTIMATORS, score_pooled, score_sessions, with_decoded_labels
+from .answering import make_answer_fn
 from .bootstrap import paired_cluster_bootstrap, session_bootstrap
 from .estimators import Stream, fit_estimator, resolve
 from .feedback import decoder_precision_recall
@@ -38,6 +40,7 @@ from .metrics import answer_metrics, profile_metrics
 from .prompted import (MODEL_LEVEL, PROFILE_COLUMNS, gt_selfstats_profiles, lsa_profiles,
                        lsa_query_confidence, zs_prior, zs_prior_profiles)
 from .session import LIVE_COLUMNS, read_session_chunks, run_sessions_to_dir
+from .simulators import make_user
 
 log = logging.getLogger(__name__)
 
@@ -89,10 +92,6 @@ def sessions_job(items_path: str, spec: dict, out_main: str, out_alt: str, *, n_
     "llm"), user_max_new_tokens its reply budget. answering: a chat model's `ladder` answer settings {format, temperature,
     max_new_tokens, per_turn} (a base LM answers by cloze, once per item). tiers: {strong,
     mid, weak: [domains]} (the authors' profile), else from the pool's answers."""
-    from selfknow.models import load_lm
-    from .answering import make_answer_fn
-    from .simulators import make_user
-
     pool = sample_items(read_parquet(items_path), items_per_domain, seed, stratify="domain")
     if pool["choices"].isna().any():
         raise ValueError(f"{items_path}: LADDER needs multiple-choice items; some rows have no choices")
@@ -167,8 +166,6 @@ def prompted_job(turns_path: str, spec: dict, out_profiles: str, out_query: str,
     the first `lsa_query_sessions` sessions. `prompted_sessions` > 0 asks LSA / GT-SelfStats
     for the first sessions only (the ZS prior covers every session); `lsa_controls` False
     skips lsa_clean and lsa_train (each one more call per session)."""
-    from selfknow.models import load_lm
-
     turns = read_parquet(turns_path)
     if turns.empty:
         raise ValueError(f"{turns_path}: no session turns")

@@ -10,7 +10,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.protocols.catalog import names
+from selfknow.report.catalog import names
 
 from . import controls as C
 from .catalog import TABLES as CATALOG

@@ -1,8 +1,8 @@
-"""The LCAE paper's catalog (the pattern of `selfknow.protocols.catalog`): its tables and
+"""The LCAE paper's catalog (the pattern of `selfknow.report.catalog`): its tables and
 figure, each listed once. One job writes them all (`tables.write_tables`, rule lcae_tables)."""
 from __future__ import annotations
 
-from selfknow.protocols.catalog import Table
+from selfknow.report.catalog import Table
 
 TABLES: tuple[Table, ...] = (
     Table("table1", job="tables"),          # Table I: LCAE (BCE) per condition

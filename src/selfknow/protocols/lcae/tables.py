@@ -7,7 +7,7 @@ import pandas as pd
 from selfknow.stats.hypothesis import friedman, mean_ci, pairwise_wilcoxon_holm
 from selfknow.stats.item_fit import band_counts
 from selfknow.stats.lcae import cost_efficiency
-from selfknow.protocols.catalog import names
+from selfknow.report.catalog import names
 from selfknow.stats.rasch import EXTREME_SCORE_ADJUSTMENT
 
 from .catalog import TABLES

@@ -12,7 +12,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from selfknow.protocols.catalog import Table, by_name, needs
+from selfknow.report.catalog import Table, by_name, needs
 
 from . import methods as M
 from .methods import MethodInputs
