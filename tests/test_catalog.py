@@ -22,7 +22,7 @@ from selfknow.protocols.ladder import catalog as LC
 from selfknow.protocols.lcae import catalog as AC
 from selfknow.protocols.persistent import catalog as PC
 from selfknow.protocols.persistent.methods import MethodInputs
-from selfknow.protocols.persistent.tables import table_rows
+from selfknow.protocols.persistent.tables import METRIC_LABELS, SHORT, table_rows
 from selfknow.protocols.persistent.variants import TABLE_VARIANTS, VARIANTS
 from selfknow.stats.persistent.contrast import METRICS
 
@@ -114,8 +114,6 @@ def test_the_rules_build_exactly_the_catalogs_tables(configfile, tmp_path):
 
 def expected_method_table(name: str, cfg: dict) -> tuple[list[str], list[str]]:
     """(columns, method labels) of a persistent method table from the catalog alone."""
-    from selfknow.protocols.persistent.tables import METRIC_LABELS, SHORT
-
     pc = cfg["persistent"]
     models, datasets, transfer = pc["models"], pc["datasets"], pc.get("transfer_dataset", "")
     gcm = "gcm" if "gcm_adapter" in pc else "gcm_trained"
@@ -144,7 +142,7 @@ def test_a_tables_rows_and_columns_come_from_the_catalog():
 # ----------------------------------------------------------------------------------------------
 # docs/extending.md: a persistent confidence method
 # ----------------------------------------------------------------------------------------------
-EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>append|after: .+?|replace: .+?) -->\n"
+EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>append|after: .+?|before: .+?|replace: .+?) -->\n"
                   r"(?P<indent>[ ]*)```python\n(?P<code>.*?)\n[ ]*```", re.S)
 
 
@@ -159,10 +157,11 @@ def apply_edit(root: Path, path: str, how: str, code: str) -> None:
     text = f.read_text(encoding="utf-8")
     if how == "append":
         text = text.rstrip("\n") + "\n\n\n" + code + "\n"
-    elif how.startswith("after: "):
+    elif how.startswith(("after: ", "before: ")):
+        where, prefix = how.split(": ", 1)
         lines = text.split("\n")
-        at = next(i for i, line in enumerate(lines) if line.strip().startswith(how[len("after: "):]))
-        text = "\n".join(lines[:at + 1] + code.split("\n") + lines[at + 1:])
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(prefix)) + (where == "after")
+        text = "\n".join(lines[:at] + code.split("\n") + lines[at:])
     else:
         old = how[len("replace: "):]
         assert text.count(old) == 1, f"{path}: {old!r} is not there exactly once"
@@ -170,16 +169,16 @@ def apply_edit(root: Path, path: str, how: str, code: str) -> None:
     f.write_text(text, encoding="utf-8")
 
 
-#: runs in the copy: synthetic answers of three evaluation checkpoints, the metrics job's
-#: assembly and metrics, then Table 1's job; prints Table 1's CSV
-TABLE1 = r'''
+#: runs in the copy: synthetic answers of a training and three evaluation checkpoints, the
+#: metrics job's assembly and metrics, then one table's job; prints the table's CSV
+TABLE_JOB = r'''
 import sys
 import numpy as np, pandas as pd
 from pathlib import Path
 from selfknow.protocols.persistent import metrics as PM, tables as T
 from selfknow.protocols.persistent.inputs import EvalFiles, Evaluation
 
-out = Path(sys.argv[1])
+out, name = Path(sys.argv[1]), sys.argv[2]
 rng = np.random.default_rng(0)
 ev, n = ["C2", "C3", "C4"], 120
 ids = [f"q{i:03d}" for i in range(n)]
@@ -188,7 +187,8 @@ sc = {c: pd.DataFrame({"item_id": ids, "prediction": "a", "confidence": rng.unif
 variants = [pd.DataFrame([{"variant": v, "seed": 0, "adapter": "multi", "scorer": c, "target": c, "dataset": "main",
                            "item_id": i, "confidence": float(x)}
                           for c in ev for i, x in zip(ids, rng.uniform(size=n))]) for v in ("nonoracle_multi", "oracle_multi")]
-items, y, methods = PM.assemble_methods(sc, ev, variant_frames=variants)
+train = {"C1": pd.DataFrame({"confidence": rng.uniform(size=n), "correct": rng.uniform(size=n) < 0.3})}
+items, y, methods = PM.assemble_methods(sc, ev, train_sc=train, variant_frames=variants)
 points, reps, _ = PM.compute_metrics(y, methods, min_contrast=5, n_boot=20, n_boot_ece=0, seed=1)
 paths = T.metrics_paths(str(out), "M", "d", "main")
 for p in paths.values():
@@ -199,37 +199,42 @@ PM.contrast_size_frame(y, ev, 5).to_parquet(paths["contrast"])
 pd.DataFrame([{"judge": "exact match"}]).to_csv(out / "judge.csv", index=False)
 files = {Evaluation("M", "d", "main"): EvalFiles(paths["metrics"], paths["replicates"], paths["contrast"],
                                                  str(out / "judge.csv"))}
-T.table_job("table1", files, ["M"], ["d"], "", str(out / "table1.csv"), str(out / "table1.md"),
+T.table_job(name, files, ["M"], ["d"], "", str(out / f"{name}.csv"), str(out / f"{name}.md"),
             min_contrast=5, min_contrast_transfer=5)
-print((out / "table1.csv").read_text(encoding="utf-8"))
+print((out / f"{name}.csv").read_text(encoding="utf-8"))
 '''
 
 
-def table1_csv(src: Path, out: Path) -> str:
+def table_csv(src: Path, out: Path, name: str = "table1") -> str:
     env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", TABLE1, str(out)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", TABLE_JOB, str(out), name], env=env, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc.stdout
 
 
-def test_the_extending_recipe_adds_a_method_to_table_1(tmp_path):
+def recipe_copy(tmp_path: Path, heading: str) -> tuple[Path, list[tuple[str, str, str]]]:
+    """A copy of the package (and its config defaults) and the edits of a docs/extending.md section."""
     doc = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
-    section = doc.split("## A persistent confidence method", 1)[1].split("\n## ", 1)[0]
-    edits = recipe_edits(section)
+    section = doc.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    copy = tmp_path / "repo"
+    for part in ("src", "schemas"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy, recipe_edits(section)
+
+
+def test_the_extending_recipe_adds_a_method_to_table_1(tmp_path):
+    copy, edits = recipe_copy(tmp_path, "A persistent confidence method")
     assert len(edits) == 3 and {p for p, _, _ in edits} == {"src/selfknow/protocols/persistent/methods.py",
                                                             "src/selfknow/protocols/persistent/catalog.py"}
-    copy = tmp_path / "repo"
-    for part in ("src", "schemas"):  # the package and its config defaults
-        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-    before = table1_csv(copy / "src", tmp_path / "before")
+    before = table_csv(copy / "src", tmp_path / "before")
     assert "Constant 0.5" not in before
     for path, how, code in edits:
         apply_edit(copy, path, how, code)
     changed = {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")
                if p.read_bytes() != (REPO / p.relative_to(copy)).read_bytes()}
     assert changed == {p for p, _, _ in edits}
-    after = table1_csv(copy / "src", tmp_path / "after")
+    after = table_csv(copy / "src", tmp_path / "after")
     header, *rows = [line.split(",") for line in after.strip().splitlines()]
     assert [r[header.index("method")] for r in rows] == ["End-correct baseline", "Self-consistency", "Constant 0.5",
                                                         "Non-oracle training", "Oracle training"]
@@ -240,3 +245,17 @@ def test_the_extending_recipe_adds_a_method_to_table_1(tmp_path):
     # the other rows are as before the edit
     assert [r for r in rows if r[header.index("method")] != "Constant 0.5"] == \
         [line.split(",") for line in before.strip().splitlines()[1:]]
+
+
+def test_the_extending_recipe_adds_a_persistent_table(tmp_path):
+    """docs/extending.md's table example, applied to a copy, is a table the table job writes
+    with the rows and columns of its catalog entry (its rule and report entry follow from the
+    catalog and are checked above)."""
+    copy, edits = recipe_copy(tmp_path, "A persistent table")
+    assert [p for p, _, _ in edits] == ["src/selfknow/protocols/persistent/catalog.py"]
+    for path, how, code in edits:
+        apply_edit(copy, path, how, code)
+    csv = table_csv(copy / "src", tmp_path / "out", "table20")
+    header, *rows = [line.split(",") for line in csv.strip().splitlines()]
+    assert header == ["model", "dataset", "method", *(METRIC_LABELS[m] for m in METRICS)]
+    assert [r[:3] for r in rows] == [["M", "d", "Self-consistency"], ["M", "d", "⌞ Post-hoc"]]
