@@ -34,7 +34,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 import selfknow  # noqa: E402
-from selfknow.protocols.persistent.evaluate import compute_metrics  # noqa: E402
+from selfknow.protocols.persistent.metrics import compute_metrics  # noqa: E402
 
 ADAPTER_METHODS = ("nonoracle", "nonoracle_multi_n1", "nonoracle_single", "nonoracle_single_n1", "oracle",
                    "oracle_multi_n1", "oracle_respective", "oracle_respective_n1", "oracle_single_data",

@@ -15,6 +15,12 @@ from selfknow.config import (
     validate_config,
 )
 
+# Each paper's catalog of tables and figures (protocols/<paper>/catalog.py).
+from selfknow.report.catalog import buildable, names
+from selfknow.protocols.ladder.catalog import TABLES as LADDER_CATALOG
+from selfknow.protocols.ladder.catalog import config_has as ladder_config_has
+from selfknow.protocols.lcae.catalog import TABLES as LCAE_CATALOG
+
 # Typed named inputs. Where a script must know which input file is which, one function returns
 # a key -> path mapping; `input` takes its paths, `params` the mapping itself.
 from selfknow.protocols.persistent.inputs import input_paths, paths_of
@@ -163,6 +169,10 @@ def named_figure_targets(paper, names):
     return out
 
 
+#: the LADDER catalog's tables and figures this config builds (protocols/ladder/catalog.py)
+LADDER_BUILT = buildable(LADDER_CATALOG, ladder_config_has(config))
+
+
 def all_table_files():
     files = []
     if "world" in config:
@@ -171,17 +181,13 @@ def all_table_files():
         files += table_targets("judge", ["audit"])
     if "persistent" in config:
         files += persistent_table_files()
-    if "ladder" in config:
-        files += ladder_table_files()
-        if "cross_task" in config["ladder"]:
-            files += ladder_crosstask_table_files()
-    if "ladder_import_dir" in config:
-        files += table_targets("ladder", ["import_aggregates"])
+    files += table_targets("ladder", [t.name for t in LADDER_BUILT if t.writes_table])
+    files += [f"{R}/figures/ladder/{t.name}.png" for t in LADDER_BUILT if t.figure]
     if any(k in config for k in ("lcae", "ladder", "persistent")):
         files += table_targets("card", ["self_knowledge"])
     if "lcae" in config:
-        files += table_targets("lcae", ["table1", "table1_squared", "table2", "table3", "item_fit"])
-        files.append(f"{R}/figures/lcae/figure2.png")
+        files += table_targets("lcae", names(LCAE_CATALOG, figure=False))
+        files += [f"{R}/figures/lcae/{f}.png" for f in names(LCAE_CATALOG, figure=True)]
     return files
 
 

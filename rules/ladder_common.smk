@@ -81,16 +81,6 @@ def ladder_figure_targets():
     return named_figure_targets("ladder", LADDER_FIGURES)
 
 
-def ladder_table_files():
-    """Every LADDER table and figure target, for all_table_files()."""
-    files = table_targets("ladder", [*LADDER_TABLES, "table34"])  # Table 34: rules/ladder_heldout.smk
-    files += [f"{R}/figures/ladder/{f}.png" for f in LADDER_FIGURES]
-    files += ladder_appendix_files()  # rules/ladder_appendix.smk
-    if "extension" in LAD:
-        files += table_targets("ladder", ["table32"])
-    return files
-
-
 # Table 34 (rules/ladder_heldout.smk)
 def react_dirs():
     """The directory of each ReAct configuration's produced records (ladder.react)."""
@@ -130,9 +120,3 @@ def get_ladder_appendix_inputs(wildcards):
     return {"optimisation": [f"{R}/ladder/scores/{m}/optimisation.parquet" for m in LADDER_MODELS],
             "runs": [f"{R}/ladder/sessions/{m}/{k}.parquet" for m in LADDER_MODELS for k in ("main", "alt_user")],
             **{p: [f"{R}/ladder/scores/{m}/{p}.parquet" for m in LADDER_MODELS] for p in LADDER_APPENDIX_PARTS}}
-
-
-def ladder_appendix_files():
-    """The appendix tables and figures, for ladder_table_files()."""
-    return (table_targets("ladder", LADDER_APPENDIX_TABLES)
-            + [f"{R}/figures/ladder/{f}.png" for f in LADDER_APPENDIX_FIGURES])

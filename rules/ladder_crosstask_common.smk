@@ -3,7 +3,7 @@
 
 CT = LAD["cross_task"]
 CT_SUITES = list(CT["suites"])
-CT_TABLES = [f"crosstask_{s}" for s in CT_SUITES]
+CT_TABLES = [t.name for t in LADDER_BUILT if t.job == "crosstask"]
 
 
 def crosstask_loader(suite):
@@ -46,8 +46,3 @@ def get_crosstask_loader(wildcards):
 def get_crosstask_outputs(wildcards):
     return {f"{s}_{part}": [f"{R}/ladder/crosstask/{s}/{m}/{part}.parquet" for m in CT["models"]]
             for s in CT_SUITES for part in ("answers", "prior")}
-
-
-def ladder_crosstask_table_files():
-    """The cross-task tables, for all_table_files()."""
-    return table_targets("ladder", CT_TABLES)

@@ -36,7 +36,7 @@ rule ladder_table32:
     input:
         extension_record_files(),
     output:
-        **named_table_targets("ladder", ["table32"]),
+        **named_table_targets("ladder", names(LADDER_CATALOG, job="extension")),
     localrule: True
     params:
         datasets=extension_task_setting("dataset"),

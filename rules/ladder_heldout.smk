@@ -12,7 +12,7 @@ rule ladder_table34:
     input:
         unpack(get_ladder_table34_inputs),
     output:
-        **named_table_targets("ladder", ["table34"]),
+        **named_table_targets("ladder", names(LADDER_CATALOG, job="heldout")),
     params:
         seed=config["seed"],
         react_specs=get_ladder_react_specs,

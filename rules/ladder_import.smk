@@ -5,7 +5,7 @@
 
 rule ladder_import:
     output:
-        **named_table_targets("ladder", ["import_aggregates"]),
+        **named_table_targets("ladder", names(LADDER_CATALOG, job="import")),
     params:
         import_dir=config["ladder_import_dir"],
         estimators=config["ladder_import_estimators"],

@@ -116,8 +116,8 @@ rule lcae_tables:
         persons=rules.lcae_irt.output.persons,
         item_params=rules.lcae_irt.output.item_params,
     output:
-        **named_table_targets("lcae", ["table1", "table1_squared", "table2", "table3", "item_fit"]),
-        **named_figure_targets("lcae", ["figure2"]),
+        **named_table_targets("lcae", names(LCAE_CATALOG, figure=False)),
+        **named_figure_targets("lcae", names(LCAE_CATALOG, figure=True)),
     params:
         prices=LC["prices"],
         method=LC["rasch_method"],

@@ -9,8 +9,16 @@ from selfknow.protocols.persistent.inputs import (
     ScInput,
     ScTable,
 )
-from selfknow.protocols.persistent.jobs import RELIABILITY_VARIANTS
-from selfknow.protocols.persistent.tables import SECOND_DATASET_TABLES, TABLES
+from selfknow.report.catalog import buildable
+from selfknow.protocols.persistent.catalog import (
+    TABLES as P_CATALOG,
+    ContrastTable,
+    MethodTable,
+    TransferFigure,
+    config_has,
+    reliability_variants,
+    table_evalset,
+)
 from selfknow.protocols.persistent.variants import (
     MAIN,
     TABLE_VARIANTS,
@@ -35,6 +43,8 @@ P_SPLITS = ("train", "test")
 #: where persistent_sc writes its SC tables: labelled ("sc", exact match) or unlabelled for
 #: persistent_judge ("candidates", the LLM judge)
 P_SC_STAGE = "candidates" if config["judge"]["correctness"] == "llm" else "sc"
+#: the catalog's tables and figures this config builds (protocols/persistent/catalog.py)
+P_BUILT = buildable(P_CATALOG, config_has(len(P_DATASETS), bool(P_TRANSFER), bool(P_GCM))) if P_MODELS else []
 
 
 wildcard_constraints:
@@ -230,9 +240,9 @@ def get_reliability_sc(wildcards):
 
 
 def get_reliability_confs(wildcards):
-    """The variants of the methods the reliability diagrams show (`RELIABILITY_VARIANTS`),
+    """The variants of the methods the reliability diagrams show (`catalog.reliability_variants`),
     first seed."""
-    return [p_conf(wildcards.model, wildcards.dataset, v, P_SEEDS[0]) for v in RELIABILITY_VARIANTS]
+    return [p_conf(wildcards.model, wildcards.dataset, v, P_SEEDS[0]) for v in reliability_variants()]
 
 
 def get_reliability_gcm(wildcards):
@@ -247,7 +257,7 @@ def persistent_reliability_files():
 
 def persistent_table_inputs(table):
     """The metric, contrast-size and judge-count files of every evaluation a table reads."""
-    e = TRANSFER if table in ("table10", "table18") else MAIN
+    e = table_evalset(table)
     return {Evaluation(m, d, e): EvalFiles(*p_metric_files(m, d, e), f"{R}/persistent/contrast/{m}/{d}/{e}.parquet",
                                            f"{R}/persistent/judge/{m}/{d}/{e}.csv")
             for m in P_MODELS for d in P_DATASETS}
@@ -258,20 +268,14 @@ def persistent_ckpt_order():
 
 
 def persistent_table_names():
-    names = [t for t in TABLES if len(P_DATASETS) > 1 or t not in SECOND_DATASET_TABLES]
-    if not P_TRANSFER:
-        names = [t for t in names if t not in ("table10", "table18")]
-    if not P_GCM:
-        names = [t for t in names if t != "table17"]
-    return names
+    """The method and contrast tables this config builds (one rule each, rules/persistent.smk)."""
+    return [t.name for t in P_BUILT if isinstance(t.layout, (MethodTable, ContrastTable))]
 
 
 def persistent_transfer_figures():
     """(figure, training dataset): Figure 3 on the first training dataset, Figure 4 (§B.6) on the
     second, each for the first model."""
-    if not P_MODELS:
-        return []
-    return list(zip(["figure3", "figure4"], P_DATASETS))
+    return [(t.name, P_DATASETS[t.layout.dataset]) for t in P_BUILT if isinstance(t.layout, TransferFigure)]
 
 
 def persistent_accuracy_datasets():
@@ -311,9 +315,6 @@ def persistent_figure2_sc():
 
 def persistent_table_files():
     """Every table and figure of the persistent paper that this config can build."""
-    if not P_MODELS:
-        return []
-    figures = [f for f, _ in persistent_transfer_figures()] + (["figure2"] if P_GCM else [])
-    files = table_targets("persistent", persistent_table_names() + ["table7", "table19"] + figures)
-    files += [f"{R}/figures/persistent/{f}.png" for f in figures]
-    return files + persistent_reliability_files()
+    files = table_targets("persistent", [t.name for t in P_BUILT if t.writes_table])
+    files += [f"{R}/figures/persistent/{t.name}.png" for t in P_BUILT if t.figure and t.data_table]
+    return files + (persistent_reliability_files() if P_MODELS else [])

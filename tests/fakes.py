@@ -69,6 +69,7 @@ def sc_job_prompts(tmp_path, monkeypatch, splits: dict, *, n_shots: int, icl_by_
     question of `splits` (`build_items`' train and test frames), with a scripted model."""
     import pandas as pd
 
+    from selfknow.protocols.persistent import jobs
     from selfknow.protocols.persistent.jobs import SplitIO, sc_job
     from selfknow.records import write_parquet
 
@@ -81,7 +82,7 @@ def sc_job_prompts(tmp_path, monkeypatch, splits: dict, *, n_shots: int, icl_by_
         seen.append(prompt)
         return [(" x", 0.0)]
 
-    monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
+    monkeypatch.setattr(jobs, "load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
     test = SplitIO(str(tmp_path / "test.parquet"), len(splits["test"]), str(tmp_path / "beams.parquet"),
                    str(tmp_path / "sc.parquet"))
     sc_job({"test": test}, str(tmp_path / "train.parquet"), {"name": "m"}, "C1", n_shots=n_shots, icl_by_domain=icl_by_domain, seed=0, num_beams=1, max_new_tokens=4,

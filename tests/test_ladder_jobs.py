@@ -75,8 +75,7 @@ def run(tmp_path_factory, monkeypatch_module):
     write_parquet(items, tmp / "items.parquet")
     lms = {"answerer": answering_lm(items), "prompted": prompted_lm(),
            "user": ScriptedLM(lambda p: "Hmm, maybe. Thanks!", model_id="user")}
-    import selfknow.models as M
-    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lms[spec["name"]])
+    monkeypatch_module.setattr(J, "load_lm", lambda spec, ck=None, cache_dir=None: lms[spec["name"]])
     spec = {"name": "answerer", "backend": "hf", "path": "x"}
     s = two_jobs(tmp, spec, n_sessions=6, n_turns=20, items_per_domain=4, seed=3, alt_sessions=2,
                  user_spec={"name": "user", "backend": "hf", "path": "x", "chat": True})
@@ -122,11 +121,10 @@ def test_sessions_jobs_write_main_and_alt_user_sessions(run):
 
 
 def test_sessions_jobs_resume_and_discard_stale_chunks(run, monkeypatch_module, tmp_path):
-    import selfknow.models as M
     items = run["items"]
     write_parquet(items, tmp_path / "items.parquet")
     lm = answering_lm(items)
-    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
+    monkeypatch_module.setattr(J, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
     kw = dict(n_sessions=3, n_turns=10, items_per_domain=4, seed=1, alt_sessions=0)
     spec = {"name": "answerer", "backend": "hf", "path": "x"}
     two_jobs(tmp_path, spec, **kw)
@@ -151,11 +149,10 @@ def test_sessions_jobs_resume_and_discard_stale_chunks(run, monkeypatch_module, 
 def test_answers_job_chat_model_answers_each_turn_with_given_tiers(run, monkeypatch_module, tmp_path):
     """A chat answerer in the authors' format: one call per session turn (no pool pass when
     the tiers are given), their tiers on every turn; other answer settings discard the chunks."""
-    import selfknow.models as M
     items = run["items"]
     write_parquet(items, tmp_path / "items.parquet")
     lm = ScriptedLM(lambda p: "Answer: B\nConfidence: 62", model_id="chat")
-    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
+    monkeypatch_module.setattr(J, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
     doms = sorted(items["domain"].unique())
     tiers = {"strong": doms[:2], "mid": doms[2:4], "weak": doms[4:]}
     answering = {"format": "authors", "temperature": 0.3, "max_new_tokens": 200, "per_turn": True}
@@ -181,7 +178,6 @@ def test_the_two_jobs_record_what_one_process_records(run, monkeypatch_module, t
     replies (the user's job); the records are those of `run_sessions`, which runs both halves
     in one process, for the main (rule) user and the LLM user's replay alike. Each job loads
     its own model only."""
-    import selfknow.models as M
     from selfknow.protocols.ladder.session import run_sessions
     from selfknow.protocols.ladder.simulators import make_user
 
@@ -194,7 +190,7 @@ def test_the_two_jobs_record_what_one_process_records(run, monkeypatch_module, t
     def load(spec, ck=None, cache_dir=None):
         loaded.append(spec["name"])
         return lms[spec["name"]]
-    monkeypatch_module.setattr(M, "load_lm", load)
+    monkeypatch_module.setattr(J, "load_lm", load)
     kw = dict(n_sessions=4, n_turns=12, items_per_domain=4, seed=5, alt_sessions=2)
     user_spec = {"name": "user", "backend": "hf", "path": "x", "chat": True}
     J.answers_job(str(tmp_path / "items.parquet"), {"name": "answerer", "backend": "hf", "path": "x"},
@@ -421,9 +417,8 @@ def test_write_tables_fills_every_table_and_figure(run):
 
 
 def test_prompted_job_can_ask_a_subset_of_sessions(run, monkeypatch_module):
-    import selfknow.models as M
     lm = prompted_lm()
-    monkeypatch_module.setattr(M, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
+    monkeypatch_module.setattr(J, "load_lm", lambda spec, ck=None, cache_dir=None: lm)
     tmp = run["tmp"]
     J.prompted_job(str(tmp / "main.parquet"), {"name": "p", "backend": "hf", "path": "x", "chat": True},
                    str(tmp / "sub_prof.parquet"), str(tmp / "sub_q.parquet"), model="answerer",

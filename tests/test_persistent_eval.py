@@ -12,7 +12,8 @@ import pytest
 
 from selfknow.cli import main
 from selfknow.protocols.persistent import tables as T
-from selfknow.protocols.persistent.evaluate import (BT_METHODS, Confidences, evaluate, record_arrays,
+from selfknow.protocols.persistent.catalog import fitted_methods
+from selfknow.protocols.persistent.evaluate import (Confidences, evaluate, record_arrays,
                                                     records_frame)
 from selfknow.protocols.persistent.inputs import EvalFiles, Evaluation
 from selfknow.protocols.persistent.own_records import export_records
@@ -151,7 +152,7 @@ def _workflow_metric_files(root: Path, confs: dict[str, Confidences], settings: 
     files = {}
     for d, conf in confs.items():
         (conf2,) = record_arrays(records_frame(conf)).values()
-        res = evaluate(conf2, bt_methods=BT_METHODS, **settings)
+        res = evaluate(conf2, bt_methods=fitted_methods(), **settings)
         p = T.metrics_paths(str(root), "M", d, "main")
         Path(p["contrast"]).parent.mkdir(parents=True, exist_ok=True)
         Path(p["metrics"]).parent.mkdir(parents=True, exist_ok=True)
@@ -226,7 +227,7 @@ def test_export_records_on_the_tiny_run_reproduces_its_persistent_table1(tiny_ru
     mine = pd.read_csv(tmp_path / "all" / "metrics.csv", float_precision="round_trip")
     for d in records["dataset"].unique():
         theirs = pd.read_parquet(tiny_run / "persistent" / "metrics" / model / d / "main.parquet")
-        ours = mine[(mine["dataset"] == d) & ((mine["normaliser"] == "eq1") | mine["method"].isin(BT_METHODS))]
+        ours = mine[(mine["dataset"] == d) & ((mine["normaliser"] == "eq1") | mine["method"].isin(fitted_methods()))]
         key = ["normaliser", "method", "metric"]
         merged = theirs.merge(ours, on=key, suffixes=("_wf", "_own"), how="outer", indicator=True)
         assert (merged["_merge"] == "both").all()

@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfknow.protocols.persistent import evaluate as E
+from selfknow.protocols.persistent import catalog as C
 from selfknow.protocols.persistent import jobs as J
+from selfknow.protocols.persistent import metrics as PM
 from selfknow.protocols.persistent import tables as T
 from selfknow.protocols.persistent import variance as VAR
 from selfknow.protocols.persistent import variants as V
@@ -130,7 +131,7 @@ def test_sc_job_groups_weights_and_judges(tmp_path, monkeypatch):
         return [(f" a{i}\nQuestion", math.log(0.5)), (" wrong", math.log(0.3)), (" Wrong.", math.log(0.2))]
 
     lm = ScriptedLM(lambda p: "", beams=beams)
-    monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: lm)
+    monkeypatch.setattr(J, "load_lm", lambda *a, **k: lm)
     test = J.SplitIO(str(tmp_path / "test.parquet"), 3, str(tmp_path / "beams.parquet"), str(tmp_path / "sc.parquet"))
     out = J.sc_job({"test": test}, str(tmp_path / "train.parquet"), {"name": "m"}, "C1",
                    n_shots=2, icl_by_domain=False, seed=0, num_beams=3, max_new_tokens=8, equivalence="normalised",
@@ -159,8 +160,8 @@ def test_llm_judge_labels_a_paraphrase_right_and_counts_what_it_cannot_label(tmp
     # the judge: right/wrong for q0 and q1, a refusal for q2, half an answer for q3
     replies = {"0": "1. R\n2. W", "1": "1. R\n2. W", "2": "Sorry, I cannot grade these answers.", "3": "1. R"}
     judge = ScriptedLM(lambda p: replies[p.split("Question: Question ")[1][0]], model_id="judge-lm")
-    monkeypatch.setattr("selfknow.models.load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
-    monkeypatch.setattr("selfknow.stages.jobs.load_judge", lambda spec, cache_dir, labels: judge)
+    monkeypatch.setattr(J, "load_lm", lambda *a, **k: ScriptedLM(lambda p: "", beams=beams))
+    monkeypatch.setattr(J, "load_judge", lambda spec, cache_dir, labels: judge)
     spec = {"name": "judge-lm", "backend": "hf", "chat": True}
     run = dict(n_shots=0, icl_by_domain=False, seed=0, num_beams=2, max_new_tokens=8,
                equivalence="normalised", normalisation="squad", prompt_label="Question", cache_dir=str(tmp_path / "cache"))
@@ -255,7 +256,7 @@ def test_assemble_methods_baselines_copy_and_surrogate():
           "C4": _sc_frame(ids, [0.3, 0.5, 0.4], [True, True, False], ["u", "y", "w"])}
     c2 = _sc_frame(ids, [0.7, 0.8, 0.1], [True, True, False], ["u", "y", "z"])
     train = {"C1": _sc_frame(ids, [0.1, 0.5, 0.9], [False, True, True])}
-    items, y, m = J.assemble_methods(ev, ["C3", "C4"], train_sc=train, surrogate_sc=c2,
+    items, y, m = PM.assemble_methods(ev, ["C3", "C4"], train_sc=train, surrogate_sc=c2,
                                      equivalence=J.make_equivalence("normalised", normalisation="squad"))
     assert items.tolist() == ids
     np.testing.assert_array_equal(y, [[0, 1, 1], [1, 1, 0]])
@@ -279,14 +280,14 @@ def test_assemble_methods_variant_seeds_and_renames():
                 rows.append({"variant": "oracle_multi", "seed": seed, "adapter": "multi", "scorer": c, "target": c,
                              "dataset": "main", "item_id": item, "answer": "", "correct": True,
                              "confidence": 0.1 * seed + 0.01 * i + (0.5 if c == "C4" else 0)})
-    _, _, m = J.assemble_methods(ev, EV, variant_frames=[pd.DataFrame(rows)])
+    _, _, m = PM.assemble_methods(ev, EV, variant_frames=[pd.DataFrame(rows)])
     assert m["oracle"].shape == (2, 2, 2)
     np.testing.assert_allclose(m["oracle"][:, 1, 1], [0.51, 0.61])  # seeds sorted
 
 
 def test_contrast_size_frame_counts_by_hand():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1]])
-    df = E.contrast_size_frame(y, ["A", "B"], min_contrast=3)
+    df = PM.contrast_size_frame(y, ["A", "B"], min_contrast=3)
     ab = df[(df.row == "A") & (df.col == "B")].iloc[0]
     ba = df[(df.row == "B") & (df.col == "A")].iloc[0]
     assert (ab["size"], ab["row_wrong_col_right"], ba["row_wrong_col_right"]) == (3, 2, 1)
@@ -298,7 +299,7 @@ def test_compute_metrics_points_and_replicates():
     y = (rng.random((3, 200)) < [[0.4], [0.5], [0.6]]).astype(float)
     good = np.clip(0.5 * y + 0.5 * rng.random((3, 200)), 0, 1)[None]
     m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 200, axis=1)[None], "sc": good}
-    pts, reps, pairs = E.compute_metrics(y, m, min_contrast=50, n_boot=40, n_boot_ece=0, seed=1)
+    pts, reps, pairs = PM.compute_metrics(y, m, min_contrast=50, n_boot=40, n_boot_ece=0, seed=1)
     assert len(pairs) == 3
     eq1 = pts[pts.normaliser == "eq1"].set_index(["method", "metric"])["value"]
     assert eq1["end_correct", "delta0_b"] == pytest.approx(0.0)
@@ -355,7 +356,7 @@ def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a
         good = np.clip(0.5 * y + 0.5 * rng.random((3, 300)), 0, 1)[None]
         m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 300, axis=1)[None], "sc": good,
              "nonoracle": rng.random((1, 3, 300)), "oracle": good if d == "d1" else 1 - good}
-        points, reps, _ = E.compute_metrics(y, m, min_contrast=50, n_boot=400, n_boot_ece=0, seed=1)
+        points, reps, _ = PM.compute_metrics(y, m, min_contrast=50, n_boot=400, n_boot_ece=0, seed=1)
         files[("M", d, d)] = T.MetricFile(points, reps)
         if d == "d1":  # the point value is the pooled AUC
             noise_auc, noise_reps = roc_auc_score(y.ravel(), m["nonoracle"][0].ravel()), reps["eq1|nonoracle|full_auc"]
@@ -396,9 +397,9 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
         noise = rng.random((1, 3, 400))
         m = {"end_correct": np.repeat(np.array([0, 0.5, 1.0])[:, None], 400, axis=1)[None], "sc": good,
              "nonoracle": noise if d == "d1" else good, "oracle": good if d == "d1" else noise}
-        points, reps, _ = E.compute_metrics(y, m, min_contrast=50, n_boot=300, n_boot_ece=0, seed=2)
+        points, reps, _ = PM.compute_metrics(y, m, min_contrast=50, n_boot=300, n_boot_ece=0, seed=2)
         files[("M", d, d)] = T.MetricFile(points, reps)
-        contrast[("M", d, d)] = E.contrast_size_frame(y, ["A", "B", "C"], 50)
+        contrast[("M", d, d)] = PM.contrast_size_frame(y, ["A", "B", "C"], 50)
     # by hand: (A,B) 90 improvements (items 80-159, 390-399); (A,C) 160 (80-239); (B,C) 80 (160-239)
     # and 10 regressions (390-399)
     assert T.improvement_share(contrast[("M", "d1", "d1")]) == (90 + 160 + 80, 90 + 160 + 90)
@@ -417,7 +418,7 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
 
 def test_contrast_size_table_marks_unused_pairs():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
-    df = T.contrast_size_table({"M": E.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)
+    df = T.contrast_size_table({"M": PM.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)
     assert df.loc[0, "#2"] == "3 (2)" and df.loc[1, "#1"] == "3 (1)" and df.loc[0, "#3"] == "2 (2)*"
     assert df.loc[0, "#1"] == "–"
 
@@ -430,14 +431,12 @@ def test_write_table_and_figure3_from_synthetic_files(tmp_path):
         p = T.metrics_paths(R, "M", "d", evalset)
         Path(p["metrics"]).parent.mkdir(parents=True, exist_ok=True)
         Path(p["contrast"]).parent.mkdir(parents=True, exist_ok=True)
-        methods = list(T.METHOD_LABELS) + ["nonoracle_single", "oracle_respective", "oracle_single_data",
-                                           "oracle_pooled", "nonoracle_multi_n1", "nonoracle_single_n1",
-                                           "oracle_multi_n1", "oracle_respective_n1"]
+        methods = [m.name for m in C.METHODS]
         rows = [{"normaliser": n, "method": m, "metric": k, "value": 0.5}
                 for n in ("eq1", "bt") for m in methods for k in METRICS]
         pd.DataFrame(rows).to_parquet(p["metrics"])
         np.savez(p["replicates"], **{f"eq1|{m}|{k}": np.full(10, 0.5) for m in methods for k in METRICS})
-        E.contrast_size_frame(np.array([[1, 0, 1], [0, 1, 1]]), ["A", "B"], 1).to_parquet(p["contrast"])
+        PM.contrast_size_frame(np.array([[1, 0, 1], [0, 1, 1]]), ["A", "B"], 1).to_parquet(p["contrast"])
     files = {Evaluation("M", "d", e): EvalFiles(*(T.metrics_paths(R, "M", "d", e)[k]
                                                   for k in ("metrics", "replicates", "contrast")), f"{R}/judge_{e}.csv")
              for e in ("main", "transfer")}
@@ -464,16 +463,16 @@ def test_reliability_frame_takes_the_first_seed_pooled_over_checkpoints_in_panel
     y = np.array([[0, 1, 1], [1, 0, 0]], dtype=float)
     sc = np.array([[0.1, 0.2, 0.3], [0.4, 0.5, 0.6]])[None]
     oracle = np.stack([np.full((2, 3), 0.7), np.full((2, 3), 0.9)])  # seeds 0 and 1
-    df = J.reliability_frame(y, {"oracle": oracle, "sc": sc, "nonoracle_multi_n1": sc})  # an ablation: no panel
+    df = PM.reliability_frame(y, {"oracle": oracle, "sc": sc, "nonoracle_multi_n1": sc})  # an ablation: no panel
     assert list(pd.unique(df["panel"])) == ["Self-consistency", "Oracle training"]
     got = df[df["panel"] == "Self-consistency"]
     assert got["confidence"].tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
     assert got["correct"].tolist() == [0, 1, 1, 1, 0, 0]
     assert df.loc[df["panel"] == "Oracle training", "confidence"].tolist() == pytest.approx([0.7] * 6)
     with pytest.raises(ValueError, match="no method"):
-        J.reliability_frame(y, {"nonoracle_multi_n1": sc})
+        PM.reliability_frame(y, {"nonoracle_multi_n1": sc})
     with pytest.raises(ValueError, match="'sc'"):
-        J.reliability_frame(y, {"sc": sc[:, :1]})
+        PM.reliability_frame(y, {"sc": sc[:, :1]})
 
 
 def _reliability_inputs(tmp_path, n: int = 60) -> tuple[dict, list, list]:
@@ -513,11 +512,9 @@ def _reliability_inputs(tmp_path, n: int = 60) -> tuple[dict, list, list]:
 
 
 def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path, monkeypatch):
-    from selfknow.report import figures as F
-
     drawn = []  # the summaries of what the job drew (taken before the figure is closed)
-    grid = F.reliability_grid
-    monkeypatch.setattr(F, "reliability_grid", lambda *a, **k: drawn.append(grid(*a, **k)) or drawn[-1])
+    grid = J.reliability_grid
+    monkeypatch.setattr(J, "reliability_grid", lambda *a, **k: drawn.append(grid(*a, **k)) or drawn[-1])
     sc_paths, variant_paths, gcm_paths = _reliability_inputs(tmp_path)
     png = tmp_path / "figures" / "reliability" / "M" / "d.png"
     out = J.reliability_job(EV, TR, sc_paths, variant_paths, gcm_paths, str(png), title="Reliability: M on d",
@@ -526,7 +523,7 @@ def test_reliability_job_draws_one_full_panel_per_method_with_its_band(tmp_path,
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
     assert json.loads(png.with_suffix(".json").read_text())["config_hash"] == "abc"
-    labels = [v for k, v in J.RELIABILITY_PANELS.items() if not k.startswith("gcm_trained")]
+    labels = [v for k, v in C.reliability_panels().items() if not k.startswith("gcm_trained")]
     assert out["panels"] == len(labels) == 11 and out["items"] == 60 and out["checkpoints"] == len(EV)
     assert list(out["smooth_ece"]) == labels and all(0 <= v <= 1 for v in out["smooth_ece"].values())
     # every panel labelled and non-empty, in panel order, on all the pooled answers, each with

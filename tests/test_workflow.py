@@ -45,12 +45,33 @@ def test_bad_config_stops_with_the_key(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_run_builds_every_table(tiny_run):
+    """Every table the papers' catalogs list for the tiny config is written and non-empty,
+    and nothing else under their tables/; each persistent method table has exactly the
+    columns and the rows (in order) its catalog entry implies."""
+    from test_catalog import catalog_targets, expected_method_table
+
+    from selfknow.config import load_config
+    from selfknow.protocols.persistent.catalog import TABLE, MethodTable
+
+    cfg = load_config(REPO / "config" / "test.yaml")
     tables = sorted((tiny_run / "tables").rglob("*.csv"))
     assert tables, "no tables were written"
     for t in tables:
         df = pd.read_csv(t)
         assert len(df) > 0, f"{t} is empty"
         assert (t.with_suffix(".md")).exists()
+    papers = {t.relative_to(tiny_run).as_posix() for t in tables if t.parent.name in ("persistent", "ladder", "lcae")}
+    assert papers == {f for f in catalog_targets(cfg) if f.endswith(".csv")}
+    checked = 0
+    for name, entry in TABLE.items():
+        path = tiny_run / "tables" / "persistent" / f"{name}.csv"
+        if isinstance(entry.layout, MethodTable) and path.exists():
+            df = pd.read_csv(path)
+            columns, labels = expected_method_table(name, cfg)
+            assert list(df.columns) == columns, name
+            assert df["method"].tolist() == labels, name
+            checked += 1
+    assert checked == sum(isinstance(e.layout, MethodTable) for e in TABLE.values())  # the tiny config has them all
 
 
 @pytest.mark.slow

@@ -42,7 +42,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 #: (`figures._reliability_axes`; reliability_job keeps n_boot=200 and n_bins=10)
 RELIABILITY_SERIES = ["perfect calibration", "95 % bootstrap band (200 resamples)", "smoothed, SmoothECE *",
                       "10 bins, ECE *"]
-#: `persistent.jobs.RELIABILITY_PANELS`, all present in the tiny run: train_checkpoints 1 gives SC
+#: `persistent.catalog.reliability_panels()`, all present in the tiny run: train_checkpoints 1 gives SC
 #: post-hoc / surrogate / copy and the non-oracle surrogate / copy, gcm_model the GCM panels (the GCM
 #: trained here: the tiny config has no released adapter)
 RELIABILITY_PANELS = ["End-correct baseline", "Self-consistency", "SC post-hoc", "SC surrogate", "SC copy",
@@ -210,7 +210,7 @@ def test_the_tiny_figure_table_follows_config_test_yaml():
     from selfknow.protocols.ladder.appendix import FIG11_POOLED, FIG11_SESSION
     from selfknow.protocols.ladder.jobs import LEVELS
     from selfknow.protocols.ladder.tables import FIG5_ESTIMATORS
-    from selfknow.protocols.persistent.jobs import RELIABILITY_PANELS as PANELS
+    from selfknow.protocols.persistent.catalog import reliability_panels
 
     cfg = yaml.safe_load(TEST_CONFIG.read_text(encoding="utf-8"))
     assert set(TINY_FIGURES) == catalog_figures(cfg)
@@ -239,7 +239,7 @@ def test_the_tiny_figure_table_follows_config_test_yaml():
     assert t["persistent/figure2.png"]["series"] == [pc["datasets"]] and len(pc["models"]) == 1
     ntrain = pc["train_checkpoints"]
     assert ntrain >= 1 and pc.get("gcm_model") and "gcm_adapter" not in pc  # RELIABILITY_PANELS are drawn
-    assert RELIABILITY_PANELS == [v for k, v in PANELS.items() if k not in ("gcm", "gcm_posthoc")]
+    assert RELIABILITY_PANELS == [v for k, v in reliability_panels().items() if k not in ("gcm", "gcm_posthoc")]
     assert RELIABILITY_N == pc["n_test"] * (len(ck) - ntrain)
 
 

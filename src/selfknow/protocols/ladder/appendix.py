@@ -9,13 +9,16 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
+from selfknow.report.catalog import names
 from selfknow.records import read_parquet
 
+from .catalog import TABLES as CATALOG
 from .lite import lite_runs, lite_table
 from .tables import _read, r4_from_scores
 
-TABLES = ("table18", "table33", "table33_runs")
-FIGURES = ("figure9", "figure11")
+#: the catalog's tables and figures of `write_appendix`
+TABLES = names(CATALOG, job="appendix", figure=False)
+FIGURES = names(CATALOG, job="appendix", figure=True)
 #: the score parts (jobs.SCORE_PARTS) Figures 9 and 11 read
 PARTS = ("sessions", "answers", "heldout", "controls")
 #: Figure 11's estimators at the session and the pooled scoring unit (paper §E.10: the

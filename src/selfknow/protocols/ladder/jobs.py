@@ -30,11 +30,13 @@ import numpy as np
 import pandas as pd
 
 from selfknow.config import is_chat
+from selfknow.models import load_lm
 from selfknow.stages.items import sample_items
 from selfknow.records import read_parquet, write_json, write_parquet
 
 from . import controls as C
 from .aggregate import OFFLINE_ESTIMATORS, score_pooled, score_sessions, with_decoded_labels
+from .answering import make_answer_fn
 from .bootstrap import paired_cluster_bootstrap, session_bootstrap
 from .estimators import Stream, fit_estimator, resolve
 from .feedback import decoder_precision_recall
@@ -43,6 +45,7 @@ from .prompted import (MODEL_LEVEL, PROFILE_COLUMNS, gt_selfstats_profiles, lsa_
                        lsa_query_confidence, zs_prior, zs_prior_profiles)
 from .session import (ANSWERED_COLUMNS, iter_session_answers, iter_session_feedback,
                       read_session_chunks, write_session_chunks)
+from .simulators import make_user
 
 log = logging.getLogger(__name__)
 
@@ -99,9 +102,6 @@ def answers_job(items_path: str, spec: dict, out: str, *, n_sessions: int, alt_s
     answering: a chat model's `ladder` answer settings {format, temperature, max_new_tokens,
     per_turn} (a base LM answers by cloze, once per item). tiers: {strong, mid, weak:
     [domains]} (the authors' profile), else from the pool's answers."""
-    from selfknow.models import load_lm
-    from .answering import make_answer_fn
-
     pool = _pool(items_path, items_per_domain, seed)
     lm = load_lm(spec, None, cache_dir=cache_dir)
     if is_chat(spec):
@@ -143,8 +143,6 @@ def sessions_job(answers_path: str, items_path: str, out_main: str, out_alt: str
     personas and answers. user_spec: the LLM user's model spec (needed when either user is
     "llm"), user_max_new_tokens its reply budget. items_path, items_per_domain: the pool
     `answers_job` drew from, whose domains the personas' expertise is drawn from."""
-    from selfknow.models import load_lm
-    from .simulators import make_user
 
     answered = read_parquet(answers_path)
     by_session = {int(s): g for s, g in answered.groupby("session_id", sort=True)}
@@ -211,8 +209,6 @@ def prompted_job(turns_path: str, spec: dict, out_profiles: str, out_query: str,
     the first `lsa_query_sessions` sessions. `prompted_sessions` > 0 asks LSA / GT-SelfStats
     for the first sessions only (the ZS prior covers every session); `lsa_controls` False
     skips lsa_clean and lsa_train (each one more call per session)."""
-    from selfknow.models import load_lm
-
     turns = read_parquet(turns_path)
     if turns.empty:
         raise ValueError(f"{turns_path}: no session turns")

@@ -9,14 +9,16 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.report.catalog import names
+
 from . import controls as C
+from .catalog import TABLES as CATALOG
 from .jobs import LEVELS
 
-#: table names (each written as <name>.csv and <name>.md under results/tables/ladder/)
-TABLES = ("main", "decoder", "noise_grid", "partitions", "r4", "controls", "tiers", "prefix",
-          "heldout", "simulators", "pooled_pairs", "answers")
-#: figure names (PNG under results/figures/ladder/): paper Figures 4-7
-FIGURES = ("figure4", "figure5", "figure6", "figure7")
+#: the catalog's tables of `write_tables` (each written as <name>.csv, <name>.md, ... under
+#: results/tables/ladder/) and its figures (PNG under results/figures/ladder/: Figures 4-7)
+TABLES = names(CATALOG, job="tables", figure=False)
+FIGURES = names(CATALOG, job="tables", figure=True)
 #: estimator order of the tables: by level, then as the paper lists them
 ORDER = ["NoMemory", "ZS", "LSA", "Global", "Count", "UF-PDC", "Bayes-Domain", "Platt-Online",
          "HistBin-Online", "Dawid-Skene", "GLAD", "EM-Joint", "OraclePDC", "GT-SelfStats"]

@@ -7,7 +7,10 @@ import pandas as pd
 from selfknow.stats.hypothesis import friedman, mean_ci, pairwise_wilcoxon_holm
 from selfknow.stats.item_fit import band_counts
 from selfknow.stats.lcae import cost_efficiency
+from selfknow.report.catalog import names
 from selfknow.stats.rasch import EXTREME_SCORE_ADJUSTMENT
+
+from .catalog import TABLES
 
 CONDITION_LABELS = {"baseline": "Baseline", "ids": "IDS", "dpr": "DPR", "ids_dpr": "IDS+DPR"}
 #: Table III's columns in the paper's order ("baseline, DPR, IDS, and DPR with IDS", §IV)
@@ -131,7 +134,7 @@ def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
 def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str], figure2: str | None,
                  prices: dict[str, list[float]], shared_repeats: list[str] | None, *, method: str, eps: float,
                  base_models: list[str], provenance: dict | None = None, modes_note: str = "") -> dict:
-    """Every LCAE target: `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
+    """Every LCAE target of the catalog (`catalog.TABLES`): `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
     names the examinee models whose Stage-2 repeats shared one set of requests
     (`jobs.stage2_repeats_shared`; None: unknown, no note), `base_models` those that answer by
     likelihood; `figure2` None skips Figure 2 (records from elsewhere without prices); `method`
@@ -151,23 +154,24 @@ def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: 
         return "\n\n".join([p for p in parts if p] + [common])
 
     t1, n1 = per_condition_table(s3, "lcae")
-    write_table(t1, outputs["table1_csv"], outputs["table1_md"], notes=noted(n1, modes_note), provenance=provenance,
-                title="Table I: LCAE (BCE) per condition, mean over repeats")
     t1s, n1s = per_condition_table(s3, "lcae_squared")
-    write_table(t1s, outputs["table1_squared_csv"], outputs["table1_squared_md"], notes=noted(n1s), provenance=provenance,
-                title="Table I, squared-error variant (beyond the paper): mean (e − ĉ)² per condition, "
-                      "mean over repeats")
     t2, n2 = per_condition_table(s3, "theta")
-    write_table(t2, outputs["table2_csv"], outputs["table2_md"], notes=noted(n2), provenance=provenance,
-                title="Table II: ability θ re-estimated from final answers (Stage 3), per condition")
-    write_table(top_models_table(s3), outputs["table3_csv"], outputs["table3_md"], provenance=provenance,
-                title="Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
-                notes=noted("Ranked by the mean Stage-3 ability over every condition and repeat; columns in the "
-                            "paper's order.", "" if shared_repeats is None else
-                            repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note))
     fit, nf = item_fit_summary(items)
-    write_table(fit, outputs["item_fit_csv"], outputs["item_fit_md"], notes=nf, provenance=provenance,
-                title="Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)")
+    built = {  # catalog name -> (table, title, notes)
+        "table1": (t1, "Table I: LCAE (BCE) per condition, mean over repeats", noted(n1, modes_note)),
+        "table1_squared": (t1s, "Table I, squared-error variant (beyond the paper): mean (e − ĉ)² per condition, "
+                                "mean over repeats", noted(n1s)),
+        "table2": (t2, "Table II: ability θ re-estimated from final answers (Stage 3), per condition", noted(n2)),
+        "table3": (top_models_table(s3), "Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
+                   noted("Ranked by the mean Stage-3 ability over every condition and repeat; columns in the "
+                         "paper's order.", "" if shared_repeats is None else
+                          repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note)),
+        "item_fit": (fit, "Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)", nf),
+    }
+    for name in names(TABLES, figure=False):
+        df, title, notes = built[name]
+        write_table(df, outputs[f"{name}_csv"], outputs[f"{name}_md"], title=title, notes=notes,
+                    provenance=provenance)
     f2 = figure2_frame(s3, prices)
     if figure2 is not None:
         ability_lcae_ce(f2, figure2, title="Stage-3 ability x LCAE x cost efficiency (IDS+DPR, means over repeats)",

@@ -16,13 +16,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.stats.persistent.bootstrap import bootstrap_persistent
-from selfknow.stats.persistent.contrast import METRICS, ContrastPair, contrast_pairs, persistent_metrics
+from selfknow.stats.persistent.contrast import ContrastPair
 
-#: methods of the Table 12 fitted-normalisation rows in the workflow (the others use Eq. 1 only)
-BT_METHODS = ("end_correct", "sc", "sc_posthoc", "nonoracle", "oracle")
-#: the ECE metrics, bootstrapped with their own (smaller) number of replicates
-ECE_METRICS = ("contrast_ece", "full_ece")
+from .metrics import compute_metrics, contrast_size_frame
 
 
 @dataclass(frozen=True)
@@ -151,45 +147,6 @@ def _confidences(df: pd.DataFrame, source: str, ds: str) -> Confidences:
 # ----------------------------------------------------------------------------------------------
 # metrics
 # ----------------------------------------------------------------------------------------------
-def contrast_size_frame(y: np.ndarray, ckpts: Sequence[str], min_contrast: int) -> pd.DataFrame:
-    """Every ordered pair of evaluation checkpoints (Tables 8-10): contrast-set size and the
-    number of questions the row checkpoint gets wrong and the column checkpoint right."""
-    rows = []
-    for a, ca in enumerate(ckpts):
-        for b, cb in enumerate(ckpts):
-            if a == b:
-                continue
-            diff = y[a] != y[b]
-            rows.append({"row": ca, "col": cb, "row_index": a, "col_index": b, "size": int(diff.sum()),
-                         "row_wrong_col_right": int((diff & (y[b] == 1)).sum()),
-                         "used": bool(diff.sum() >= min_contrast), "n_items": int(y.shape[1])})
-    return pd.DataFrame(rows)
-
-
-def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_contrast: int, n_boot: int,
-                    n_boot_ece: int, seed: int, bt_methods: Sequence[str] = BT_METHODS
-                    ) -> tuple[pd.DataFrame, dict[str, np.ndarray], list]:
-    """Point metrics (long: normaliser, method, metric, value) for Eq. 1 (every method) and the
-    fitted §B.1 normalisation (`bt_methods`), and paired bootstrap replicates
-    ("<normaliser>|<method>|<metric>" -> (B,)): the non-ECE metrics with `n_boot` replicates,
-    the two ECE metrics with the first `n_boot_ece` of the same replicate sequence (0: none)."""
-    pairs = contrast_pairs(y, min_size=min_contrast)
-    rows, reps = [], {}
-    for norm, names in (("eq1", list(methods)), ("bt", [m for m in bt_methods if m in methods])):
-        sub = {m: methods[m] for m in names}
-        for m, c in sub.items():
-            for metric, v in persistent_metrics(c, y, pairs, normaliser=norm).items():
-                rows.append({"normaliser": norm, "method": m, "metric": metric, "value": v})
-        for metrics, b in (([m for m in METRICS if m not in ECE_METRICS], n_boot), (list(ECE_METRICS), n_boot_ece)):
-            if b <= 0 or not sub:
-                continue
-            out = bootstrap_persistent(sub, y, pairs, n_boot=b, seed=seed, normaliser=norm, metrics=metrics)
-            for m, d in out.items():
-                for metric, arr in d.items():
-                    reps[f"{norm}|{m}|{metric}"] = arr.astype(np.float32)
-    return pd.DataFrame(rows), reps, pairs
-
-
 def evaluate(conf: Confidences, *, min_contrast: int, n_boot: int, n_boot_ece: int, seed: int,
              bt_methods: Sequence[str] | None = None) -> Result:
     """The contrast-set sizes, the metrics of every method (`compute_metrics`; the fitted

@@ -13,12 +13,12 @@ exactly one of them.
 - `gcm_job`      the external correctness model: trained once per (model, dataset, seed),
                  scores the evaluation checkpoints' answers (and the training ones', for
                  post-hoc isotonic calibration);
-- `metrics_job`  assembles every method's confidences into (seeds, checkpoints, items)
-                 arrays, contrast sets, the ten metrics (Eq. 1 and the fitted §B.1
-                 normalisation) and the paired bootstrap replicates of §A.8.
+- `metrics_job`  every catalogued method's confidences (`metrics.assemble_methods`), contrast
+                 sets, the ten metrics (Eq. 1 and the fitted §B.1 normalisation) and the
+                 paired bootstrap replicates of §A.8 (`metrics.compute_metrics`).
 - `reliability_job` the reliability diagrams (beyond the paper) of one (model, dataset):
-                 one panel per confidence method of the main tables on the full test set,
-                 with its SmoothECE curve and bootstrap band.
+                 one panel per method with a `panel` in `catalog.METHODS`, on the full test
+                 set, with its SmoothECE curve and bootstrap band.
 """
 from __future__ import annotations
 
@@ -29,14 +29,30 @@ from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
 import pandas as pd
+from huggingface_hub import snapshot_download
 
+from selfknow.config import is_chat
+from selfknow.models import free_memory, load_lm, resolve_checkpoint
+from selfknow.models.hf import hub_resolution
+from selfknow.records import atomic_path, read_parquet, write_csv, write_parquet
+from selfknow.report.figures import reliability_grid
+from selfknow.resumable import map_chunks
 from selfknow.stages.items import sample_items
+from selfknow.stages.jobs import load_judge
 from selfknow.stages.judge import exact_match, judge_candidates, judge_references
-from selfknow.records import read_parquet, write_csv, write_parquet
+from selfknow.stats.smooth_ece import smooth_ece
 
+from . import catalog as C
 from . import variants as V
-from .evaluate import BT_METHODS, Confidences, evaluate, record_arrays, records_frame
+from .baselines import train_gcm
+from .equivalence import get_equivalence, get_normaliser
+from .evaluate import Confidences, evaluate, record_arrays, records_frame
 from .inputs import ScInput
+from .metrics import assemble_methods, compute_metrics, contrast_size_frame, reliability_frame
+from .prompts import GCM_YES, qa_prompts, question_shots, released_gcm_prompt
+from .self_consistency import self_consistency_frame
+from .variance import adapter_hidden_states
+from .verbalized import predict_confidence, randomise_labels, train_adapter, training_frame
 
 log = logging.getLogger("selfknow.persistent")
 
@@ -75,8 +91,6 @@ def make_equivalence(name: str, *, normalisation: str, num_threads: int = 1, dev
     """"normalised" -> the model-free matcher; "nli:<model id or path>" -> bidirectional NLI
     (batched: a question's pairs in one forward pass on a GPU); both compare answers after the
     `normalisation` of `equivalence.NORMALISERS` (config `persistent.answer_normalisation`)."""
-    from .equivalence import get_equivalence, get_normaliser
-
     normalise = get_normaliser(normalisation)
     if name == "normalised":
         return get_equivalence("normalised", normalise=normalise)
@@ -90,8 +104,6 @@ def base_model_dir(spec: dict, checkpoint: str | None) -> str:
     """Local directory of a checkpoint's weights for LoRA training (which loads with
     `from_pretrained(dir)`): the checkpoint's `path`, else the hub revision downloaded to the
     Hugging Face cache (the cluster case)."""
-    from selfknow.models import resolve_checkpoint
-
     ck = resolve_checkpoint(spec, checkpoint)
     if ck.get("path"):
         return str(ck["path"])
@@ -100,10 +112,6 @@ def base_model_dir(spec: dict, checkpoint: str | None) -> str:
     hub = spec.get("hub_id")
     if not hub:
         raise ValueError(f"model {spec['name']!r} checkpoint {ck['name']!r}: no local path and no hub_id")
-    from huggingface_hub import snapshot_download
-
-    from selfknow.models.hf import hub_resolution
-
     with hub_resolution(spec["name"], ck["name"], hub, ck.get("revision")):
         return snapshot_download(hub, revision=ck.get("revision"))
 
@@ -143,8 +151,6 @@ def pooled_transfer(sc: Mapping[ScInput, pd.DataFrame]) -> dict[str, pd.DataFram
 def training_examples(sc: pd.DataFrame, n_answers: int) -> pd.DataFrame:
     """One checkpoint's training examples (§3.1.1): its top `n_answers` candidate answers per
     question with their correctness, weighted by generation probability."""
-    from .verbalized import training_frame
-
     rows = []
     for r in sc.itertuples(index=False):
         for a, p, c in list(zip(r.group_answers, r.group_probs, r.group_correct))[:n_answers]:
@@ -225,7 +231,6 @@ BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob"]
 
 class SplitIO(NamedTuple):
     """One split of an `sc_job`: its questions, how many to sample, the beam and SC tables."""
-
     items: str
     n_items: int
     beams_out: str
@@ -246,12 +251,6 @@ def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoin
     holds the model's GPU. Writes each split's long beam table and SC (or candidate) table;
     the summary's keys carry the split's name."""
     import torch
-
-    from selfknow.models import load_lm
-    from selfknow.resumable import map_chunks
-
-    from .prompts import qa_prompts, question_shots
-    from .self_consistency import self_consistency_frame
 
     if correctness not in ("exact", "llm"):
         raise ValueError(f"judge.correctness must be 'exact' or 'llm', got {correctness!r}")
@@ -306,7 +305,6 @@ def _sc_summary(split: str, sc: pd.DataFrame) -> dict:
 
 class JudgeIO(NamedTuple):
     """One split of a `judge_job`: its questions (references), candidates in, SC table out."""
-
     items: str
     candidates: str
     sc_out: str
@@ -319,9 +317,6 @@ def judge_job(splits: Mapping[str, JudgeIO], model: str, checkpoint: str, judge:
     spec, "labels": "generate" | "constrained", "multi_reference": bool} (config `judge`).
     An API judge with `batch: true` sends every split's requests of one candidate count as
     one Batch API job and waits for it (a rerun resumes it: `selfknow.models.openai_batch`)."""
-    from selfknow.config import is_chat
-    from selfknow.stages.jobs import load_judge
-
     judge_lm = load_judge(judge["spec"], cache_dir, judge["labels"])
     cands = {}
     for split, io in splits.items():
@@ -354,8 +349,6 @@ def adapter_examples(plan: V.AdapterPlan, train_sc: Mapping[str, pd.DataFrame], 
     """`train_adapter`'s input for one adapter plan: per view, its base weights and the
     training examples of its data checkpoints (several -> pooled, one source each; random
     labels where the plan says so, drawn with a seed derived from `seed` and the view)."""
-    from .verbalized import randomise_labels
-
     out = {}
     for k, view in enumerate(plan.views):
         parts = []
@@ -388,10 +381,6 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
     `views.ViewWeights`); the scorings run grouped by scoring checkpoint, each loaded
     once with its adapters switched on it and released before the next one's."""
     import torch
-
-    from selfknow.models import free_memory, load_lm
-
-    from .verbalized import predict_confidence, train_adapter
 
     torch.set_num_threads(int(threads))
     with_transfer = any(k.dataset == V.TRANSFER for k in sc_paths)
@@ -484,11 +473,6 @@ def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd
                        device: str = "cpu") -> tuple:
     """Hidden states (n_ckpt, n_layers, n_items, d) of each checkpoint's own single-view
     adapter on its own answers to the first `n_items` test questions by item id (§B.7)."""
-    from selfknow.models import free_memory
-    from selfknow.records import atomic_path
-
-    from .variance import adapter_hidden_states
-
     own = [a for a in plan.adapters if len(a.views) == 1 and a.name == a.views[0]]
     if not own:
         raise ValueError(f"variant {plan.variant} has no per-checkpoint adapters for hidden states")
@@ -518,11 +502,6 @@ def gcm_job(gcm_spec: dict, train_ckpts: Sequence[str], eval_ckpts: Sequence[str
     pooled train-split top-1 answers of the non-oracle training checkpoints; scores the
     evaluation checkpoints' test answers and the training checkpoints' train answers."""
     import torch
-
-    from selfknow.models import free_memory, load_lm
-
-    from .baselines import train_gcm
-    from .verbalized import predict_confidence
 
     torch.set_num_threads(int(threads))
     sc = {k: read_sc(p) for k, p in sc_paths.items()}
@@ -555,10 +534,6 @@ def released_gcm_job(gcm_spec: dict, adapter: Mapping, train_ckpts: Sequence[str
     after the model-agnostic prompt (`prompts.released_gcm_prompt`) in the chat template."""
     import torch
 
-    from selfknow.models import load_lm
-
-    from .prompts import GCM_YES, released_gcm_prompt
-
     torch.set_num_threads(int(threads))
     lm = load_lm(gcm_spec, None, cache_dir=cache_dir, adapter=hub_snapshot(adapter["hub_id"], adapter["revision"]))
     rows = []
@@ -578,8 +553,6 @@ def released_gcm_job(gcm_spec: dict, adapter: Mapping, train_ckpts: Sequence[str
 def hub_snapshot(hub_id: str, revision: str) -> str:
     """Local directory of a hub repository's snapshot at `revision` (the HF cache; under
     HF_HUB_OFFLINE=1 only the cache, so a missing adapter is an error naming it)."""
-    from huggingface_hub import snapshot_download
-
     try:
         return snapshot_download(hub_id, revision=revision)
     except Exception as err:
@@ -590,90 +563,6 @@ def hub_snapshot(hub_id: str, revision: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # metrics
 # ----------------------------------------------------------------------------------------------
-#: variant -> method name in the metric tables
-VARIANT_METHOD = {"nonoracle_multi": "nonoracle", "oracle_multi": "oracle"}
-
-
-def _matrix(frame: pd.DataFrame, ckpts: Sequence[str], items: np.ndarray, col: str, what: str,
-            ckpt_col: str = "target") -> np.ndarray:
-    out = np.empty((len(ckpts), items.size))
-    for k, c in enumerate(ckpts):
-        s = frame[frame[ckpt_col] == c].drop_duplicates("item_id").set_index("item_id")[col]
-        missing = pd.Index(items).difference(s.index)
-        if len(missing):
-            raise KeyError(f"{what}: checkpoint {c!r} lacks items {list(missing[:5])} ({len(missing)} in all)")
-        out[k] = s.reindex(items).to_numpy(dtype=float)
-    return out
-
-
-def assemble_methods(eval_sc: Mapping[str, pd.DataFrame], eval_ckpts: Sequence[str], *,
-                     train_sc: Mapping[str, pd.DataFrame] | None = None,
-                     surrogate_sc: pd.DataFrame | None = None,
-                     variant_frames: Sequence[pd.DataFrame] = (), gcm_frames: Sequence[pd.DataFrame] = (),
-                     dataset: str = V.MAIN, equivalence=None) -> tuple[np.ndarray, np.ndarray, dict]:
-    """(item ids, correctness (n_eval, n), method -> (n_seeds, n_eval, n) confidences).
-
-    Methods: end_correct; sc; sc_posthoc (isotonic on the training checkpoints' train-split
-    SC, when `train_sc`); sc_surrogate and sc_copy (from `surrogate_sc`, the last training
-    checkpoint's SC on the same questions); one per variant (`VARIANT_METHOD` renames), plus
-    nonoracle_surrogate / nonoracle_copy; gcm and gcm_posthoc."""
-    from selfknow.stats.isotonic import fit_isotonic
-
-    from .baselines import copy_confidences, end_correct_confidences
-    from .self_consistency import surrogate_frame
-
-    ev = list(eval_ckpts)
-    sc_all = pd.concat([eval_sc[c].assign(target=c) for c in ev], ignore_index=True)
-    items = np.array(sorted(set.intersection(*(set(eval_sc[c]["item_id"]) for c in ev))))
-    y = _matrix(sc_all, ev, items, "correct", "SC correctness")
-    methods: dict[str, np.ndarray] = {}
-    methods["end_correct"] = np.repeat(end_correct_confidences(len(ev))[:, None], items.size, axis=1)[None]
-    methods["sc"] = _matrix(sc_all, ev, items, "confidence", "SC")[None]
-    if train_sc:
-        x = np.concatenate([d["confidence"].to_numpy(float) for d in train_sc.values()])
-        t = np.concatenate([d["correct"].to_numpy(float) for d in train_sc.values()])
-        methods["sc_posthoc"] = np.clip(fit_isotonic(x, t)(methods["sc"]), 0, 1)
-    if surrogate_sc is not None:
-        sur = []
-        for c in ev:
-            sur.append(surrogate_frame(eval_sc[c][["item_id", "prediction"]], surrogate_sc, equivalence)
-                       .assign(target=c))
-        methods["sc_surrogate"] = np.clip(_matrix(pd.concat(sur), ev, items, "confidence", "SC surrogate"), 0, 1)[None]
-        copy = copy_confidences(surrogate_sc[["item_id", "confidence"]], items)
-        methods["sc_copy"] = np.repeat(copy[None], len(ev), axis=0)[None]
-    by_variant: dict[str, list[pd.DataFrame]] = {}
-    for f in variant_frames:
-        for (variant, seed), g in f.groupby(["variant", "seed"], sort=True):
-            by_variant.setdefault(variant, []).append(g)
-    for variant, gs in by_variant.items():
-        name = VARIANT_METHOD.get(variant, variant)
-        own, sur, cop = [], [], []
-        for g in sorted(gs, key=lambda g: int(g["seed"].iloc[0])):
-            g = g[g["dataset"] == dataset]
-            mine = g[(g["scorer"] == g["target"]) & g["target"].isin(ev)]
-            own.append(_matrix(mine, ev, items, "confidence", f"{variant} seed {g['seed'].iloc[0] if len(g) else '?'}"))
-            other = g[(g["scorer"] != g["target"]) & g["target"].isin(ev)]
-            if len(other):
-                sur.append(_matrix(other, ev, items, "confidence", f"{variant} surrogate"))
-                src = g[(g["scorer"] == g["target"]) & ~g["target"].isin(ev)]
-                cop.append(np.repeat(copy_confidences(src[["item_id", "confidence"]], items)[None], len(ev), axis=0))
-        methods[name] = np.stack(own)
-        if sur:
-            methods[f"{name}_surrogate"] = np.stack(sur)
-            methods[f"{name}_copy"] = np.stack(cop)
-    if gcm_frames:
-        gfs = sorted(gcm_frames, key=lambda g: int(g["seed"].iloc[0]) if "seed" in g else 0)  # released: no seed
-        name = str(gfs[0]["method"].iloc[0])  # "gcm" (released) or "gcm_trained" (`gcm_job`)
-        test = [g[g["split"] == "test"] for g in gfs]
-        methods[name] = np.stack([_matrix(t, ev, items, "confidence", "GCM") for t in test])
-        post = []
-        for g, t in zip(gfs, methods[name]):
-            tr = g[g["split"] == "train"]
-            post.append(np.clip(fit_isotonic(tr["confidence"].to_numpy(float), tr["correct"].to_numpy(float))(t), 0, 1))
-        methods[f"{name}_posthoc"] = np.stack(post)
-    return items, y, methods
-
-
 def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc: Mapping[ScInput, pd.DataFrame],
                           variant_frames: Sequence[pd.DataFrame], gcm_frames: Sequence[pd.DataFrame],
                           equivalence: str, normalisation: str) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -696,8 +585,6 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
     dataset's test split (`evalset="main"`) or the transfer dataset (both of its splits);
     `sc_paths` as in `variant_job`. The assembled confidences are written as plain records
     (`out_records`) and evaluated by `evaluate.evaluate`, as `selfknow persistent-eval` does."""
-    from selfknow.records import atomic_path
-
     t0 = time.time()
     ev, tr = list(eval_ckpts), list(train_ckpts)
     sc = {k: read_sc(p) for k, p in sc_paths.items()}
@@ -714,7 +601,7 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
     write_parquet(records, out_records)
     (conf,) = record_arrays(records).values()
     res = evaluate(conf, min_contrast=min_contrast, n_boot=n_boot, n_boot_ece=n_boot_ece, seed=seed,
-                   bt_methods=BT_METHODS)
+                   bt_methods=C.fitted_methods())
     write_parquet(res.contrast, out_contrast)
     write_parquet(res.points, out_metrics)
     with atomic_path(out_replicates) as tmp:
@@ -728,51 +615,16 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
 # ----------------------------------------------------------------------------------------------
 # reliability diagrams (beyond the paper)
 # ----------------------------------------------------------------------------------------------
-#: the variants whose methods the reliability diagrams show (Tables 1, 2, 11, 13: "nonoracle"
-#: with its surrogate and copy, "oracle"); the other variants are ablations
-RELIABILITY_VARIANTS = ("nonoracle_multi", "oracle_multi")
-#: method -> panel title, in panel order (the methods of the main tables, `tables.METHOD_LABELS`)
-RELIABILITY_PANELS = {
-    "end_correct": "End-correct baseline", "sc": "Self-consistency", "sc_posthoc": "SC post-hoc",
-    "sc_surrogate": "SC surrogate", "sc_copy": "SC copy", "nonoracle": "Non-oracle training",
-    "nonoracle_surrogate": "Non-oracle surrogate", "nonoracle_copy": "Non-oracle copy",
-    "oracle": "Oracle training", "gcm": "GCM", "gcm_posthoc": "GCM post-hoc",
-    "gcm_trained": "GCM (trained here)", "gcm_trained_posthoc": "GCM (trained here) post-hoc",
-}
-
-
-def reliability_frame(y: np.ndarray, methods: Mapping[str, np.ndarray],
-                      panels: Mapping[str, str] = RELIABILITY_PANELS) -> pd.DataFrame:
-    """`reliability_grid`'s input (panel, confidence, correct): per method of `panels` that
-    `methods` has, in `panels`' order, its first seed's confidences on every (evaluation
-    checkpoint, item) answer, pooled over the checkpoints. `y`: (n_eval, n) correctness;
-    `methods`: method -> (n_seeds, n_eval, n) confidences, as `assemble_methods` returns."""
-    frames = []
-    for m, label in panels.items():
-        if m not in methods:
-            continue
-        conf = np.asarray(methods[m], dtype=float)
-        if conf.ndim != 3 or conf.shape[1:] != y.shape:
-            raise ValueError(f"method {m!r}: confidences of shape {conf.shape}, correctness {y.shape}")
-        frames.append(pd.DataFrame({"panel": label, "confidence": conf[0].ravel(), "correct": y.ravel()}))
-    if not frames:
-        raise ValueError(f"no method of {list(panels)} among {list(methods)}")
-    return pd.concat(frames, ignore_index=True)
-
-
 def reliability_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[ScInput, str],
                     variant_paths: Sequence[str], gcm_paths: Sequence[str], png: str, *, title: str,
                     seed: int, equivalence: str, normalisation: str, n_bins: int = 10, n_boot: int = 200,
                     provenance: dict | None = None) -> dict:
     """Reliability diagrams of one (model, training dataset) on the full main test set: the
     confidences `metrics_job` assembles (`assemble_main_methods`; same inputs), one panel per
-    method of `RELIABILITY_PANELS` present (first training seed; answers pooled over the
+    method with a catalog panel present (`catalog.reliability_panels`; first training seed; answers pooled over the
     evaluation checkpoints), each with `n_bins` binned points and the SmoothECE curve with its
     `n_boot`-resample band (`report.figures.reliability_grid`, bootstrap seeded by `seed`).
     Writes the PNG (and, with `provenance`, its sidecar)."""
-    from selfknow.report.figures import reliability_grid
-    from selfknow.stats.smooth_ece import smooth_ece
-
     t0 = time.time()
     ev, tr = list(eval_ckpts), list(train_ckpts)
     sc = {k: read_sc(p) for k, p in sc_paths.items()}

@@ -24,8 +24,10 @@ from selfknow.readers.plain import COLUMNS
 from selfknow.records import atomic_path, read_parquet, write_csv
 from selfknow.stats.persistent.contrast import METRICS
 
+from . import catalog as C
 from .evaluate import Result, evaluate, record_arrays
-from .tables import (METHOD_LABELS, METRIC_LABELS, SHORT, Col, MetricFile, Row, assemble, chance_check,
+from .metrics import reliability_frame
+from .tables import (METRIC_LABELS, SHORT, Col, MetricFile, Row, assemble, chance_check,
                      contrast_size_table)
 
 #: the tables written, as the paper's: name -> (metric columns, normaliser, title)
@@ -68,7 +70,7 @@ def render_tables(results: dict[str, Result], methods: dict[str, list[str]], set
     out = {}
     for name, (metrics, norm, title) in TABLES.items():
         cols = [Col(f"{label} {METRIC_LABELS[m]}".strip(), m) for m in metrics]
-        rows = [Row({**({"dataset": d} if d else {}), "method": METHOD_LABELS.get(m, m)}, m, key[d], d)
+        rows = [Row({**({"dataset": d} if d else {}), "method": C.METHOD[m].label if m in C.METHOD else m}, m, key[d], d)
                 for d in results for m in methods[d]]
         values, marks = assemble(rows, cols, files, normaliser=norm)
         pairs = ", ".join(f"{d + ': ' if d else ''}{len(r.pairs)} pairs" for d, r in results.items())
@@ -92,8 +94,6 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
     `reliability[_<dataset>].png`. Returns a summary."""
     from selfknow.report.figures import reliability_grid
     from selfknow.report.tables import write_table
-
-    from .jobs import RELIABILITY_PANELS, reliability_frame
 
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
@@ -123,7 +123,7 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
     figures = []
     for d, conf in by_dataset.items():
         png = out / (f"reliability_{_slug(d)}.png" if d else "reliability.png")
-        panels = {m: RELIABILITY_PANELS.get(m, m) for m in conf.methods}
+        panels = {m: C.reliability_panels().get(m, m) for m in conf.methods}
         reliability_grid(reliability_frame(conf.correct, conf.methods, panels), png,
                          title=f"Reliability on the full set{f' ({d})' if d else ''}: answers of every evaluation "
                                "checkpoint, first seed", seed=settings.seed)

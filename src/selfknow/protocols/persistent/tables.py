@@ -2,8 +2,9 @@
 and Figures 2-4 with their data tables.
 
 Every method-comparison table is a list of rows (labels, method, the metric file it reads, a
-mark group) and a list of columns (metric, and for the wide Tables 1-3 the model); a cell is
-the point value of `metrics_job`. Marks follow §A.8: within a mark group and a column the best
+mark group) and a list of columns (metric, and for the wide Tables 1-3 the model), both
+derived from its entry in `catalog.TABLES` (`table_rows`); a cell is the point value of
+`metrics_job`. Marks follow §A.8: within a mark group and a column the best
 is bold, the methods not significantly worse on the paired bootstrap replicates underlined
 (`stats.persistent.significance.significance_marks`). A column without replicates (the ECE
 columns when `bootstrap_ece_replicates` is 0) gets the bold best only.
@@ -11,30 +12,24 @@ columns when `bootstrap_ece_replicates` is 0) gets the bold best only.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
 
+from . import catalog as C
+from .catalog import GCM_METHODS
 from .inputs import EvalFiles, Evaluation, MetricFiles, ScTable
+from .variants import TRANSFER
 
 METRIC_LABELS = {"delta0_b": "Δ0b", "delta0": "Δ0", "delta_b": "Δb", "delta": "Δ",
                  "contrast_auc": "contrast AUC", "contrast_brier": "contrast BS", "contrast_ece": "contrast ECE",
                  "full_auc": "full AUC", "full_brier": "full BS", "full_ece": "full ECE"}
 SHORT = ("delta0_b", "contrast_auc", "full_auc")  # the three columns of Tables 1-3
 
-METHOD_LABELS = {
-    "end_correct": "End-correct baseline", "sc": "Self-consistency", "sc_posthoc": "⌞ Post-hoc",
-    "sc_surrogate": "⌞ Surrogate", "sc_copy": "⌞ Copy", "nonoracle": "Non-oracle training",
-    "nonoracle_surrogate": "⌞ Surrogate", "nonoracle_copy": "⌞ Copy", "oracle": "Oracle training",
-    "gcm": "GCM", "gcm_posthoc": "⌞ Post-hoc",
-    "gcm_trained": "GCM (trained here)", "gcm_trained_posthoc": "⌞ Post-hoc",
-}
-#: the two GCMs (`jobs.released_gcm_job`, `jobs.gcm_job`): the released adapter (the paper's)
-#: or our own trained one, and what a table note says of each
-GCM_METHODS = ("gcm", "gcm_trained")
+#: what a table note says of each GCM (`catalog.GCM_METHODS`)
 GCM_NOTES = {
     "gcm": ("GCM: the TriviaQA GCM released by Xiao et al. (2026) on its backbone (`persistent.gcm_adapter`), "
             "P(\"yes\") after the model-agnostic prompt, no training (§3.1.1)."),
@@ -42,11 +37,6 @@ GCM_NOTES = {
                     "LoRA digit-confidence adapter we train per seed on the GCM backbone from the non-oracle "
                     "checkpoints' answers, with the model-agnostic prompt ending in a 0-9 instruction."),
 }
-
-#: table name -> what it needs; "second" tables exist only with a second training dataset
-TABLES = ("table1", "table2", "table3", "table4", "table8", "table9", "table10", "table11", "table12",
-          "table13", "table14", "table15", "table16", "table17", "table18")
-SECOND_DATASET_TABLES = ("table9", "table15", "table16")
 
 
 @dataclass
@@ -234,97 +224,54 @@ def _wide_cols(models: Sequence[str]) -> list[Col]:
     return [Col(f"{model} {METRIC_LABELS[m]}", m, model) for model in models for m in SHORT]
 
 
-def _rows(methods: Sequence[tuple[str, str]], key: tuple, group: str, **labels) -> list[Row]:
-    return [Row({**labels, "method": label}, m, key, group) for m, label in methods]
+def layout_datasets(which: str, datasets: Sequence[str], table: str) -> list[str]:
+    """The training datasets a catalog layout's `datasets` ("first", "second", "each") picks."""
+    if which == "each":
+        return list(datasets)
+    k = {"first": 0, "second": 1}[which]
+    if len(datasets) <= k:
+        raise ValueError(f"{table} needs a {which} persistent dataset")
+    return [datasets[k]]
 
 
-def _std(methods: Sequence[str]) -> list[tuple[str, str]]:
-    return [(m, METHOD_LABELS[m]) for m in methods]
+def table_rows(name: str, models: Sequence[str], datasets: Sequence[str], transfer: str,
+               gcm_of: Callable[[tuple], str] | None = None) -> list[Row]:
+    """The rows of the catalog's method table `name` (`catalog.MethodTable`) for these models
+    and training datasets; `gcm_of(key)` names the GCM method of a metric file's key where a
+    row says "{gcm}"."""
+    t = C.TABLE[name].layout
+    if not isinstance(t, C.MethodTable):
+        raise ValueError(f"{name!r} is not a method-comparison table")
+    ms = list(models[:1]) if t.models == "first" else list(models)
+    ds = layout_datasets(t.datasets, datasets, name)
 
+    def block(k: int, b: C.Block, m: str, d: str) -> list[Row]:
+        key = (m, d, transfer if t.evalset == TRANSFER else d)
+        shown = {"model": m, "dataset": d, "transfer": f"{d} → {transfer}"}
+        labels = {**b.labels, **{c: shown[c] for c in t.label_columns}}
+        gcm = gcm_of(key) if gcm_of and any("{gcm}" in C.row_method(r) for r in b.rows) else None
+        return [Row({**labels, "method": label}, method, key, f"{m}|{d}|{k}")
+                for method, label in (C.row_label(r, gcm) for r in b.rows)]
 
-ABLATION_4 = [("oracle", "Multi-ckpt"), ("oracle_single_data", "⌞ Single-ckpt data"),
-              ("oracle_respective", "Resp-ckpt"), ("oracle_pooled", "⌞ Pooled data")]
-NCAND = {"Non-oracle": [("nonoracle", "Multi-ckpt, n_cand=2"), ("nonoracle_multi_n1", "Multi-ckpt, n_cand=1"),
-                        ("nonoracle_single", "Single-ckpt, n_cand=2"), ("nonoracle_single_n1", "Single-ckpt, n_cand=1")],
-         "Oracle": [("oracle", "Multi-ckpt, n_cand=2"), ("oracle_multi_n1", "Multi-ckpt, n_cand=1"),
-                    ("oracle_respective", "Resp-ckpt, n_cand=2"), ("oracle_respective_n1", "Resp-ckpt, n_cand=1")]}
+    if t.block_major:
+        return [r for k, b in enumerate(t.blocks) for m in ms for d in ds for r in block(k, b, m, d)]
+    return [r for m in ms for d in ds for k, b in enumerate(t.blocks) for r in block(k, b, m, d)]
 
 
 def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[str],
                  datasets: Sequence[str], transfer: str) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
-    """(values, marks, title, notes) of a method-comparison table. `files` is keyed by
-    (model, training dataset, evaluation dataset)."""
-    rows: list[Row] = []
-    norm = "eq1"
-    d0 = datasets[0]
-    if name == "table1":
-        for d in datasets:
-            rows += _rows(_std(["end_correct", "sc", "nonoracle", "oracle"]), (models[0], d, d), d, dataset=d)
-        cols = _wide_cols(models)
-        title = "Table 1: contrast-set and full-set calibration of SC and non-oracle vs oracle training"
-    elif name == "table2":
-        key = (models[0], d0, d0)
-        rows = (_rows(_std(["sc", "sc_surrogate", "sc_copy"]), key, "sc", dataset=d0)
-                + _rows(_std(["nonoracle", "nonoracle_surrogate", "nonoracle_copy"]), key, "nonoracle", dataset=d0))
-        cols = _wide_cols(models)
-        title = f"Table 2: surrogate and copy ablations ({d0})"
-    elif name == "table3":
-        key = (models[0], d0, d0)
-        rows = (_rows([("nonoracle", "Multi-ckpt"), ("nonoracle_single", "Single-ckpt")], key, "non", setting="Non-oracle")
-                + _rows([("oracle", "Multi-ckpt"), ("oracle_respective", "Respective-ckpt")], key, "or", setting="Oracle"))
-        cols = _wide_cols(models)
-        title = f"Table 3: multi- vs single/respective-checkpoint training ({d0})"
-    elif name in ("table4", "table16"):
-        d = d0 if name == "table4" else datasets[1]
-        rows = _rows(ABLATION_4, (models[0], d, d), "all", model=models[0], dataset=d)
-        cols = _full_cols()
-        title = f"Table {name[5:]}: ablations of multi-checkpoint training gains (oracle; {models[0]}, {d})"
-    elif name in ("table11", "table12"):
-        for m in models:
-            for d in datasets:
-                rows += _rows(_std(["end_correct", "sc", "sc_posthoc", "nonoracle", "oracle"]), (m, d, d), f"{m}|{d}",
-                              model=m, dataset=d)
-        cols = _full_cols()
-        norm = "eq1" if name == "table11" else "bt"
-        title = ("Table 11: all ten metrics (Eq. 1 normalisation)" if name == "table11"
-                 else "Table 12: all ten metrics with the fitted Bradley-Terry normalisation (§B.1)")
-    elif name == "table13":
-        for m in models:
-            for d in datasets:
-                rows += _rows(_std(["sc", "sc_surrogate", "sc_copy"]), (m, d, d), f"{m}|{d}|sc", model=m, dataset=d)
-                rows += _rows(_std(["nonoracle", "nonoracle_surrogate", "nonoracle_copy"]), (m, d, d),
-                              f"{m}|{d}|no", model=m, dataset=d)
-        cols = _full_cols()
-        title = "Table 13: surrogate and copy ablations, all metrics"
-    elif name in ("table14", "table15"):
-        d = d0 if name == "table14" else datasets[1]
-        for setting, methods in NCAND.items():
-            for m in models:
-                rows += _rows(methods, (m, d, d), f"{setting}|{m}", setting=setting, model=m)
-        cols = _full_cols()
-        title = f"Table {name[5:]}: multi-checkpoint and multi-answer training ({d})"
-    elif name == "table17":
-        for m in models:
-            for d in datasets:
-                g = files[(m, d, d)].gcm()
-                rows += _rows(_std([g, f"{g}_posthoc", "oracle"]), (m, d, d), f"{m}|{d}", model=m, dataset=d)
-        cols = _full_cols()
-        title = "Table 17: GCM vs oracle training"
-    elif name == "table18":
-        for m in models:
-            for d in datasets:
-                rows += _rows(_std(["sc", "nonoracle", "oracle"]), (m, d, transfer), f"{m}|{d}", model=m,
-                              transfer=f"{d} → {transfer}")
-        cols = _full_cols()
-        title = f"Table 18: domain transfer to {transfer}"
-    else:
-        raise ValueError(f"{name!r} is not a method-comparison table")
-    values, marks = assemble(rows, cols, files, normaliser=norm)
+    """(values, marks, title, notes) of a method-comparison table of the catalog. `files` is
+    keyed by (model, training dataset, evaluation dataset)."""
+    t = C.TABLE[name].layout
+    rows = table_rows(name, models, datasets, transfer, gcm_of=lambda key: files[key].gcm())
+    cols = _wide_cols(models) if t.columns == "wide" else _full_cols()
+    title = t.title.format(model=models[0], dataset=layout_datasets(t.datasets, datasets, name)[0], transfer=transfer)
+    values, marks = assemble(rows, cols, files, normaliser=t.normaliser)
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
              "checkpoint then averaged; trained methods averaged over seeds. Bold: best in its block; "
              "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8). "
-             + chance_check(rows, cols, files, normaliser=norm))
+             + chance_check(rows, cols, files, normaliser=t.normaliser))
     for g in GCM_METHODS:
         if any(r.method == g for r in rows):
             notes += " " + GCM_NOTES[g]
@@ -477,7 +424,7 @@ def judge_note(counts: pd.DataFrame) -> str:
 def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
               transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
               provenance: dict | None = None) -> dict:
-    """Write one table (`TABLES`) from the `metrics_job` and `jobs.judge_count_job` outputs
+    """Write one method or contrast table of the catalog (`catalog.TABLES`) from the `metrics_job` and `jobs.judge_count_job` outputs
     `files` of each evaluation; with `provenance`, its sidecar too
     (`selfknow.report.provenance`)."""
     from selfknow.report.tables import write_table
@@ -485,13 +432,12 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
     def judged(keys) -> str:
         return judge_note(pd.concat([pd.read_csv(files[Evaluation(*k)].judge) for k in keys], ignore_index=True))
 
-    if name in ("table8", "table9", "table10"):
-        d, evalset, mc = ({"table8": (datasets[0], "main", min_contrast),
-                           "table9": (datasets[1] if len(datasets) > 1 else None, "main", min_contrast),
-                           "table10": (datasets[0], "transfer", min_contrast_transfer)}[name])
-        if d is None:
-            raise ValueError("table9 needs a second persistent dataset")
-        shown = transfer if evalset == "transfer" else d
+    layout = C.TABLE[name].layout
+    if isinstance(layout, C.ContrastTable):
+        d = layout_datasets(layout.dataset, datasets, name)[0]
+        evalset = layout.evalset
+        mc = min_contrast_transfer if evalset == TRANSFER else min_contrast
+        shown = transfer if evalset == TRANSFER else d
         sizes = {m: pd.read_parquet(files[Evaluation(m, d, evalset)].contrast) for m in models}
         df = contrast_size_table(sizes, mc)
         n = int(next(iter(sizes.values()))["n_items"].iloc[0])
@@ -501,17 +447,17 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
                            + judged([(m, d, evalset) for m in models])),
                     provenance=provenance)
         return {"rows": len(df), "unused_pairs": int(df.apply(lambda r: r.astype(str).str.endswith("*").sum(), axis=1).sum())}
+    evalset = layout.evalset
     loaded = {}
     for m in models:
         for d in datasets:
-            evalset, shown = ("transfer", transfer) if name == "table18" else ("main", d)
             f = files[Evaluation(m, d, evalset)]
-            loaded[(m, d, shown)] = load_metric_file(f.metrics, f.replicates)
+            loaded[(m, d, transfer if evalset == TRANSFER else d)] = load_metric_file(f.metrics, f.replicates)
     values, marks, title, notes = method_table(name, loaded, models, datasets, transfer)
-    if name == "table1":
+    if layout.oracle_check:
         notes += oracle_check(loaded, {(m, d, d): pd.read_parquet(files[Evaluation(m, d, "main")].contrast)
                                        for m in models for d in datasets})
-    notes += judged([(m, d, "transfer" if name == "table18" else "main") for m in models for d in datasets])
+    notes += judged([(m, d, evalset) for m in models for d in datasets])
     write_table(values, csv, md, title=title, notes=notes, marks=marks, provenance=provenance)
     numeric = values.select_dtypes("number")
     return {"rows": len(values), "nan_cells": int(numeric.isna().sum().sum())}

@@ -1,0 +1,261 @@
+"""Each paper's catalog (`protocols/<paper>/catalog.py`) is the one list of its methods and
+tables: the report catalog, the rules' targets and the table rows agree with it, and
+docs/extending.md's recipe adds a persistent method to Table 1 by editing only the files it
+names."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO
+from selfknow.config import load_config
+from selfknow.report.catalog import Table, buildable, by_name
+from selfknow.protocols.ladder import catalog as LC
+from selfknow.protocols.lcae import catalog as AC
+from selfknow.protocols.persistent import catalog as PC
+from selfknow.protocols.persistent.methods import MethodInputs
+from selfknow.protocols.persistent.tables import METRIC_LABELS, SHORT, table_rows
+from selfknow.protocols.persistent.variants import TABLE_VARIANTS, VARIANTS
+from selfknow.stats.persistent.contrast import METRICS
+
+PAPERS = {"persistent": PC.TABLES, "ladder": LC.TABLES, "lcae": AC.TABLES}
+REPORT = yaml.safe_load((REPO / "workflow_report" / "catalog.yaml").read_text(encoding="utf-8"))["items"]
+#: the report catalog's output of an entry with wildcards (one figure per model and dataset)
+WILDCARD_OUTPUTS = {("persistent", "reliability"): "figures/persistent/reliability/{model}/{dataset}.png"}
+
+
+def test_every_persistent_method_is_one_catalog_entry_and_every_row_names_one():
+    names = [m.name for m in PC.METHODS]
+    assert len(names) == len(set(names))
+    fields = set(MethodInputs.__dataclass_fields__)
+    for m in PC.METHODS:
+        if m.needs_model:
+            assert m.job in VARIANTS or m.job in PC.GCM_JOBS, m
+            assert not m.inputs, m
+        else:
+            assert callable(m.confidences) and m.job is None and set(m.inputs) <= fields, m
+    # each (job, role) is read by exactly one method; every table variant has its method
+    assert len({(m.job, m.role) for m in PC.METHODS if m.job}) == sum(1 for m in PC.METHODS if m.job)
+    assert {PC.trained_method(v) for v in TABLE_VARIANTS} <= set(names)
+    shown = set()
+    for t in PC.TABLES:
+        if isinstance(t.layout, PC.MethodTable):
+            for b in t.layout.blocks:
+                for r in b.rows:
+                    for g in PC.GCM_METHODS if "{gcm}" in PC.row_method(r) else (None,):
+                        shown.add(PC.row_label(r, g)[0])
+    assert shown <= set(names)
+    assert set(names) - shown == set(), "a catalogued method no table shows"
+
+
+@pytest.mark.parametrize("paper", sorted(PAPERS))
+def test_the_report_catalog_lists_exactly_the_papers_catalog(paper):
+    tables = by_name(PAPERS[paper])  # also: no name twice
+    listed = {k.split("/", 1)[1]: v for k, v in REPORT.items() if k.startswith(f"{paper}/")}
+    assert set(listed) == set(tables)
+    for name, t in tables.items():
+        item = listed[name]
+        assert item["kind"] == ("figure" if t.figure else "table"), name
+        want = WILDCARD_OUTPUTS.get((paper, name),
+                                    f"figures/{paper}/{name}.png" if t.figure else f"tables/{paper}/{name}.html")
+        assert item["output"] == want, name
+        assert item["output_key"] == (name if t.figure else f"{name}_html"), name
+
+
+def catalog_targets(cfg: dict) -> set[str]:
+    """The tables (CSV) and figures (PNG), relative to `results`, that the catalogs say `cfg` builds."""
+    out: set[str] = set()
+
+    def add(paper: str, tables: list[Table]) -> None:
+        for t in tables:
+            if t.writes_table:
+                out.add(f"tables/{paper}/{t.name}.csv")
+            if t.figure and (paper, t.name) not in WILDCARD_OUTPUTS:
+                out.add(f"figures/{paper}/{t.name}.png")
+        for t in tables:
+            if (paper, t.name) in WILDCARD_OUTPUTS:
+                pc = cfg["persistent"]
+                out.update(WILDCARD_OUTPUTS[(paper, t.name)].format(model=m, dataset=d)
+                           for m in pc["models"] for d in pc["datasets"])
+
+    if "persistent" in cfg and cfg["persistent"]["models"]:
+        pc = cfg["persistent"]
+        add("persistent", buildable(PC.TABLES, PC.config_has(len(pc["datasets"]), "transfer_dataset" in pc,
+                                                            "gcm_model" in pc)))
+    add("ladder", buildable(LC.TABLES, LC.config_has(cfg)))
+    if "lcae" in cfg:
+        add("lcae", list(AC.TABLES))
+    return out
+
+
+@pytest.mark.parametrize("configfile", ["config.yaml", "config/test.yaml", "config/paper.yaml"])
+def test_the_rules_build_exactly_the_catalogs_tables(configfile, tmp_path):
+    """Every paper table and figure in the DAG of `all_tables` (as for an empty results
+    directory) is one the catalogs list for this config, and every one they list is there."""
+    from dag import dag_jobs
+
+    results = tmp_path / "results"
+    built = set()
+    for job in dag_jobs(REPO / configfile, results, forceall=True):
+        for f in job.output:
+            rel = Path(f).relative_to(results).as_posix()
+            if re.fullmatch(r"(tables/(persistent|ladder|lcae)/[^/]+\.csv|figures/(persistent|ladder|lcae)/.+\.png)", rel):
+                built.add(rel)
+    assert built == catalog_targets(load_config(REPO / configfile))
+
+
+def expected_method_table(name: str, cfg: dict) -> tuple[list[str], list[str]]:
+    """(columns, method labels) of a persistent method table from the catalog alone."""
+    pc = cfg["persistent"]
+    models, datasets, transfer = pc["models"], pc["datasets"], pc.get("transfer_dataset", "")
+    gcm = "gcm" if "gcm_adapter" in pc else "gcm_trained"
+    rows = table_rows(name, models, datasets, transfer, gcm_of=lambda key: gcm)
+    layout = PC.TABLE[name].layout
+    metrics = ([f"{m} {METRIC_LABELS[k]}" for m in models for k in SHORT] if layout.columns == "wide"
+               else [METRIC_LABELS[k] for k in METRICS])
+    return list(dict.fromkeys(k for r in rows for k in r.labels)) + metrics, [r.labels["method"] for r in rows]
+
+
+def test_a_tables_rows_and_columns_come_from_the_catalog():
+    """The expectation the tiny run is checked against (tests/test_workflow.py), on two
+    models and two datasets: Table 14 runs block, model, dataset; Table 1 one model."""
+    cfg = {"persistent": {"models": ["A", "B"], "datasets": ["d1", "d2"], "transfer_dataset": "t"}}
+    cols, labels = expected_method_table("table1", cfg)
+    assert cols[:2] == ["dataset", "method"] and cols[2:5] == ["A Δ0b", "A contrast AUC", "A full AUC"]
+    assert labels == ["End-correct baseline", "Self-consistency", "Non-oracle training", "Oracle training"] * 2
+    cols, labels = expected_method_table("table14", cfg)
+    assert cols[:3] == ["setting", "model", "method"] and len(cols) == 3 + len(METRICS)
+    assert labels[:5] == ["Multi-ckpt, n_cand=2", "Multi-ckpt, n_cand=1", "Single-ckpt, n_cand=2",
+                          "Single-ckpt, n_cand=1", "Multi-ckpt, n_cand=2"]
+    _, labels = expected_method_table("table17", cfg)
+    assert labels[:3] == ["GCM (trained here)", "⌞ Post-hoc", "Oracle training"]
+
+
+# ----------------------------------------------------------------------------------------------
+# docs/extending.md: a persistent confidence method
+# ----------------------------------------------------------------------------------------------
+EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>append|after: .+?|before: .+?|replace: .+?) -->\n"
+                  r"(?P<indent>[ ]*)```python\n(?P<code>.*?)\n[ ]*```", re.S)
+
+
+def recipe_edits(section: str) -> list[tuple[str, str, str]]:
+    """(file, how, code) of every edit a docs/extending.md section asks for, in order."""
+    return [(m["path"], m["how"], textwrap.dedent("\n".join(line[len(m["indent"]):] for line in m["code"].split("\n"))))
+            for m in EDIT.finditer(section)]
+
+
+def apply_edit(root: Path, path: str, how: str, code: str) -> None:
+    f = root / path
+    text = f.read_text(encoding="utf-8")
+    if how == "append":
+        text = text.rstrip("\n") + "\n\n\n" + code + "\n"
+    elif how.startswith(("after: ", "before: ")):
+        where, prefix = how.split(": ", 1)
+        lines = text.split("\n")
+        at = next(i for i, line in enumerate(lines) if line.strip().startswith(prefix)) + (where == "after")
+        text = "\n".join(lines[:at] + code.split("\n") + lines[at:])
+    else:
+        old = how[len("replace: "):]
+        assert text.count(old) == 1, f"{path}: {old!r} is not there exactly once"
+        text = text.replace(old, code.strip())
+    f.write_text(text, encoding="utf-8")
+
+
+#: runs in the copy: synthetic answers of a training and three evaluation checkpoints, the
+#: metrics job's assembly and metrics, then one table's job; prints the table's CSV
+TABLE_JOB = r'''
+import sys
+import numpy as np, pandas as pd
+from pathlib import Path
+from selfknow.protocols.persistent import metrics as PM, tables as T
+from selfknow.protocols.persistent.inputs import EvalFiles, Evaluation
+
+out, name = Path(sys.argv[1]), sys.argv[2]
+rng = np.random.default_rng(0)
+ev, n = ["C2", "C3", "C4"], 120
+ids = [f"q{i:03d}" for i in range(n)]
+sc = {c: pd.DataFrame({"item_id": ids, "prediction": "a", "confidence": rng.uniform(size=n),
+                       "correct": rng.uniform(size=n) < 0.3 + 0.2 * k}) for k, c in enumerate(ev)}
+variants = [pd.DataFrame([{"variant": v, "seed": 0, "adapter": "multi", "scorer": c, "target": c, "dataset": "main",
+                           "item_id": i, "confidence": float(x)}
+                          for c in ev for i, x in zip(ids, rng.uniform(size=n))]) for v in ("nonoracle_multi", "oracle_multi")]
+train = {"C1": pd.DataFrame({"confidence": rng.uniform(size=n), "correct": rng.uniform(size=n) < 0.3})}
+items, y, methods = PM.assemble_methods(sc, ev, train_sc=train, variant_frames=variants)
+points, reps, _ = PM.compute_metrics(y, methods, min_contrast=5, n_boot=20, n_boot_ece=0, seed=1)
+paths = T.metrics_paths(str(out), "M", "d", "main")
+for p in paths.values():
+    Path(p).parent.mkdir(parents=True, exist_ok=True)
+points.to_parquet(paths["metrics"])
+np.savez(paths["replicates"], **reps)
+PM.contrast_size_frame(y, ev, 5).to_parquet(paths["contrast"])
+pd.DataFrame([{"judge": "exact match"}]).to_csv(out / "judge.csv", index=False)
+files = {Evaluation("M", "d", "main"): EvalFiles(paths["metrics"], paths["replicates"], paths["contrast"],
+                                                 str(out / "judge.csv"))}
+T.table_job(name, files, ["M"], ["d"], "", str(out / f"{name}.csv"), str(out / f"{name}.md"),
+            min_contrast=5, min_contrast_transfer=5)
+print((out / f"{name}.csv").read_text(encoding="utf-8"))
+'''
+
+
+def table_csv(src: Path, out: Path, name: str = "table1") -> str:
+    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", TABLE_JOB, str(out), name], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def recipe_copy(tmp_path: Path, heading: str) -> tuple[Path, list[tuple[str, str, str]]]:
+    """A copy of the package (and its config defaults) and the edits of a docs/extending.md section."""
+    doc = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
+    section = doc.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    copy = tmp_path / "repo"
+    for part in ("src", "schemas"):
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy, recipe_edits(section)
+
+
+def test_the_extending_recipe_adds_a_method_to_table_1(tmp_path):
+    copy, edits = recipe_copy(tmp_path, "A persistent confidence method")
+    assert len(edits) == 3 and {p for p, _, _ in edits} == {"src/selfknow/protocols/persistent/methods.py",
+                                                            "src/selfknow/protocols/persistent/catalog.py"}
+    before = table_csv(copy / "src", tmp_path / "before")
+    assert "Constant 0.5" not in before
+    for path, how, code in edits:
+        apply_edit(copy, path, how, code)
+    changed = {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")
+               if p.read_bytes() != (REPO / p.relative_to(copy)).read_bytes()}
+    assert changed == {p for p, _, _ in edits}
+    after = table_csv(copy / "src", tmp_path / "after")
+    header, *rows = [line.split(",") for line in after.strip().splitlines()]
+    assert [r[header.index("method")] for r in rows] == ["End-correct baseline", "Self-consistency", "Constant 0.5",
+                                                        "Non-oracle training", "Oracle training"]
+    half = rows[2]
+    # a constant confidence ranks no answer above another: every AUC is 0.5
+    assert float(half[header.index("M full AUC")]) == pytest.approx(0.5)
+    assert float(half[header.index("M contrast AUC")]) == pytest.approx(0.5)
+    # the other rows are as before the edit
+    assert [r for r in rows if r[header.index("method")] != "Constant 0.5"] == \
+        [line.split(",") for line in before.strip().splitlines()[1:]]
+
+
+def test_the_extending_recipe_adds_a_persistent_table(tmp_path):
+    """docs/extending.md's table example, applied to a copy, is a table the table job writes
+    with the rows and columns of its catalog entry (its rule and report entry follow from the
+    catalog and are checked above)."""
+    copy, edits = recipe_copy(tmp_path, "A persistent table")
+    assert [p for p, _, _ in edits] == ["src/selfknow/protocols/persistent/catalog.py"]
+    for path, how, code in edits:
+        apply_edit(copy, path, how, code)
+    csv = table_csv(copy / "src", tmp_path / "out", "table20")
+    header, *rows = [line.split(",") for line in csv.strip().splitlines()]
+    assert header == ["model", "dataset", "method", *(METRIC_LABELS[m] for m in METRICS)]
+    assert [r[:3] for r in rows] == [["M", "d", "Self-consistency"], ["M", "d", "⌞ Post-hoc"]]
