@@ -239,7 +239,7 @@ def test_malformed_json_line_names_file_and_line(lm_eval_runs, tmp_path):
     lines = bad.read_text().splitlines()
     lines[1] = lines[1][:-5]
     bad.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=rf"{bad}:2: not valid JSON"):
+    with pytest.raises(ValueError, match=rf"{bad}: line 2: invalid JSON"):
         read_records(bad, "lm-eval")
 
 

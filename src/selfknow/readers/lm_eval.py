@@ -31,6 +31,8 @@ from typing import Iterator, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.records import json_lines
+
 from . import plain_frame
 
 MC_METRIC = {"option-likelihood": "acc", "option-likelihood-norm": "acc_norm"}
@@ -124,19 +126,7 @@ def _model_name(results: dict, path: Path) -> str:
 
 def _samples(path: Path, only_filter: str | None) -> Iterator[tuple[str, dict]]:
     """(\"file:line\", sample) for the samples of one filter."""
-    lines = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                sample = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{where}: not valid JSON ({err.msg})") from None
-            if not isinstance(sample, dict):
-                raise ValueError(f"{where}: expected a JSON object")
-            lines.append((where, sample))
+    lines = [(f"{path}:{n}", sample) for n, sample in json_lines(path)]
     filters = sorted({str(s.get("filter")) for _, s in lines if "filter" in s})
     if only_filter is not None:
         if only_filter not in filters:
