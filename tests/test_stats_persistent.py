@@ -130,6 +130,24 @@ def test_smooth_ece_fast_path_equals_relplot(n, monkeypatch):
         assert abs(vals[b] - ref) < 1e-9
 
 
+def test_smooth_ece_does_not_depend_on_what_the_process_computed_before(monkeypatch):
+    """A few rows take the reference path even at a bandwidth whose operator an earlier, larger
+    batch cached: the value is bit for bit the one a fresh process computes (the two paths
+    differ in the last bits, so a cache-dependent choice made the workflow's metrics depend on
+    the order its methods ran in)."""
+    from selfknow.stats import smooth_ece as se
+
+    rng = np.random.default_rng(8)  # a case where the two paths differ (by 6e-17)
+    f = rng.uniform(size=500)
+    y = (rng.uniform(size=500) < f ** 1.5).astype(float)
+    few = rng.multinomial(500, np.full(500, 1 / 500), size=3)
+    monkeypatch.setattr(se, "_OPERATORS", se.OrderedDict())
+    fresh = smooth_ece_batch(f, y, few)
+    smooth_ece_batch(f, y, rng.multinomial(500, np.full(500, 1 / 500), size=40))
+    assert 0.5 in se._OPERATORS
+    assert np.array_equal(smooth_ece_batch(f, y, few), fresh)
+
+
 @pytest.mark.parametrize("n", [300, 2500])
 @pytest.mark.parametrize("sigma", [1.0, 0.5, 0.125, 0.04, 0.012])
 def test_smooth_ece_fast_path_equals_reference_path(n, sigma):

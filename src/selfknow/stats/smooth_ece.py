@@ -33,8 +33,9 @@ Two computation paths, both in float64 and equal to relplot up to rounding:
   smaller of n and E.
 
 ``_operator`` chooses: the reference path for the tiny bandwidths (sigma below ~0.005) whose
-operator would be too large, and for a few rows at a bandwidth whose operator is not cached
-(single data sets, deep bisection steps), where building it costs more than it saves.
+operator would be too large, and for a few rows (single data sets, deep bisection steps),
+where building the operator costs more than it saves; by bandwidth and rows alone, so that a
+value never depends on what the cache holds.
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ _DENSE_OPERATOR_MAX = 4_000_000
 # The operator cache's budget: the bisection's bandwidths recur over replicates and data sets.
 _CACHE_BYTES = 256 * 2**20
 # Building an operator costs about as much as the reference path on this many rows: fewer rows
-# at a bandwidth without a cached operator (deep bisection steps) take the reference path.
+# (single data sets, deep bisection steps) take the reference path, cached operator or not.
 _MIN_ROWS_FOR_OPERATOR = 32
 
 
@@ -144,13 +145,15 @@ _OPERATORS: "OrderedDict[float, _Operator]" = OrderedDict()
 def _operator(sigma: float, n_rows: int) -> _Operator | None:
     """The operator at ``sigma`` (from a least-recently-used cache of at most _CACHE_BYTES),
     or None where ``n_rows`` rows should take the reference path: the operator would be too
-    large, or too costly to build for them."""
-    if sigma in _OPERATORS:
-        _OPERATORS.move_to_end(sigma)
-        return _OPERATORS[sigma]
+    large, or too costly to build for them. The choice reads ``sigma`` and ``n_rows`` only,
+    never the cache, so a result does not depend on what the process computed before (the two
+    paths differ in the last bits)."""
     n_e, n_g = _grid_sizes(sigma)
     if n_e * n_g > _DENSE_OPERATOR_MAX or n_rows < _MIN_ROWS_FOR_OPERATOR:
         return None
+    if sigma in _OPERATORS:
+        _OPERATORS.move_to_end(sigma)
+        return _OPERATORS[sigma]
     _OPERATORS[sigma] = _Operator(sigma)
     while sum(o.matrix.nbytes for o in _OPERATORS.values()) > _CACHE_BYTES and len(_OPERATORS) > 1:
         _OPERATORS.popitem(last=False)
