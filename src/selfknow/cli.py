@@ -297,10 +297,6 @@ register("rehearse", "Run config/paper.yaml + config/rehearsal.yaml end to end o
          "(tiny hub models, dataset fixtures, an OpenAI-compatible server on 127.0.0.1).",
          _configure_rehearse, run_rehearse)
 
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 # ----------------------------------------------------------------------------- preflight
 
 def _configure_preflight(p: argparse.ArgumentParser) -> None:
@@ -406,3 +402,7 @@ def run_export_records(args: argparse.Namespace) -> int:
 
 register("export-records", "Export the records a workflow run's persistent metrics evaluated, in the plain "
          "format persistent-eval reads.", _configure_export_records, run_export_records)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
