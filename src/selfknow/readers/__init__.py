@@ -13,12 +13,9 @@ from typing import Callable
 
 import pandas as pd
 
-from .plain import read_plain
+from .plain import REQUIRED, read_plain
 
 Reader = Callable[..., pd.DataFrame]
-
-#: the columns every reader of a tool's logs fills (plain.py checks the full plain format)
-COLUMNS = ("item", "checkpoint", "method", "correct", "confidence")
 
 
 def _lm_eval(path: Path, **options) -> pd.DataFrame:
@@ -56,10 +53,10 @@ def read_records(path: str | Path, fmt: str = "auto", **options) -> pd.DataFrame
 
 
 def plain_frame(rows: list[dict], sources: list[str]) -> pd.DataFrame:
-    """Rows (dicts with COLUMNS and ``dataset``) -> plain records; ``sources[i]`` names where
+    """Rows (dicts with plain.REQUIRED and ``dataset``) -> plain records; ``sources[i]`` names where
     row i was read (file and line or sample), so a repeated (dataset, item, checkpoint, method)
     stops naming both places it was read from."""
-    frame = pd.DataFrame(rows, columns=[*COLUMNS, "dataset"])
+    frame = pd.DataFrame(rows, columns=[*REQUIRED, "dataset"])
     key = ["dataset", "item", "checkpoint", "method"]
     dup = frame.duplicated(key)
     if dup.any():

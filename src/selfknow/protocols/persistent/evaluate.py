@@ -11,7 +11,7 @@ normalisation, and the paired stratified bootstrap of §A.8.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd

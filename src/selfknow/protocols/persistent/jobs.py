@@ -48,7 +48,7 @@ from .baselines import train_gcm
 from .equivalence import get_equivalence, get_normaliser
 from .evaluate import Confidences, evaluate, record_arrays, records_frame
 from .inputs import ScInput
-from .metrics import assemble_methods, compute_metrics, contrast_size_frame, reliability_frame
+from .metrics import assemble_methods, reliability_frame
 from .prompts import GCM_YES, qa_prompts, question_shots, released_gcm_prompt
 from .self_consistency import self_consistency_frame
 from .variance import adapter_hidden_states
