@@ -300,3 +300,32 @@ rule typo:
                            "--directory", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0
     assert "config key 'persistent.n_tset' is read by the code but not defined" in proc.stdout + proc.stderr
+
+
+
+def test_stand_ins_keep_the_named_models_with_their_changes_and_every_other_setting(cfg):
+    """An overlay's `stand_ins` (config/rehearsal.yaml) keeps only the models it names, in the
+    base config's order, each with its changed keys; a null key takes the schema's default."""
+    gpu = {"backend": "hf", "hub_id": "org/x", "device": "cuda", "gpu": 1, "dtype": "bfloat16",
+           "checkpoints": [{"name": "a", "revision": "ra"}, {"name": "b", "revision": "rb"}]}
+    cfg["models"] += [{"name": "x", **gpu}, {"name": "y", **gpu}]
+    kept = [m["name"] for m in cfg["models"] if m["name"] != "y"]
+    cfg["stand_ins"] = {"x": {"device": None, "gpu": None, "checkpoints": gpu["checkpoints"][:1]},
+                        **{n: {} for n in reversed(kept[:-1])}}
+    out = validate_config(cfg, "overlay.yaml")
+    assert [m["name"] for m in out["models"]] == kept
+    x = out["models"][-1]
+    assert (x["device"], x["gpu"], x["dtype"], x["hub_id"]) == ("cpu", 0, "bfloat16", "org/x")
+    assert [c["name"] for c in x["checkpoints"]] == ["a"]
+    assert "stand_ins" not in out
+
+
+@pytest.mark.parametrize("stand_ins, said", [
+    ({"nope": {}}, "overlay.yaml: stand_ins.nope: no model of that name in models"),
+    ({"smollm2": {"name": "smollm3"}}, "overlay.yaml: stand_ins: a stand-in cannot rename its model"),
+    ({"smollm2": "local"}, "overlay.yaml: stand_ins: must map model names to mappings"),
+])
+def test_a_bad_stand_in_names_the_key(cfg, stand_ins, said):
+    cfg["stand_ins"] = stand_ins
+    with pytest.raises(ConfigError, match=said):
+        validate_config(cfg, "overlay.yaml")

@@ -156,12 +156,12 @@ def test_the_rehearsal_table_names_every_size_the_overlay_changes():
     overlay = yaml.safe_load((ROOT / "config" / "rehearsal.yaml").read_text(encoding="utf-8"))
     raw = yaml.safe_load(PAPER.read_text(encoding="utf-8"))
     paper = dict(_flat(raw))
-    sizes = {k for k, v in _flat({k: v for k, v in overlay.items() if k != "models"})
+    sizes = {k for k, v in _flat({k: v for k, v in overlay.items() if k != "stand_ins"})
              if k.split(".")[-1] not in STAND_IN and paper.get(k) != v}
     # a model's checkpoints are a size too: the panels keep fewer
     paper_models = {m["name"]: m for m in raw["models"]}
-    sizes |= {f"models[name={m['name']}].checkpoints" for m in overlay["models"]
-              if m.get("checkpoints", []) != paper_models[m["name"]].get("checkpoints", [])}
+    sizes |= {f"models[name={name}].checkpoints" for name, change in overlay["stand_ins"].items()
+              if "checkpoints" in change and change["checkpoints"] != paper_models[name].get("checkpoints", [])}
     text = (DOCS / "rehearsal.md").read_text(encoding="utf-8")
     table = text[text.index("# Rehearse the paper configs here"):text.index("The harness builds the stand-ins")]
     missing = sorted(k for k in sizes if f"`{k}`" not in table)

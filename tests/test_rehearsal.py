@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from batch_server import kill_once_waiting
 from selfknow.stages.items import build_items
@@ -78,6 +79,12 @@ def test_only_sizes_and_stand_ins_differ_from_the_paper_config(configs):
 
 
 def test_every_rehearsal_model_is_a_paper_model_with_its_protocol_settings(configs):
+    """The overlay's stand-ins change only machine keys, the provider profile (every base_url is
+    127.0.0.1) and which checkpoints run; the resolved entries keep every other paper setting."""
+    overlay = yaml.safe_load((ROOT / "config" / "rehearsal.yaml").read_text(encoding="utf-8"))
+    assert "models" not in overlay
+    for name, change in overlay["stand_ins"].items():
+        assert change.keys() <= MACHINE_KEYS | {"checkpoints", "provider"}, (name, change.keys() - MACHINE_KEYS)
     paper = {m["name"]: m for m in configs[0]["models"]}
     for m in configs[1]["models"]:
         ref = paper[m["name"]]

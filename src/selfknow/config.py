@@ -41,6 +41,7 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
     Raises ConfigError with one message naming `source` and the offending key."""
     if not isinstance(cfg, dict):
         raise ConfigError(f"{source}: the config must be a mapping, got {type(cfg).__name__}")
+    _apply_stand_ins(cfg, source)
     schema = load_schema()
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
@@ -58,6 +59,27 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
     _check_references(cfg, source)
     _check_logprob_methods(cfg, source)
     return strict(cfg, schema)
+
+
+def _apply_stand_ins(cfg: dict, source: str) -> None:
+    """Resolve `stand_ins` (an overlay's {model name: the keys it changes}) in place: `models`
+    keeps only the entries it names, in their order, each updated by its mapping, where a key
+    set to null is removed (the schema's default applies). An overlay thus repeats none of a
+    base config's model settings, which Snakemake's merge could not give it: lists are replaced."""
+    stand_ins = cfg.pop("stand_ins", None)
+    if stand_ins is None:
+        return
+    if not isinstance(stand_ins, dict) or not all(isinstance(v, dict) for v in stand_ins.values()):
+        raise ConfigError(f"{source}: stand_ins: must map model names to mappings of the keys they change")
+    models = cfg.get("models")
+    names = [m.get("name") for m in models] if isinstance(models, list) else []
+    unknown = [n for n in stand_ins if n not in names]
+    if unknown:
+        raise ConfigError(f"{source}: stand_ins.{unknown[0]}: no model of that name in models")
+    if "name" in {k for v in stand_ins.values() for k in v}:
+        raise ConfigError(f"{source}: stand_ins: a stand-in cannot rename its model")
+    cfg["models"] = [{k: v for k, v in {**m, **stand_ins[m["name"]]}.items() if v is not None}
+                     for m in models if m["name"] in stand_ins]
 
 
 def _fill_derived_defaults(cfg: dict) -> None:
