@@ -302,7 +302,6 @@ rule typo:
     assert "config key 'persistent.n_tset' is read by the code but not defined" in proc.stdout + proc.stderr
 
 
-
 def test_stand_ins_keep_the_named_models_with_their_changes_and_every_other_setting(cfg):
     """An overlay's `stand_ins` (config/rehearsal.yaml) keeps only the models it names, in the
     base config's order, each with its changed keys; a null key takes the schema's default."""

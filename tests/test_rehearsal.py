@@ -83,8 +83,9 @@ def test_every_rehearsal_model_is_a_paper_model_with_its_protocol_settings(confi
     127.0.0.1) and which checkpoints run; the resolved entries keep every other paper setting."""
     overlay = yaml.safe_load((ROOT / "config" / "rehearsal.yaml").read_text(encoding="utf-8"))
     assert "models" not in overlay
+    allowed = MACHINE_KEYS | {"checkpoints", "provider"}
     for name, change in overlay["stand_ins"].items():
-        assert change.keys() <= MACHINE_KEYS | {"checkpoints", "provider"}, (name, change.keys() - MACHINE_KEYS)
+        assert change.keys() <= allowed, (name, change.keys() - allowed)
     paper = {m["name"]: m for m in configs[0]["models"]}
     for m in configs[1]["models"]:
         ref = paper[m["name"]]

@@ -63,13 +63,14 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
 
 def _apply_stand_ins(cfg: dict, source: str) -> None:
     """Resolve `stand_ins` (an overlay's {model name: the keys it changes}) in place: `models`
-    keeps only the entries it names, in their order, each updated by its mapping, where a key
-    set to null is removed (the schema's default applies). An overlay thus repeats none of a
-    base config's model settings, which Snakemake's merge could not give it: lists are replaced."""
+    keeps only the entries it names, in the base config's order, each updated by its mapping,
+    where a key set to null is removed (the schema's default applies). An overlay thus repeats
+    none of a base config's model settings, which Snakemake's merge could not give it: lists are
+    replaced. Runs before the schema check of the whole config, so it checks its own key."""
     stand_ins = cfg.pop("stand_ins", None)
     if stand_ins is None:
         return
-    if not isinstance(stand_ins, dict) or not all(isinstance(v, dict) for v in stand_ins.values()):
+    if not jsonschema.Draft202012Validator(subschema("stand_ins")).is_valid(stand_ins):
         raise ConfigError(f"{source}: stand_ins: must map model names to mappings of the keys they change")
     models = cfg.get("models")
     names = [m.get("name") for m in models] if isinstance(models, list) else []
