@@ -614,6 +614,39 @@ def test_adapters_switched_on_one_base_equal_fresh_loads(tiny_spec, fam_dir, tmp
     assert RESIDENCY.resident == 0
 
 
+def test_free_memory_freezes_the_start_up_heap_never_a_base(tiny_spec, fam_dir, tmp_path):
+    """The first collection with no base alive freezes what survives it (`gc.freeze`), once;
+    a base loaded after it, or alive at a collection, stays collectable: released, its peft
+    wrapper's reference cycles go with the next collection."""
+    import gc
+
+    from selfknow.models import RESIDENCY, free_memory
+    from selfknow.models.hf import release_bases
+
+    adapter = str(build_lora_adapter(fam_dir / "step1", tmp_path / "lora"))
+    release_bases()
+    gc.unfreeze()  # an earlier test of this process may have frozen its heap
+    try:
+        RESIDENCY.reset()
+        lm = load_lm(tiny_spec, "step1", cache_dir=None, adapter=adapter)
+        lm.loglikelihood([("the cat", " sat")])  # the collection before the base's load froze
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and RESIDENCY.resident == 1
+        assert any(o is lm._base.model for o in gc.get_objects())  # the base is not frozen
+        lm.release()
+        assert RESIDENCY.resident == 0 and gc.get_freeze_count() == frozen  # freed; frozen once
+        gc.unfreeze()
+        lm.loglikelihood([("the cat", " sat")])  # loaded again, and alive at the next collection
+        gc.unfreeze()
+        free_memory()
+        assert gc.get_freeze_count() == 0
+        del lm
+        free_memory()
+        assert RESIDENCY.resident == 0
+    finally:
+        gc.unfreeze()
+
+
 def test_sharded_model_load_kwargs_without_gpus():
     import selfknow.models.hf as H
 

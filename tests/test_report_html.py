@@ -373,6 +373,19 @@ def test_progress_bars_child_processes_and_the_summary_reach_the_job_log(tmp_pat
     assert "after the job" in capfd.readouterr().err  # stderr is restored
 
 
+def test_a_job_process_exits_without_collecting_what_it_leaves(tmp_path):
+    """`job_log` freezes the heap at exit, before the interpreter's own collections; not
+    during the job."""
+    log = str(tmp_path / "job.log")
+    code = ("import atexit, gc\n"
+            "atexit.register(lambda: print('frozen at exit:', gc.get_freeze_count() > 0))\n"
+            "from selfknow.runlog import job_log\n"
+            f"for job in ('one', 'two'):\n    with job_log({log!r}, job):\n        pass\n"
+            "print('frozen in the job:', gc.get_freeze_count() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.splitlines() == ["frozen in the job: False", "frozen at exit: True"]
+
+
 def test_a_failing_job_logs_its_traceback(tmp_path):
     from selfknow.runlog import job_log
 

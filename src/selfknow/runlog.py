@@ -9,7 +9,9 @@ redraws itself with carriage returns; in a log file each redraw becomes its own 
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -109,6 +111,11 @@ def job_log(log_path: str | None, job: str) -> Iterator[dict]:
     loaded) and `peak_resident_bases` (most of them alive at once) counted by the backends."""
     summary: dict = {}
     RESIDENCY.reset()
+    # At exit the interpreter collects every object the job leaves, about 460,000 once torch,
+    # transformers and peft are imported: 1.2 s a job. Frozen, they are left to the operating
+    # system (Python never promises `__del__` at exit). Registered once per process.
+    atexit.unregister(gc.freeze)
+    atexit.register(gc.freeze)
     if log_path:
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     stream = _LogStream(open(log_path, "a", encoding="utf-8", buffering=1)) if log_path else sys.stderr

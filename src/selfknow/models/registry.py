@@ -136,8 +136,16 @@ def track_base(model) -> None:
 
 def free_memory() -> None:
     """Collect unreachable models (peft wrappers hold reference cycles) and return freed CUDA
-    blocks to the driver, so that the next model fits where the last one was."""
+    blocks to the driver, so that the next model fits where the last one was.
+
+    The first collection that leaves no base model alive also freezes what survives it (the
+    imported modules and the job's inputs: `gc.freeze`, as vLLM's engine does after its
+    start-up), so later collections skip those objects: about 460,000 in a job that has
+    imported torch, transformers and peft, 0.25 s a collection. Models are loaded after it
+    and stay collectable."""
     gc.collect()
+    if not RESIDENCY.resident and not gc.get_freeze_count():
+        gc.freeze()
     torch = sys.modules.get("torch")  # never import torch just to free memory
     if torch is not None and torch.cuda.is_available():
         torch.cuda.empty_cache()
