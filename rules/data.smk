@@ -11,6 +11,10 @@ rule items:
     params:
         spec=get_dataset_spec,
         seed=config["seed"],
+    # A second of work that whole protocols wait on: Snakemake's greedy scheduler otherwise
+    # prefers ready jobs with larger inputs (model weights) and, on the 2-core default, left
+    # the extension items and then the 63 s ladder_extension job to run alone at the end.
+    priority: 1
     conda:
         "../envs/selfknow.yaml"
     log:
