@@ -11,9 +11,9 @@ rule items:
     params:
         spec=get_dataset_spec,
         seed=config["seed"],
-    # A second of work that whole protocols wait on: Snakemake's greedy scheduler otherwise
-    # prefers ready jobs with larger inputs (model weights) and, on the 2-core default, left
-    # the extension items and then the 63 s ladder_extension job to run alone at the end.
+    # A second of work that whole protocols wait on. Snakemake's greedy scheduler ranks ready
+    # jobs by priority, then by input size, so without it these small jobs wait behind the
+    # model jobs (whose inputs are the weights), and so does everything downstream of them.
     priority: 1
     conda:
         "../envs/selfknow.yaml"

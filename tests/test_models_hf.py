@@ -635,7 +635,6 @@ def test_free_memory_freezes_the_start_up_heap_never_a_base(tiny_spec, fam_dir, 
         assert any(o is lm._base.model for o in gc.get_objects())  # the base is not frozen
         lm.release()
         assert RESIDENCY.resident == 0 and gc.get_freeze_count() == frozen  # freed; frozen once
-        gc.unfreeze()
         lm.loglikelihood([("the cat", " sat")])  # loaded again, and alive at the next collection
         gc.unfreeze()
         free_memory()
