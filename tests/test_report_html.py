@@ -386,6 +386,46 @@ def test_a_job_process_exits_without_collecting_what_it_leaves(tmp_path):
     assert out.splitlines() == ["frozen in the job: False", "frozen at exit: True"]
 
 
+_MALLOC_PROBE = """
+import ctypes
+from selfknow.runlog import job_log
+
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                              "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+libc.malloc.restype, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_void_p]
+
+def fate(size=40 << 20):  # over glibc's largest dynamic mmap threshold (32 MiB)
+    mapped = libc.mallinfo2().hblkhd
+    block = libc.malloc(size)
+    where = "mapped" if libc.mallinfo2().hblkhd - mapped >= size else "heap"
+    libc.free(block)
+    return where + (" kept" if libc.mallinfo2().keepcost >= size else " returned")
+
+print("before:", fate())
+with job_log(None, "train"):
+    print("in the job:", fate())
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "confstr") or "glibc" not in (os.confstr("CS_GNU_LIBC_VERSION") or ""),
+                    reason="glibc's malloc only")
+def test_a_job_keeps_freed_memory_for_its_next_allocation_unless_the_user_tuned_malloc():
+    """Inside `job_log` a 40 MiB block comes from the heap and stays there when freed (a
+    training step reuses it), where glibc's defaults map and unmap it; `MALLOC_*` variables of
+    the user's own switch that off."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", _MALLOC_PROBE], check=True, capture_output=True, text=True,
+                         env=env).stdout
+    assert out.splitlines() == ["before: mapped returned", "in the job: heap kept"]
+    out = subprocess.run([sys.executable, "-c", _MALLOC_PROBE], check=True, capture_output=True, text=True,
+                         env={**env, "MALLOC_ARENA_MAX": "4"}).stdout
+    assert out.splitlines() == ["before: mapped returned", "in the job: mapped returned"]
+
+
 def test_a_failing_job_logs_its_traceback(tmp_path):
     from selfknow.runlog import job_log
 
