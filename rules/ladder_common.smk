@@ -1,10 +1,11 @@
 # LADDER (SPEC §2) input functions and constants; the rules are in rules/ladder*.smk.
-from selfknow.protocols.ladder.jobs import SCORE_PARTS
-from selfknow.protocols.ladder.tables import FIGURES as LADDER_FIGURES
-from selfknow.protocols.ladder.tables import TABLES as LADDER_TABLES
-from selfknow.protocols.ladder.appendix import FIGURES as LADDER_APPENDIX_FIGURES
-from selfknow.protocols.ladder.appendix import PARTS as LADDER_APPENDIX_PARTS
-from selfknow.protocols.ladder.appendix import TABLES as LADDER_APPENDIX_TABLES
+from selfknow.protocols.ladder.catalog import APPENDIX_PARTS as LADDER_APPENDIX_PARTS
+from selfknow.protocols.ladder.catalog import SCORE_PARTS
+
+LADDER_TABLES = names(LADDER_CATALOG, job="tables", figure=False)
+LADDER_FIGURES = names(LADDER_CATALOG, job="tables", figure=True)
+LADDER_APPENDIX_TABLES = names(LADDER_CATALOG, job="appendix", figure=False)
+LADDER_APPENDIX_FIGURES = names(LADDER_CATALOG, job="appendix", figure=True)
 
 LAD = config["ladder"]
 LADDER_MODELS = list(LAD["models"])

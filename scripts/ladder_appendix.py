@@ -1,5 +1,6 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
-from selfknow.protocols.ladder.appendix import FIGURES, PARTS, write_appendix
+from selfknow.protocols.ladder.appendix import FIGURES, write_appendix
+from selfknow.protocols.ladder.catalog import APPENDIX_PARTS
 from selfknow.report.provenance import job_provenance
 from selfknow.report.tables import set_decimals
 from selfknow.runlog import job_log
@@ -14,7 +15,7 @@ models = [m["name"] for m in cfg["models"] if m["name"] in names]
 set_decimals(snakemake.params.report["decimals"])  # rendering only (config `report`)
 with job_log(snakemake.log[0], "ladder_appendix") as summary:
     prov = job_provenance(cfg, inp, sections=["ladder"], models=models, datasets=[lad["dataset"]])
-    summary.update(write_appendix(list(inp.optimisation), list(inp.runs), {k: list(inp[k]) for k in PARTS},
+    summary.update(write_appendix(list(inp.optimisation), list(inp.runs), {k: list(inp[k]) for k in APPENDIX_PARTS},
                                   {k: v for k, v in out.items() if k not in FIGURES},
                                   {k: out[k] for k in FIGURES}, budgets=list(snakemake.params.lite_budgets),
                                   provenance=prov))

@@ -16,11 +16,10 @@ import pytest
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::FutureWarning",
                                         "ignore:.*inplace.*")
 
-from selfknow.protocols.ladder import decode_feedback, decoder_precision_recall, load_rules
+from selfknow.protocols.ladder.feedback import _parse, decode_feedback, decoder_precision_recall, load_rules
 from selfknow.protocols.ladder.aggregate import score_pooled, score_sessions
 from selfknow.protocols.ladder.bootstrap import paired_cluster_bootstrap, session_bootstrap
 from selfknow.protocols.ladder.estimators import ESTIMATORS, Stream, fit_estimator
-from selfknow.protocols.ladder.feedback import _parse
 from selfknow.protocols.ladder import metrics as M
 from selfknow.stats.dawid_skene import dawid_skene
 from selfknow.stats.glad import glad

@@ -23,11 +23,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from selfknow.protocols.ladder import (TURN_COLUMNS, decode_feedback, import_aggregates,
-                                       import_sessions, read_released_aggregates, score_sessions)
+from selfknow.protocols.ladder.aggregate import import_aggregates, read_released_aggregates, score_sessions
+from selfknow.protocols.ladder.feedback import decode_feedback
+from selfknow.protocols.ladder.records import NON_MMLU_DOMAINS, TURN_COLUMNS, import_sessions
 from selfknow.protocols.ladder.estimators import RELEASED_OFFLINE
 from selfknow.protocols.ladder.metrics import ece
-from selfknow.protocols.ladder.records import NON_MMLU_DOMAINS
 
 METRICS = ["CBF", "ECE", "Brier", "AUROC", "HR"]
 MODELS = ["Llama-3-8B", "claude-opus-4-7", "deepseek-v3.2", "gpt-5.5", "qwen2.5-7b-instruct"]

@@ -15,6 +15,7 @@ from fakes import ScriptedLM
 from selfknow.protocols.ladder import controls as C
 from selfknow.protocols.ladder import jobs as J
 from selfknow.protocols.ladder import tables as T
+from selfknow.protocols.ladder.catalog import SCORE_PARTS
 from selfknow.protocols.ladder.feedback import decode_feedback
 from selfknow.records import write_parquet
 from selfknow.world.generator import domain_names
@@ -83,7 +84,7 @@ def run(tmp_path_factory, monkeypatch_module):
                                                    "path": "x", "chat": True},
                        str(tmp / "profiles.parquet"), str(tmp / "query.parquet"),
                        model="answerer", lsa_query_sessions=2, seed=3)
-    outs = {k: str(tmp / f"{k}.parquet") for k in J.SCORE_PARTS}
+    outs = {k: str(tmp / f"{k}.parquet") for k in SCORE_PARTS}
     sc = J.score_job(str(tmp / "main.parquet"), str(tmp / "alt.parquet"),
                      str(tmp / "profiles.parquet"), str(tmp / "query.parquet"), outs, seed=3,
                      latent_query=False, session_bootstrap_draws=200, cluster_bootstrap_draws=5,

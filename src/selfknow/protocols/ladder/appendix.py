@@ -19,8 +19,6 @@ from .tables import _read, r4_from_scores
 #: the catalog's tables and figures of `write_appendix`
 TABLES = names(CATALOG, job="appendix", figure=False)
 FIGURES = names(CATALOG, job="appendix", figure=True)
-#: the score parts (jobs.SCORE_PARTS) Figures 9 and 11 read
-PARTS = ("sessions", "answers", "heldout", "controls")
 #: Figure 11's estimators at the session and the pooled scoring unit (paper §E.10: the
 #: reliability-aware estimators against the prior, the constant and the global mean)
 FIG11_SESSION = ["NoMemory", "ZS", "Global", "Dawid-Skene", "GLAD"]

@@ -1,11 +1,18 @@
 """The LADDER paper's catalog (the pattern of `selfknow.report.catalog`): every table and
 figure, each listed once, with the job that writes it and what it needs of the config
-(`config_has`)."""
+(`config_has`), and the score parts the jobs pass between them. The Snakefile reads this module
+when it is parsed (twice per job on a cluster), so it imports nothing heavy."""
 from __future__ import annotations
 
 from typing import Mapping
 
 from selfknow.report.catalog import Table, needs
+
+#: the parts every score job writes (one parquet each, rule ladder_score); the tables read them back
+SCORE_PARTS = ("sessions", "bootstrap", "controls", "grid", "partitions", "tiers", "prefix",
+               "heldout", "decoder", "simulators", "pairs", "answers", "reliability")
+#: the score parts Figures 9 and 11 read (rule ladder_appendix)
+APPENDIX_PARTS = ("sessions", "answers", "heldout", "controls")
 
 _MAIN = needs("ladder")
 _FIGURE = dict(figure=True, data_table=False)

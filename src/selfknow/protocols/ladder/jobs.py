@@ -38,6 +38,7 @@ from . import controls as C
 from .aggregate import OFFLINE_ESTIMATORS, score_pooled, score_sessions, with_decoded_labels
 from .answering import make_answer_fn
 from .bootstrap import paired_cluster_bootstrap, session_bootstrap
+from .catalog import SCORE_PARTS
 from .estimators import Stream, fit_estimator, resolve
 from .feedback import decoder_precision_recall
 from .metrics import answer_metrics, profile_metrics
@@ -59,9 +60,6 @@ PROMPTED = {"zs_prior": "ZS", "lsa": "LSA", "gt_selfstats": "GT-SelfStats"}
 #: what the clean-label LSA control shows the model instead of the user's reply (§E.5)
 CLEAN_FEEDBACK = ("That is correct.", "That is incorrect.")
 QUERY_COLUMNS = ["model", "session_id", "turn", "query_confidence", "query_status"]
-#: the parts every score job writes (one parquet each); tables.py reads them back
-SCORE_PARTS = ("sessions", "bootstrap", "controls", "grid", "partitions", "tiers", "prefix",
-               "heldout", "decoder", "simulators", "pairs", "answers", "reliability")
 TIER_ESTIMATORS = ["NoMemory", "ZS", "Global", "Count", "Bayes-Domain", "OraclePDC"]
 HELDOUT_ESTIMATORS = ["NoMemory", "Global", "Count", "Bayes-Domain", "EM-Joint"]
 

@@ -1,5 +1,5 @@
 """LADDER tables and figures (SPEC §2 "Targets"), assembled from every model's score parts
-(`jobs.SCORE_PARTS`). Pure frame builders (`main_table`, `r4_from_scores`, ...) plus
+(`catalog.SCORE_PARTS`). Pure frame builders (`main_table`, `r4_from_scores`, ...) plus
 `write_tables`, which reads the parts and writes every CSV/Markdown table and PNG figure.
 """
 from __future__ import annotations
