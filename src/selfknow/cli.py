@@ -260,7 +260,7 @@ def _configure_fidelity(p: argparse.ArgumentParser) -> None:
 def run_fidelity(args: argparse.Namespace) -> int:
     """Check a config against the papers' protocol constants; 1 if any differs undocumented."""
     from selfknow.config import load_config
-    from selfknow.fidelity import check_config, load_manifest, write_deviations
+    from selfknow.fidelity import check_config, load_manifest, quote_problems, write_deviations
 
     manifest = load_manifest()
     if args.docs and write_deviations(manifest):
@@ -270,7 +270,14 @@ def run_fidelity(args: argparse.Namespace) -> int:
         print(f"{args.config}: {p}")
     print(f"{args.config}: {len(manifest.settings) - len(problems)} of {len(manifest.settings)} protocol "
           f"settings as the manifest records them; {len(manifest.deviations)} deviations")
-    return 1 if problems else 0
+    unheld = quote_problems(manifest, None)
+    for p in unheld:
+        print(f"fidelity/manifest.yaml: {p}")
+    quoted = sum(s.quote is not None for s in manifest.settings)
+    unquoted = sum(s.unquoted is not None for s in manifest.settings)
+    print(f"fidelity/manifest.yaml: {quoted} settings quoted, {unquoted} say why they cannot be, "
+          f"{len(manifest.settings) - quoted - unquoted} neither")
+    return 1 if problems or unheld else 0
 
 
 register("fidelity", "Check a config against the papers' protocol constants (fidelity/manifest.yaml).",

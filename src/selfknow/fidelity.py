@@ -5,7 +5,11 @@ their authors' code fix, with its source, checked against a resolved config, and
 A *setting* names a config key (``models[name=gpt-5.4].mode``, ``datasets.triviaqa.revision``,
 ``models[name=olmo3-7b].checkpoints[*].revision``), the papers' value and its source. Where we
 differ, it also names the deviation (an id of the manifest's ``deviations``) and our value
-(``ours``), so a change to either side is caught. A *deviation* is one row of that table:
+(``ours``), so a change to either side is caught. A setting whose source can be quoted carries
+the ``quote`` (a sentence of the paper, a line of the authors' code) that fixes its value and
+where it is (``quote_in``: ``paper``, or ``PC <path>`` / ``SB <path>`` in the authors'
+repositories); one that cannot says why (``unquoted``). `quote_problems` checks paper quotes
+against the papers' text extractions and, for every quote, that the value appears in it. A *deviation* is one row of that table:
 paper, what we do differently, why, where it is set.
 
     selfknow fidelity config/paper.yaml            # check the config (schema defaults included)
@@ -15,7 +19,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +58,13 @@ class Setting:
     source: str
     deviation: str | None = None
     ours: Any = None
+    quote: str | list[str] | None = None
+    quote_in: str | None = None
+    #: the value as the quote writes it where no generated form (`value_forms`) matches:
+    #: a number in another notation ("10^4", "5K"), part of a string ("c170c708");
+    #: `value_in_quote` checks that it stands for the value
+    shown_as: str | None = None
+    unquoted: str | None = None
 
     @property
     def expected(self) -> Any:
@@ -79,7 +92,8 @@ class Manifest:
         return next(d for d in self.deviations if d.id == id)
 
 
-_FIELDS = {"settings": ({"key", "paper", "value", "source"}, {"deviation", "ours"}),
+_FIELDS = {"settings": ({"key", "paper", "value", "source"},
+                         {"deviation", "ours", "quote", "quote_in", "shown_as", "unquoted"}),
            "deviations": ({"id", "paper", "what", "why", "where"}, set())}
 
 
@@ -96,9 +110,13 @@ def _entries(raw: dict, section: str, where: str) -> list[dict]:
             raise ManifestError(f"{at}: missing {', '.join(missing)}")
         if extra := sorted(e.keys() - required - optional):
             raise ManifestError(f"{at}: unknown field {extra[0]!r}")
-        for k in ("key", "id", "source", "what", "why", "where"):
+        for k in ("key", "id", "source", "what", "why", "where", "quote_in", "shown_as", "unquoted"):
             if k in e and not (isinstance(e[k], str) and e[k].strip()):
                 raise ManifestError(f"{at}.{k}: must be a non-empty string")
+        q = e.get("quote")
+        if q is not None and not (isinstance(q, str) and q.strip() or isinstance(q, list) and q
+                                  and all(isinstance(x, str) and x.strip() for x in q)):
+            raise ManifestError(f"{at}.quote: must be a non-empty string or list of strings")
         if not any(p in e["paper"] for p in PAPERS):
             raise ManifestError(f"{at}.paper: {e['paper']!r} names none of {', '.join(PAPERS)}")
     return entries
@@ -124,6 +142,7 @@ def load_manifest(path: str | Path = MANIFEST_PATH) -> Manifest:
             raise ManifestError(f"{path}: settings[{i}] ({s.key}): 'ours' needs a 'deviation'")
         if s.deviation is not None and s.ours == s.value:
             raise ManifestError(f"{path}: settings[{i}] ({s.key}): 'ours' equals the papers' value")
+        _check_quote_fields(s, f"{path}: settings[{i}] ({s.key})")
         parse_key(s.key)
         settings.append(s)
     keys = [s.key for s in settings]
@@ -288,3 +307,165 @@ def write_deviations(manifest: Manifest, path: str | Path = DEVIATIONS_PATH) -> 
         tmp.write_text(new, encoding="utf-8")
         tmp.replace(path)
     return new != text
+
+
+# ----------------------------------------------------------------------------- quotes
+#: the authors' repositories a code quote's `quote_in` names (as the manifest's sources do)
+REPOS = {"PC": "victorwang37/persistent-calibration", "SB": "yin1245/selfbound"}
+#: the short names of ../shared/papers/README.md's table, per manifest paper
+PAPER_SHORT = {"persistent": "persistent", "LADDER": "ladder", "LCAE": "lcae"}
+_QUOTE_IN = re.compile(r"^(?:paper|(PC|SB) \S+)$")
+
+
+def _check_quote_fields(s: Setting, at: str) -> None:
+    if s.quote is not None and s.unquoted is not None:
+        raise ManifestError(f"{at}: a quote and 'unquoted' exclude each other")
+    if (s.quote is None) != (s.quote_in is None):
+        raise ManifestError(f"{at}: 'quote' and 'quote_in' go together")
+    if s.shown_as is not None and s.quote is None:
+        raise ManifestError(f"{at}: 'shown_as' needs a 'quote'")
+    if s.quote_in is not None and not _QUOTE_IN.match(s.quote_in):
+        raise ManifestError(f"{at}.quote_in: {s.quote_in!r} is neither 'paper' nor 'PC <path>' / 'SB <path>'")
+    if s.quote_in == "paper" and s.paper not in PAPER_SHORT:
+        raise ManifestError(f"{at}.quote_in: 'paper' needs one paper, not {s.paper!r}")
+
+
+def quotes(s: Setting) -> list[str]:
+    """The setting's quoted excerpts: one, or several of the same source."""
+    return [] if s.quote is None else [s.quote] if isinstance(s.quote, str) else list(s.quote)
+
+
+_PUNCT = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u2013": "-",
+                        "\u2014": "-", "\u2212": "-", "\u00a0": " ", "\u2009": " ", "\u202f": " "})
+
+
+def normalise_text(text: str) -> str:
+    """Text as quotes are matched in the papers' extractions, applied to both sides: Unicode
+    NFKC (ligatures, superscripts), typographic quotes and dashes as ASCII, a hyphen between
+    two letters dropped with any whitespace after it (the extractions join hyphenated words,
+    "in-context" -> "incontext", or keep a line-end hyphen as "- "), every run of whitespace
+    one space. Case and all other characters are kept."""
+    t = unicodedata.normalize("NFKC", text).translate(_PUNCT)
+    t = re.sub(r"(?<=[A-Za-z])-\s*(?=[A-Za-z])", "", t)
+    return " ".join(t.split())
+
+
+def _number_forms(x: float) -> set[str]:
+    forms = {repr(x), f"{x:g}", str(x)}
+    if float(x).is_integer():
+        n = int(x)
+        forms |= {str(n), f"{n:,}", f"{n:.1f}"}
+    else:
+        mant, exp = f"{x:e}".split("e")
+        m, e = float(mant), int(exp)
+        forms |= {f"{m:g}e{e}", f"{m:.1f}e{e}", f"{m:g}e{e:03d}" if e < 0 else f"{m:g}e+{e:02d}"}
+        if 0 < x < 1:
+            forms |= {f"{100 * x:g}%", f"{100 * x:g} %", f"{x:g}".lstrip("0")}
+    return forms
+
+
+def value_forms(value: Any) -> list[set[str]]:
+    """The texts that stand for `value` in a quote, one set per part that must appear: a
+    scalar is one part, a list one per element, a mapping one per key and one per value."""
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in value_forms(k) + value_forms(v)]
+    if isinstance(value, list):
+        return [p for v in value for p in value_forms(v)]
+    if isinstance(value, bool):
+        return [{str(value).lower(), str(value)}]
+    if isinstance(value, (int, float)):
+        return [_number_forms(value)]
+    return [{str(value)}]
+
+
+_WORDS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten".split())}
+_SCALE = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "%": 0.01, "\\%": 0.01}
+
+
+def parse_shown(text: str) -> tuple[float, float]:
+    """A number as a paper or a config writes it (10^4, 2· 10^-5, 5K, 8.73M, 80%, 2,000,
+    three) and half a unit of its last written digit: the value it may stand for lies within
+    that of the number."""
+    t = text.strip().replace(",", "")
+    if t.lower() in _WORDS:
+        return float(_WORDS[t.lower()]), 0.0
+    if m := re.fullmatch(r"(?:(\d+(?:\.\d+)?)\s*[\u22c5\u00b7\u00d7*x]\s*)?(\d+)\s*\^\s*\{?(-?\d+)\}?", t):
+        mant = float(m.group(1)) if m.group(1) else 1.0
+        return mant * float(m.group(2)) ** int(m.group(3)), 0.0
+    m = re.fullmatch(r"(\d+(?:\.(\d+))?)\s*(K|k|M|\\?%)?", t)
+    if not m:
+        raise ValueError(f"cannot read {text!r} as a number")
+    scale = _SCALE[m.group(3) or ""]
+    decimals = len(m.group(2) or "")
+    return float(m.group(1)) * scale, 0.5 * 10 ** -decimals * scale if m.group(3) in ("K", "k", "M") else 0.0
+
+
+def _appears(form: str, quote: str) -> bool:
+    f = normalise_text(form)
+    return bool(f) and re.search(rf"(?<![\w.]){re.escape(f)}(?!\w|\.\d)", quote) is not None
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+
+
+def _names(value: str, quote: str) -> bool:
+    """A config identifier (`self_ask`, `ids_dpr`, `Text`) names what the quote writes when
+    each of its `_`-separated words is in it, case aside ("Self-Ask", "IDS with DPR")."""
+    low = quote.lower()
+    return all(w in low for w in value.lower().split("_") if w)
+
+
+def value_in_quote(s: Setting) -> bool:
+    """Whether the papers' value appears in the setting's quote(s): each of `value_forms`'s
+    parts (an identifier as `_names` has it), or `shown_as`, which must be in the quote and
+    stand for the value: a number within half a unit of its last written digit, a string a
+    prefix or suffix of the value of at least four characters (the rest is our key's syntax:
+    "nli:" before a hub id, a full commit hash after its abbreviation)."""
+    quote = normalise_text("\n".join(quotes(s)))
+    if s.shown_as is not None:
+        value = s.value[0] if isinstance(s.value, list) and len(s.value) == 1 else s.value
+        if not _appears(s.shown_as, quote):
+            return False
+        if isinstance(value, str):
+            return len(s.shown_as) >= 4 and (value.startswith(s.shown_as) or value.endswith(s.shown_as))
+        try:
+            number, half_unit = parse_shown(s.shown_as)
+            return math.isclose(number, float(value), rel_tol=1e-12) or abs(number - float(value)) <= half_unit
+        except (TypeError, ValueError):
+            return False
+    parts = value_forms(s.value)
+    return bool(parts) and all(
+        any(_appears(f, quote) or (_IDENTIFIER.match(f) and not f.isdigit() and _names(f, quote)) for f in forms)
+        for forms in parts)
+
+
+def paper_texts(papers_dir: str | Path) -> dict[str, str]:
+    """The normalised text of each manifest paper, found by its short name in the table of
+    `papers_dir`/README.md."""
+    papers_dir = Path(papers_dir)
+    files = {}
+    for line in (papers_dir / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].endswith(".txt"):
+            files[cells[2]] = cells[0]
+    out = {}
+    for paper, short in PAPER_SHORT.items():
+        if short not in files:
+            raise ValueError(f"{papers_dir / 'README.md'}: no paper with short name {short!r}")
+        out[paper] = normalise_text((papers_dir / files[short]).read_text(encoding="utf-8"))
+    return out
+
+
+def quote_problems(manifest: Manifest, texts: dict[str, str] | None) -> list[str]:
+    """One message per quote whose value does not appear in it, and, with the papers' `texts`
+    (`paper_texts`), per paper excerpt not in its paper's text."""
+    problems = []
+    for s in manifest.settings:
+        if s.quote is None:
+            continue
+        if not value_in_quote(s):
+            problems.append(f"{s.key}: the value {s.value!r} is not in its quote {s.quote!r}")
+        if texts is not None and s.quote_in == "paper":
+            problems += [f"{s.key}: not in the {s.paper} paper's text: {q!r}" for q in quotes(s)
+                         if normalise_text(q) not in texts[s.paper]]
+    return problems
