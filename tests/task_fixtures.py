@@ -10,7 +10,8 @@ from selfknow.stages.tasks.humaneval import CodeRun
 from selfknow.stages.tasks.sandbox import Limits, SandboxError
 
 # fast limits: every hostile snippet must end well inside a test's patience
-LIMITS = Limits(wall_s=5.0, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=4, output_bytes=4000)
+LIMITS = Limits(wall_s=5.0, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=4, output_bytes=4000,
+                max_inodes=256, max_fds=64)
 
 
 def sandbox_python() -> str:

