@@ -326,7 +326,8 @@ def test_an_interpreter_that_cannot_start_is_a_sandbox_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the host's filesystem
-def test_the_snippet_sees_only_what_the_interpreter_needs(python):
+@pytest.mark.parametrize("who", WHO)
+def test_the_snippet_sees_only_what_the_interpreter_needs(python, secret, who):
     _, needed = sandbox._interpreter(python)
     tmp = tempfile.gettempdir()  # the job directory's, whose path the working directory keeps
     tops = {p for p in ("bin", "lib", "lib64", "sbin", "lib32", "libx32") if os.path.lexists("/" + p)}
@@ -335,7 +336,7 @@ def test_the_snippet_sees_only_what_the_interpreter_needs(python):
               str(Path(tmp, f"pytest-of-{getpass.getuser()}"))]
     code = ("import json, os\nprint(json.dumps([sorted(os.listdir(p)) for p in ('/', '/etc', '/dev', '/proc', "
             f"{tmp!r})]))\nprint(json.dumps([p for p in {hidden!r} if os.path.lexists(p)]))\nprint(os.getcwd())")
-    r = run_python(code, LIMITS, python, allow_unisolated=False)
+    r = _run(who, code, python, secret)
     assert r.passed, r.stderr
     listed, visible, cwd = r.stdout.splitlines()
     assert json.loads(visible) == [], r.stdout
@@ -591,12 +592,18 @@ def _without_the_lockdown(code: str, python: str) -> tuple[bool, str]:
         os.close(proof_r)
 
 
+def _a_child_may_trace_its_parent() -> bool:
+    """Yama (ptrace_scope 1 and above) lets a process trace only its descendants."""
+    scope = Path("/proc/sys/kernel/yama/ptrace_scope")
+    return not scope.exists() or scope.read_text().strip() == "0"
+
+
 @pytest.mark.parametrize("who", WHO)
 @pytest.mark.parametrize("form", list(FORGERIES))
 def test_a_forgery_that_works_in_process_is_refused_by_the_kernel(python, secret, who, form):
     code = FORGERIES[form] + "raise AssertionError('the program itself fails')\n"
     forged, output = _without_the_lockdown(code, python)
-    assert forged, output
+    assert forged or (form.startswith("b") and not _a_child_may_trace_its_parent()), output
     r = _run(who, code, python, secret, HOSTILE_LIMITS)  # room for the child interpreter
     assert r.status == "failed" and "Operation not permitted" in r.stdout + r.stderr, (r.stdout, r.stderr)
 
@@ -612,7 +619,7 @@ subprocess.run([sys.executable, '-c', attach, str(os.getpid())])
 @pytest.mark.parametrize("who", WHO)
 def test_no_child_can_trace_the_harness(python, secret, who):
     _, output = _without_the_lockdown(TRACE, python)
-    if os.geteuid() == 0:  # else Yama's ptrace_scope may refuse a parent to its child
+    if _a_child_may_trace_its_parent():
         assert output.startswith("ptrace 0 "), output  # PTRACE_SEIZE: attached without stopping it
     r = _run(who, TRACE, python, secret, HOSTILE_LIMITS)
     assert r.passed and r.stdout.startswith("ptrace -1 Operation not permitted"), (r.stdout, r.stderr)
