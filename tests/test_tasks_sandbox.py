@@ -347,6 +347,23 @@ def test_the_snippet_sees_only_what_the_interpreter_needs(python, secret, who):
     assert len(listed[4]) == 1 and cwd == os.path.join(tmp, listed[4][0], "scratch")
 
 
+def _fake_interpreter(tmp_path: Path, exe: str, prefix: str) -> str:
+    """A stand-in that answers the sandbox's question as an interpreter at `exe` in `prefix` would."""
+    fake = tmp_path / exe.replace("/", "-")  # one path per answer: the sandbox asks each interpreter once
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' {exe} {prefix} {prefix}\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def test_the_interpreter_runs_from_its_base_with_its_prefix_bound(tmp_path):
+    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    assert sandbox._interpreter(str(tmp_path / "venv" / "bin" / "python")) == (os.path.realpath("/usr/bin/python3"), ())
+    outside = _fake_interpreter(tmp_path, "/opt/py/bin/python3.12", "/opt/py")
+    assert sandbox._interpreter(outside) == ("/opt/py/bin/python3.12", ("/opt/py",))
+    with pytest.raises(SandboxError, match="lives in / itself"):
+        sandbox._interpreter(_fake_interpreter(tmp_path, "/python3", "/"))
+
+
 @pytest.fixture()
 def unix_listener(request):
     """A unix socket in a directory anyone can enter, that records whether anyone connected:
