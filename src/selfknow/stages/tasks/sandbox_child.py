@@ -102,8 +102,8 @@ os._exit(0)
 # refuses ctypes) to make this process undumpable (no other process of the snippet may read
 # or trace it) and installs a seccomp filter, inherited by every child: no signal handler can
 # be installed (a handler's frame reaches the harness's locals), no process's memory read or
-# written with process_vm_readv/writev, no ptrace, no pidfd_getfd; other architectures' system
-# calls (x32, i386 on x86_64) end the process.
+# written with process_vm_readv/writev, no ptrace, no pidfd_getfd; another architecture's system
+# call (i386 on x86_64) ends the process, an x32 one fails.
 HARNESS = r'''
 import os, sys
 def _lockdown():
