@@ -15,6 +15,7 @@ function running it). A command signals bad input by raising ``ValueError`` (or
     selfknow preflight CONFIG.yaml [CONFIG.yaml...] [--timeout S]
     selfknow persistent-eval RECORDS OUTDIR [--config CONFIG.yaml] [--min-contrast N] [--bootstrap N] ...
     selfknow export-records RESULTS OUT.csv|.jsonl|.parquet [--model M] [--evalset main|transfer] [--methods ...]
+    selfknow check-estimators RESULTS|RECORDS [--model M] [--bootstrap N] [--seed S] [--csv OUT.csv] [--strict]
 """
 from __future__ import annotations
 
@@ -409,6 +410,44 @@ def run_export_records(args: argparse.Namespace) -> int:
 
 register("export-records", "Export the records a workflow run's persistent metrics evaluated, in the plain "
          "format persistent-eval reads.", _configure_export_records, run_export_records)
+
+
+# ----------------------------------------------------------------------------- check-estimators
+
+def _configure_check_estimators(p: argparse.ArgumentParser) -> None:
+    p.add_argument("records", type=Path,
+                   help="a workflow results directory, or plain records (`selfknow export-records` output)")
+    p.add_argument("--model", help="the persistent model of a results directory (needed when it has several)")
+    p.add_argument("--bootstrap", type=int, default=2000, help="resamples of the questions (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="the resampling seed (default 0)")
+    p.add_argument("--csv", type=Path, help="also write the cells to this CSV")
+    p.add_argument("--strict", action="store_true", help="exit with status 1 when a cell fails")
+
+
+def run_check_estimators(args: argparse.Namespace) -> int:
+    """Print, per trained method x dataset x evaluation checkpoint, the seed-averaged AUC with its
+    interval and the sd of the confidences, and whether the cell passes."""
+    import pandas as pd
+
+    from selfknow.protocols.persistent.learning_check import check_estimators, summary_line
+    from selfknow.protocols.persistent.own_records import export_records
+    from selfknow.readers.plain import read_plain
+    from selfknow.records import write_csv
+
+    src = args.records
+    records = export_records(src, model=args.model) if src.is_dir() else read_plain(src)
+    cells = check_estimators(records, n_boot=args.bootstrap, seed=args.seed)
+    with pd.option_context("display.width", 200, "display.max_rows", None):
+        print(cells.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(summary_line(cells))
+    if args.csv:
+        write_csv(cells, args.csv)
+    return 1 if args.strict and not cells["passed"].all() else 0
+
+
+register("check-estimators", "Do a run's trained confidence estimators learn? Seed-averaged AUC with a bootstrap "
+         "interval and the confidences' sd per method, dataset and evaluation checkpoint.",
+         _configure_check_estimators, run_check_estimators)
 
 
 if __name__ == "__main__":
