@@ -591,6 +591,53 @@ def test_lora_training_learns_correctness_and_adapter_loads(tiny_models, tmp_pat
     np.testing.assert_allclose(via_lm, after[:20], atol=1e-5)
 
 
+def _one_digit_prior(model_dir, out_dir, digit="5", gain=20.0):
+    """`model_dir` re-saved with the (tied) embedding of `digit`'s read-out token moved along
+    the mean final hidden state of confidence prompts: after "Confidence:" nearly all the
+    digit mass sits on `digit`, as in the mini world's models (wm-base phase6: 84 % on "5")."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    ro = V.digit_format_for(tok)
+    data = _marker_data(32, 9)
+    enc = tok([ro.prompt(q, a) for q, a in zip(data["question"], data["answer"])], return_tensors="pt",
+              padding=True)
+    with torch.no_grad():
+        h = model(**enc, output_hidden_states=True).hidden_states[-1]
+        last = enc["attention_mask"].sum(1) - 1
+        mean_h = h[torch.arange(len(last)), last].mean(0)
+        tid = tok.encode(ro.candidates[int(digit)], add_special_tokens=False)[0]
+        model.get_output_embeddings().weight[tid] += gain * mean_h / mean_h.norm() ** 2
+    model.save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return str(out_dir)
+
+
+def test_readout_warmup_rescues_a_one_digit_prior(tiny_models, tmp_path):
+    """A base whose digits start near one-hot leaves a BCE-trained adapter a constant (the
+    gradient through the saturated softmax vanishes); the read-out warm-up first spreads the
+    digit mass, then the same training learns."""
+    from selfknow.stats.classification import auc
+
+    base = _one_digit_prior(tiny_models[0], tmp_path / "base")
+    train, test = _marker_data(192, 1), _marker_data(160, 2)
+    y = test["correct"].to_numpy(float)
+    before = V.score_local(base, None, test["question"], test["answer"])
+    assert before.std() < 1e-3 and before.mean() == pytest.approx(5 / 9, abs=1e-3)
+    results = {}
+    for warmup in (0, 12):
+        hp = V.AdapterHParams(lr=5e-3, min_lr=5e-4, epochs=2, readout_warmup=warmup)
+        V.train_adapter({"c0": (base, train)}, tmp_path / f"w{warmup}", seed=0, hparams=hp)
+        results[warmup] = V.score_local(base, str(tmp_path / f"w{warmup}"), test["question"], test["answer"])
+    assert results[0].std() < 1e-6 and auc(results[0], y) < 0.6  # a constant: 5/9
+    assert auc(results[12], y) > 0.95 and results[12].std() > 100 * results[0].std()
+    log = json.loads((tmp_path / "w12" / V.TRAINING_LOG_FILE).read_text())
+    warm = [s for s in log["steps"] if s["epoch"] == -1]
+    assert len(warm) == 12 and len(log["steps"]) == 12 + 24
+    assert warm[-1]["loss"] < warm[0]["loss"] - 1.0  # cross-entropy to uniform digits falls
+
+
 def test_training_is_deterministic_given_seed(tiny_models, tmp_path):
     from safetensors.torch import load_file
 

@@ -193,6 +193,7 @@ class AdapterHParams:
     grad_clip: float | None = ADAPTER_DEFAULTS["grad_clip"]
     micro_batch_size: int = ADAPTER_DEFAULTS["micro_batch_size"]
     max_length: int = ADAPTER_DEFAULTS["max_length"]
+    readout_warmup: int = ADAPTER_DEFAULTS["readout_warmup"]
     num_threads: int = 1
     device: str = "cpu"
     dtype: str = "float32"
@@ -449,41 +450,65 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
     encoded = {n: _encode(model, toks[k], [readout.prompt(q, a) for q, a in zip(f["question"], f["answer"])],
                           hp.max_length) for k, (n, f) in enumerate(frames.items())}
     rows_by_q = {n: f.groupby("question_id").indices for n, f in frames.items()}
+
+    def run_step(batch_q: Sequence[str], lr: float, warmup: bool) -> dict[str, float]:
+        """One optimiser step on `batch_q`'s examples of every view: the weighted BCE of the
+        confidence, or (`warmup`) the cross-entropy of the digit distribution against the
+        uniform one, each summed over the batch and divided by questions x views."""
+        for g in opt.param_groups:
+            g["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        denom = len(batch_q) * len(names)
+        per_ckpt = {}
+        for k, n in enumerate(names):
+            rows = [r for q in batch_q for r in rows_by_q[n].get(q, ())]
+            if not rows:
+                continue
+            views.use(k)
+            f = frames[n]
+            y_all = torch.tensor(f["correct"].to_numpy()[rows], dtype=torch.float32)
+            w_all = torch.tensor(f["loss_weight"].to_numpy()[rows], dtype=torch.float32)
+            total = 0.0
+            for s in range(0, len(rows), hp.micro_batch_size):
+                sl = slice(s, s + hp.micro_batch_size)
+                logits = _digit_logits(model, toks[k], [encoded[n][r] for r in rows[sl]],
+                                       digit_ids[k], hp.device)
+                w = w_all[sl].to(logits.device)
+                if warmup:
+                    per_example = -torch.log_softmax(logits, dim=-1).mean(dim=-1)
+                else:
+                    log_p, log_q, _ = _log_conf_terms(logits)
+                    y = y_all[sl].to(log_p.device)
+                    per_example = -(y * log_p + (1 - y) * log_q)
+                loss = (w * per_example).sum() / denom
+                loss.backward()
+                total += float(loss.detach())
+            per_ckpt[n] = total
+        if hp.grad_clip:
+            torch.nn.utils.clip_grad_norm_(params, max_norm=hp.grad_clip)
+        opt.step()
+        return per_ckpt
+
     steps: list[dict] = []
+    # Read-out warm-up: a base model's digit distribution after "Confidence:" can put nearly
+    # all its mass on a few digits (a world model trained from scratch: 84 % on "5"); BCE
+    # through E[d]/9 then pushes the few live digits to a one-hot whose gradient vanishes and
+    # the adapter stays a constant. These steps first spread the mass over the ten digits.
+    warm_rng = np.random.default_rng([seed, 0, 0])  # not an epoch's stream ([seed, epoch])
+    for w_step in range(hp.readout_warmup):
+        order = warm_rng.permutation(len(qids))
+        per_ckpt = run_step([qids[i] for i in order[:hp.batch_size]], hp.lr, warmup=True)
+        steps.append({"step": w_step - hp.readout_warmup, "epoch": -1, "lr": hp.lr, "loss": sum(per_ckpt.values()),
+                      "loss_by_checkpoint": per_ckpt, "n_questions": min(hp.batch_size, len(qids))})
+    if hp.readout_warmup:
+        say(f"read-out warm-up: {hp.readout_warmup} steps, cross-entropy to uniform digits {steps[-1]['loss']:.4f}")
     step = 0
     for epoch in range(hp.epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(qids))
         for b in range(steps_per_epoch):
             batch_q = [qids[i] for i in order[b * hp.batch_size:(b + 1) * hp.batch_size]]
             lr = lr_at_step(step, total_steps, hp)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            opt.zero_grad(set_to_none=True)
-            denom = len(batch_q) * len(names)
-            per_ckpt = {}
-            for k, n in enumerate(names):
-                rows = [r for q in batch_q for r in rows_by_q[n].get(q, ())]
-                if not rows:
-                    continue
-                views.use(k)
-                f = frames[n]
-                y_all = torch.tensor(f["correct"].to_numpy()[rows], dtype=torch.float32)
-                w_all = torch.tensor(f["loss_weight"].to_numpy()[rows], dtype=torch.float32)
-                total = 0.0
-                for s in range(0, len(rows), hp.micro_batch_size):
-                    sl = slice(s, s + hp.micro_batch_size)
-                    logits = _digit_logits(model, toks[k], [encoded[n][r] for r in rows[sl]],
-                                           digit_ids[k], hp.device)
-                    log_p, log_q, _ = _log_conf_terms(logits)
-                    y, w = y_all[sl].to(log_p.device), w_all[sl].to(log_p.device)
-                    bce = -(y * log_p + (1 - y) * log_q)
-                    loss = (w * bce).sum() / denom
-                    loss.backward()
-                    total += float(loss.detach())
-                per_ckpt[n] = total
-            if hp.grad_clip:
-                torch.nn.utils.clip_grad_norm_(params, max_norm=hp.grad_clip)
-            opt.step()
+            per_ckpt = run_step(batch_q, lr, warmup=False)
             steps.append({"step": step, "epoch": epoch, "lr": lr, "loss": sum(per_ckpt.values()),
                           "loss_by_checkpoint": per_ckpt, "n_questions": len(batch_q)})
             if step % 10 == 0 or step == total_steps - 1:
