@@ -322,6 +322,8 @@ for _figure, _d in persistent_transfer_figures():
             model=P_MODELS[0],
             dataset=_d,
             order=persistent_ckpt_order(),
+            n_boot=PC["bootstrap_replicates"],
+            seed=PC["bootstrap_seed"],
             report=REPORT_SETTINGS,
             title=f"Figure {_figure[6:]}: transfer between checkpoints ({P_MODELS[0]}, {_d})",
         conda:

@@ -11,4 +11,4 @@ with job_log(snakemake.log[0], f"persistent_{p.figure}") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["persistent"], models=[p.model], datasets=[p.dataset])
     summary.update(transfer_figure_job(snakemake.input.transfer, snakemake.input.random_label, list(p.order),
                                        out[p.figure], out[f"{p.figure}_csv"], out[f"{p.figure}_md"], title=p.title,
-                                       provenance=prov))
+                                       n_boot=p.n_boot, seed=p.seed, provenance=prov))

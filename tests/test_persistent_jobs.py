@@ -557,6 +557,32 @@ def test_transfer_matrices_auc():
     assert list(right.index) == ["A + B (random)", "B + B (random)"]
 
 
+def test_transfer_matrices_mark_cells_whose_interval_includes_chance():
+    rng = np.random.default_rng(0)
+    y = (rng.random(300) < 0.5).astype(float)
+    good = y * 0.4 + rng.random(300) * 0.6  # AUC ~0.85
+    rows = [{"adapter": a, "scorer": c, "target": c, "item_id": i, "correct": y[i],
+             "confidence": (good if a == "A" else rng.random(300))[i]}
+            for a in ("A", "B") for c in ("A", "B") for i in range(300)]
+    df = pd.DataFrame(rows)
+    left, right, chance, chance_right = T.transfer_matrices(df, df.assign(adapter=df["adapter"] + "+B"), ["A", "B"],
+                                                            n_boot=400, seed=3)
+    assert not chance.loc["A"].any() and chance.loc["B"].all()
+    from selfknow.protocols.persistent.learning_check import bootstrap_auc
+
+    conf = df[(df["adapter"] == "B") & (df["target"] == "A")]["confidence"].to_numpy()
+    lo, hi = bootstrap_auc(conf, y, 400, 3)
+    assert lo < 0.5 < hi and left.loc["B", "A"] == pytest.approx(T_auc(conf, y))
+    assert chance_right.shape == right.shape and chance_right.loc["A + B (random)"].eq(False).all()
+    assert len(T.transfer_matrices(df, df, ["A", "B"])) == 2  # no resamples: no marks
+
+
+def T_auc(conf, y):
+    from sklearn.metrics import roc_auc_score
+
+    return roc_auc_score(y, conf)
+
+
 # --------------------------------------------------------------------------------------------
 # Table 7 and Figures 2 and 4
 # --------------------------------------------------------------------------------------------
@@ -734,6 +760,14 @@ def test_transfer_figure_job_writes_the_figure_and_its_cells(tmp_path):
     assert data[data["panel"] == "transfer"][["A", "B"]].to_numpy().tolist() == [[1, 1], [0, 1]]
     side = json.loads((fig / "figure4.json").read_text())
     assert side["figure"]["suptitle"] == "Figure 4" and len(side["figure"]["axes"]) == 2
+    out = T.transfer_figure_job(str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"), ["A", "B"],
+                                str(fig / "f.png"), str(tab / "f.csv"), str(tab / "f.md"), title="Figure 4", n_boot=50)
+    # two questions: a transfer cell's resamples with both classes rank as the full set does (AUC 1, or 0 for B
+    # on A), so its interval lies off 0.5; the random panel's one adapter "A+B" pools A's and B's confidences
+    # on A (AUC 0.5, at chance) and ranks perfectly on B
+    assert out["cells_at_chance"] == 1
+    assert "1 of 6 cells' intervals include 0.5 (in parentheses in the figure): random labels: A + B (random) " \
+           "on A." in (tab / "f.md").read_text()
 
 
 # --------------------------------------------------------------------------------------------

@@ -468,7 +468,8 @@ def ladder_plot(df: pd.DataFrame, path: str | Path, *, title: str = "Self-assess
 
 
 def _annotated_heatmap(ax, values: np.ndarray, rows: list, cols: list, *, vmin: float, vmax: float,
-                       digits: int = 2, cbar_label: str | None = ""):
+                       digits: int = 2, cbar_label: str | None = "", bracketed: np.ndarray | None = None):
+    """`bracketed`: cells (a boolean array of `values`' shape) whose text prints in parentheses."""
     im = ax.imshow(values, cmap=HEATMAP_CMAP, vmin=vmin, vmax=vmax, aspect="auto")
     ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=45, ha="right")
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])
@@ -481,8 +482,9 @@ def _annotated_heatmap(ax, values: np.ndarray, rows: list, cols: list, *, vmin: 
                 continue
             r, g, b, _ = cmap((v - vmin) / ((vmax - vmin) or 1.0))
             light = 0.299 * r + 0.587 * g + 0.114 * b > 0.5
-            ax.text(j, i, f"{v:.{digits}f}", ha="center", va="center", fontsize=7,
-                    color="black" if light else "white")
+            text = f"{v:.{digits}f}"
+            ax.text(j, i, f"({text})" if bracketed is not None and bracketed[i, j] else text, ha="center",
+                    va="center", fontsize=7, color="black" if light else "white")
     if cbar_label is not None:
         ax.figure.colorbar(im, ax=ax, fraction=0.046, pad=0.04).set_label(cbar_label)
     return im
@@ -564,9 +566,10 @@ def _auc_limits(*frames: pd.DataFrame) -> tuple[float, float]:
 
 
 def _transfer_panel(ax, matrix: pd.DataFrame, *, vmin: float, vmax: float, title: str,
-                    ylabel: str, xlabel: str, colorbar: bool = True):
+                    ylabel: str, xlabel: str, colorbar: bool = True, at_chance: pd.DataFrame | None = None):
     im = _annotated_heatmap(ax, matrix.to_numpy(float), list(matrix.index), list(matrix.columns),
-                            vmin=vmin, vmax=vmax, cbar_label="AUC" if colorbar else None)
+                            vmin=vmin, vmax=vmax, cbar_label="AUC" if colorbar else None,
+                            bracketed=None if at_chance is None else at_chance.to_numpy(bool))
     ax.set_xlabel(matrix.columns.name or xlabel)
     ax.set_ylabel(matrix.index.name or ylabel)
     ax.set_title(title)
@@ -578,7 +581,7 @@ def transfer_heatmap(matrix: pd.DataFrame, path: str | Path, *, title: str,
     """Persistent Figure 3 (left): AUC of a confidence adapter trained on one checkpoint
     (rows) and evaluated on another (columns); forward transfer lies above the diagonal.
     `matrix`: index = training checkpoint, columns = evaluation checkpoint, values AUC.
-    The colour scale starts at chance (0.5) unless a cell is lower."""
+    The colour scale spans 0.5 to 1 and widens to take in any cell outside it."""
     if matrix.empty:
         raise ValueError("transfer_heatmap: empty matrix")
     vmin, vmax = _auc_limits(matrix)
@@ -589,23 +592,28 @@ def transfer_heatmap(matrix: pd.DataFrame, path: str | Path, *, title: str,
 
 
 def transfer_heatmap_random_label(transfer: pd.DataFrame, random_label: pd.DataFrame, path: str | Path, *,
-                                  title: str, provenance: dict | None = None) -> FigureSummary:
+                                  title: str, at_chance: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                                  provenance: dict | None = None) -> FigureSummary:
     """Persistent Figure 3, both panels on one colour scale. Left: `transfer` as in
     `transfer_heatmap`. Right: multi-checkpoint training whose second checkpoint gets random
     labels; `random_label` has one row per training pair (index: the pair, e.g.
     "s600 + s900 (random)") and one column per evaluation checkpoint, values AUC: the AUC on
-    the random-label checkpoint collapses while the first checkpoint's is kept."""
+    the random-label checkpoint collapses while the first checkpoint's is kept. `at_chance`:
+    per panel a boolean frame of its shape, the cells whose interval includes 0.5, printed in
+    parentheses."""
     if transfer.empty or random_label.empty:
         raise ValueError("transfer_heatmap_random_label: empty matrix")
     vmin, vmax = _auc_limits(transfer, random_label)
     width = 3.2 + 0.8 * (transfer.shape[1] + random_label.shape[1])
     height = 1.4 + 0.6 * max(transfer.shape[0], random_label.shape[0])
     fig, (left, right) = _pyplot().subplots(1, 2, figsize=(width, height), layout="constrained")
+    chance = at_chance or (None, None)
     _transfer_panel(left, transfer, vmin=vmin, vmax=vmax, title="transfer between checkpoints",
-                    ylabel="training checkpoint", xlabel="evaluation checkpoint", colorbar=False)
+                    ylabel="training checkpoint", xlabel="evaluation checkpoint", colorbar=False,
+                    at_chance=chance[0])
     im = _transfer_panel(right, random_label, vmin=vmin, vmax=vmax, title="second checkpoint with random labels",
                          ylabel="training pair (second: random labels)", xlabel="evaluation checkpoint",
-                         colorbar=False)
+                         colorbar=False, at_chance=chance[1])
     fig.colorbar(im, ax=[left, right], fraction=0.03, pad=0.02).set_label("AUC (one scale for both panels)")
     fig.suptitle(title)
     return save(fig, path, provenance=provenance)

@@ -296,26 +296,44 @@ def contrast_size_table(sizes: Mapping[str, pd.DataFrame], min_contrast: int) ->
     return pd.DataFrame(out).fillna("")
 
 
-def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, order: Sequence[str]
-                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _transfer_cells(df: pd.DataFrame, order: Sequence[str], row_label):
+    """(row, column, confidences, correctness) of each cell of a transfer matrix: adapter x the
+    checkpoint whose own test answers it scores."""
+    for a in dict.fromkeys(df["adapter"]):
+        for c in order:
+            g = df[(df["adapter"] == a) & (df["target"] == c) & (df["scorer"] == c)]
+            yield row_label(a), c, g["confidence"].to_numpy(float), g["correct"].to_numpy(float)
+
+
+_TRANSFER_PANELS = (("training checkpoint", lambda a: a),
+                    ("training pair (second: random labels)", lambda a: a.replace("+", " + ") + " (random)"))
+
+
+def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, order: Sequence[str], *,
+                      n_boot: int = 0, seed: int = 0) -> tuple[pd.DataFrame, ...]:
     """Figure 3 data: full-set AUC of each adapter (rows: its training checkpoint(s)) on each
-    checkpoint's own test answers (columns)."""
+    checkpoint's own test answers (columns), the transfer and the random-label panel. With
+    `n_boot`, also a boolean matrix per panel: the cell's percentile 95 % interval over `n_boot`
+    resamples of the questions (`learning_check.bootstrap_auc`, `seed`) includes 0.5, or its
+    AUC is undefined."""
     from selfknow.stats.classification import auc
 
-    def matrix(df: pd.DataFrame, row_label) -> pd.DataFrame:
-        adapters = list(dict.fromkeys(df["adapter"]))
-        m = pd.DataFrame(index=[row_label(a) for a in adapters], columns=list(order), dtype=float)
-        for a in adapters:
-            for c in order:
-                g = df[(df["adapter"] == a) & (df["target"] == c) & (df["scorer"] == c)]
-                m.loc[row_label(a), c] = auc(g["confidence"].to_numpy(float), g["correct"].to_numpy(float))
-        return m
+    from .learning_check import bootstrap_auc
 
-    left = matrix(transfer_conf, lambda a: a)
-    left.index.name, left.columns.name = "training checkpoint", "evaluation checkpoint"
-    right = matrix(random_conf, lambda a: a.replace("+", " + ") + " (random)")
-    right.index.name, right.columns.name = "training pair (second: random labels)", "evaluation checkpoint"
-    return left, right
+    values, chance = [], []
+    for conf, (name, row_label) in zip((transfer_conf, random_conf), _TRANSFER_PANELS):
+        rows = list(dict.fromkeys(row_label(a) for a in conf["adapter"]))
+        m = pd.DataFrame(index=rows, columns=list(order), dtype=float)
+        at = pd.DataFrame(True, index=rows, columns=list(order))
+        for r, c, p, y in _transfer_cells(conf, order, row_label):
+            m.loc[r, c] = auc(p, y)
+            if n_boot and p.size:
+                lo, hi = bootstrap_auc(p, y, n_boot, seed)
+                at.loc[r, c] = not (lo > 0.5 or hi < 0.5)
+        m.index.name, m.columns.name = name, "evaluation checkpoint"
+        values.append(m)
+        chance.append(at)
+    return (*values, *chance) if n_boot else tuple(values)
 
 
 def accuracy_table(correct: Mapping[tuple[str, str, str], pd.Series], models: Sequence[str],
@@ -464,22 +482,36 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
 
 
 def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[str], png: str, csv: str, md: str,
-                        *, title: str, provenance: dict | None = None) -> dict:
+                        *, title: str, n_boot: int = 0, seed: int = 0, provenance: dict | None = None) -> dict:
     """Figure 3 (first training dataset) or Figure 4 (the second, §B.6), both panels, and its
-    data as a table (with `provenance`, a sidecar beside each)."""
+    data as a table (with `provenance`, a sidecar beside each). With `n_boot`, cells whose
+    bootstrap interval includes 0.5 (`transfer_matrices`) print in parentheses in the figure
+    and are listed in the table's note."""
     from selfknow.report.figures import transfer_heatmap_random_label
     from selfknow.report.tables import write_table
 
-    left, right = transfer_matrices(pd.read_parquet(transfer_conf), pd.read_parquet(random_conf), order)
-    transfer_heatmap_random_label(left, right, png, title=title, provenance=provenance)
+    left, right, *chance = transfer_matrices(pd.read_parquet(transfer_conf), pd.read_parquet(random_conf), order,
+                                             n_boot=n_boot, seed=seed)
+    transfer_heatmap_random_label(left, right, png, title=title, at_chance=tuple(chance) or None,
+                                  provenance=provenance)
     data = pd.concat([left.reset_index().rename(columns={left.index.name: "trained on"}).assign(panel="transfer"),
                       right.reset_index().rename(columns={right.index.name: "trained on"}).assign(panel="random labels")],
                      ignore_index=True)
     data = data[["panel", "trained on", *order]]
-    write_table(data, csv, md, title=title,
-                notes="Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer, first seed), "
-                      "evaluated on the column checkpoint's own test answers.", provenance=provenance)
-    return {"rows": len(data), "nan_cells": int(data[list(order)].isna().sum().sum())}
+    seeds = ("The confidence tables hold one seed per adapter (the first variance seed for the transfer panel, the "
+             "first training seed for the random-label one), so the cells are not averaged over seeds. ")
+    notes = ("Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer), evaluated on the column "
+             "checkpoint's own test answers. " + seeds)
+    if n_boot:
+        at = [f"{panel} {r} on {c}" for panel, m in (("transfer:", chance[0]), ("random labels:", chance[1]))
+              for r in m.index for c in m.columns if m.loc[r, c]]
+        n_chance = len(at)
+        notes += (f"A cell's 95 % interval comes from {n_boot} resamples of the questions (seed {seed}); "
+                  f"{n_chance} of {left.size + right.size} cells' intervals include 0.5 (in parentheses in the figure)"
+                  + (": " + "; ".join(at) + "." if at else "."))
+    write_table(data, csv, md, title=title, notes=notes, provenance=provenance)
+    summary = {"rows": len(data), "nan_cells": int(data[list(order)].isna().sum().sum())}
+    return {**summary, "cells_at_chance": n_chance} if n_boot else summary
 
 
 def _correct_by_item(paths: Sequence[str]) -> pd.Series:
