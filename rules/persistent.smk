@@ -294,6 +294,7 @@ for _table in persistent_table_names():
             transfer=P_TRANSFER or "",
             min_contrast=PC["min_contrast"],
             min_contrast_transfer=PC["min_contrast_transfer"],
+            seeds=P_SEEDS,
             report=REPORT_SETTINGS,
         conda:
             "../envs/selfknow.yaml"

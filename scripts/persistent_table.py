@@ -13,4 +13,5 @@ with job_log(snakemake.log[0], f"persistent_table {p.table}") as summary:
                           datasets=[*pc["datasets"], *([pc["transfer_dataset"]] if pc.get("transfer_dataset") else [])])
     summary.update(table_job(p.table, p.files, list(p.models), list(p.datasets), p.transfer,
                              out[f"{p.table}_csv"], out[f"{p.table}_md"], min_contrast=p.min_contrast,
-                             min_contrast_transfer=p.min_contrast_transfer, provenance=prov))
+                             min_contrast_transfer=p.min_contrast_transfer, seeds=list(p.seeds),
+                             provenance=prov))

@@ -377,6 +377,9 @@ def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a
                  for k, f in files.items()}
     _, _, _, notes = T.method_table("table1", good_only, ["M"], ["d1", "d2"], "t")
     assert "excludes 0.5 for all 8 (method, model, dataset) results" in notes
+    assert "trained methods averaged over seeds." in notes
+    _, _, _, notes = T.method_table("table1", good_only, ["M"], ["d1", "d2"], "t", seeds=[0, 1, 2])
+    assert "trained methods averaged over 3 adapter seeds (0, 1, 2)." in notes
 
 
 def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfall():

@@ -259,9 +259,11 @@ def table_rows(name: str, models: Sequence[str], datasets: Sequence[str], transf
 
 
 def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[str],
-                 datasets: Sequence[str], transfer: str) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
+                 datasets: Sequence[str], transfer: str, seeds: Sequence[int] = ()
+                 ) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
     """(values, marks, title, notes) of a method-comparison table of the catalog. `files` is
-    keyed by (model, training dataset, evaluation dataset)."""
+    keyed by (model, training dataset, evaluation dataset); `seeds`, the adapter training seeds
+    (config `persistent.seeds`), are named in the note."""
     t = C.TABLE[name].layout
     rows = table_rows(name, models, datasets, transfer, gcm_of=lambda key: files[key].gcm())
     cols = _wide_cols(models) if t.columns == "wide" else _full_cols()
@@ -269,13 +271,19 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     values, marks = assemble(rows, cols, files, normaliser=t.normaliser)
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
-             "checkpoint then averaged; trained methods averaged over seeds. Bold: best in its block; "
+             f"checkpoint then averaged; trained methods averaged over {_seed_phrase(seeds)}. Bold: best in its block; "
              "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8). "
              + chance_check(rows, cols, files, normaliser=t.normaliser))
     for g in GCM_METHODS:
         if any(r.method == g for r in rows):
             notes += " " + GCM_NOTES[g]
     return values, marks, title, notes
+
+
+def _seed_phrase(seeds: Sequence[int]) -> str:
+    if not seeds:
+        return "seeds"
+    return f"{len(seeds)} adapter seed{'s' if len(seeds) > 1 else ''} ({', '.join(map(str, seeds))})"
 
 
 def contrast_size_table(sizes: Mapping[str, pd.DataFrame], min_contrast: int) -> pd.DataFrame:
@@ -441,7 +449,7 @@ def judge_note(counts: pd.DataFrame) -> str:
 
 def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
               transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
-              provenance: dict | None = None) -> dict:
+              seeds: Sequence[int] = (), provenance: dict | None = None) -> dict:
     """Write one method or contrast table of the catalog (`catalog.TABLES`) from the `metrics_job` and `jobs.judge_count_job` outputs
     `files` of each evaluation; with `provenance`, its sidecar too
     (`selfknow.report.provenance`)."""
@@ -471,7 +479,7 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
         for d in datasets:
             f = files[Evaluation(m, d, evalset)]
             loaded[(m, d, transfer if evalset == TRANSFER else d)] = load_metric_file(f.metrics, f.replicates)
-    values, marks, title, notes = method_table(name, loaded, models, datasets, transfer)
+    values, marks, title, notes = method_table(name, loaded, models, datasets, transfer, seeds)
     if layout.oracle_check:
         notes += oracle_check(loaded, {(m, d, d): pd.read_parquet(files[Evaluation(m, d, "main")].contrast)
                                        for m in models for d in datasets})
