@@ -1,0 +1,332 @@
+"""The package code a workflow job executes, as a fingerprint for its params (docs/running.md).
+
+Snakemake reruns a job when its params change, but sees only a rule's own script; every script
+calls into this package. `script_fingerprint(script)` hashes the source of every function, class
+and module-level statement of `selfknow` that the script can reach, found by reading the source
+(`ast`), never by importing it: the Snakefile computes one per rule at each parse, which must
+stay light (no numpy, torch or scipy). Reached means named: a call or reference by name or
+through an imported module's attribute, a function-local import, and a string naming a module
+("selfknow.models.hf", as registries import lazily) or a symbol ("selfknow.x:f"). A module
+reached is reached with the statements that run on its import (its own and its packages'), and
+a definition that locates files beside its module (`__file__`) brings the data files there (the
+prompts, the provider table). A module used other than through an attribute (`getattr(mod, n)`)
+counts whole. So an edit to one function reruns the jobs whose scripts reach that function and
+nothing else; a comment or blank line outside the reached definitions changes nothing."""
+from __future__ import annotations
+
+import ast
+import hashlib
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import NamedTuple
+
+PACKAGE = "selfknow"
+#: the package's source tree (an editable install's checkout, or site-packages)
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: a string constant that names a module of the package, or one of its symbols ("module:name")
+_NAMED = re.compile(rf"^({PACKAGE}(?:\.\w+)*)(?::(\w+))?$")
+
+#: a definition: (module, top-level name), or (module, None) for the statements run on import
+Symbol = tuple[str, "str | None"]
+
+
+class Uses(NamedTuple):
+    """What a piece of code names, resolved against its module's scope when reached."""
+    names: frozenset[str]
+    #: (name, attribute chain): `C.TABLES` -> ("C", ("TABLES",))
+    attrs: frozenset[tuple[str, tuple[str, ...]]]
+    #: function-local imports and named strings, as `_import_targets` gives them
+    targets: frozenset[tuple]
+
+
+@dataclass
+class _Module:
+    name: str
+    path: Path
+    #: top-level name -> (source text, what it uses)
+    defs: dict[str, tuple[str, Uses]] = field(default_factory=dict)
+    #: top-level name bound by an import -> what it names
+    bound: dict[str, tuple] = field(default_factory=dict)
+    #: the statements run on import (other than definitions): source text and references
+    body: tuple[str, Uses | None] = ("", None)
+    #: top-level names whose definitions read `__file__`
+    locates: set[str] = field(default_factory=set)
+
+
+@lru_cache(maxsize=None)
+def _modules() -> dict[str, Path]:
+    """Every module of the package: dotted name -> source file."""
+    out = {}
+    for path in PACKAGE_DIR.rglob("*.py"):
+        parts = path.relative_to(PACKAGE_DIR).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join((PACKAGE, *parts))] = path
+    return out
+
+
+def _is_module(name: str) -> bool:
+    return name in _modules()
+
+
+def _import_targets(node: ast.Import | ast.ImportFrom, package: str) -> dict[str, tuple]:
+    """Local name -> ("module", m) or ("symbol", m, name) for one import statement."""
+    out = {}
+    if isinstance(node, ast.Import):
+        for a in node.names:
+            if a.asname:
+                out[a.asname] = ("module", a.name)
+            else:                                   # `import a.b` binds `a`, and runs a.b
+                out[a.name.split(".")[0]] = ("module", a.name.split(".")[0])
+                out[f"<import {a.name}>"] = ("module", a.name)
+        return out
+    if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[:len(parts) - node.level + 1])
+        module = f"{base}.{node.module}" if node.module else base
+    else:
+        module = node.module or ""
+    for a in node.names:
+        out[a.asname or a.name] = ("symbol", module, a.name)
+    return out
+
+
+class _Visitor(ast.NodeVisitor):
+    """What one definition's code names: `Symbol`s and whole modules, resolved at closure time."""
+
+    def __init__(self, package: str):
+        self.package = package
+        self.names: set[str] = set()                 # bare names, resolved in the module's scope
+        self.attrs: set[tuple[str, tuple[str, ...]]] = set()   # (name, attribute chain)
+        self.targets: set[tuple] = set()             # function-local imports and named strings
+        self.file = False
+
+    def visit_Attribute(self, node):
+        chain = []
+        cur = node
+        while isinstance(cur, ast.Attribute):
+            chain.append(cur.attr)
+            cur = cur.value
+        if isinstance(cur, ast.Name):
+            self.attrs.add((cur.id, tuple(reversed(chain))))
+        else:
+            self.visit(cur)
+
+    def visit_Name(self, node):
+        if node.id == "__file__":
+            self.file = True
+        self.names.add(node.id)
+
+    def visit_Import(self, node):
+        self.targets.update(_import_targets(node, self.package).values())
+
+    visit_ImportFrom = visit_Import
+
+    def visit_Constant(self, node):
+        if isinstance(node.value, str) and (m := _NAMED.match(node.value)):
+            module, name = m.groups()
+            self.targets.add(("symbol", module, name) if name else ("module", module))
+
+
+def _uses(nodes, package: str) -> tuple[Uses, bool]:
+    """What `nodes` use, and whether they read `__file__`."""
+    v = _Visitor(package)
+    for n in nodes:
+        v.visit(n)
+    return Uses(frozenset(v.names), frozenset(v.attrs), frozenset(v.targets)), v.file
+
+
+def _text(source_lines: list[str], node: ast.stmt) -> str:
+    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
+    return "".join(source_lines[first - 1:node.end_lineno])
+
+
+@lru_cache(maxsize=None)
+def _parse(name: str) -> _Module:
+    path = _modules()[name]
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source, filename=str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return _scan(name, path, source, tree, package)
+
+
+def _scan(name: str, path: Path, source: str, tree: ast.Module, package: str) -> _Module:
+    lines = source.splitlines(keepends=True)
+    mod = _Module(name, path)
+    body_nodes, body_text = [], []
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue                                 # imports for annotations only, never run
+        names = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if all(isinstance(t, ast.Name) for t in targets):
+                names = [t.id for t in targets]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mod.bound.update(_import_targets(node, package))
+        if names:
+            uses, locates = _uses([node], package)
+            for n in names:
+                mod.defs[n] = (_text(lines, node), uses)
+                if locates:
+                    mod.locates.add(n)
+        elif not isinstance(node, (ast.Import, ast.ImportFrom)) and not (
+                isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):   # docstrings aside
+            body_nodes.append(node)
+            body_text.append(_text(lines, node))
+    uses, locates = _uses(body_nodes, package)
+    mod.body = ("".join(body_text), uses)
+    if locates:
+        mod.locates.add(None)
+    return mod
+
+
+def _packages(module: str) -> list[str]:
+    """The packages Python imports before `module`, and the module itself."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+class _Reach:
+    """The definitions one piece of code names directly (`out`), re-exports followed."""
+
+    def __init__(self):
+        self.out: set[Symbol] = set()
+        self.whole: set[str] = set()
+
+    def module(self, name: str, whole: bool = False) -> None:
+        """`name` imported; with `whole`, everything it defines or imports may be used."""
+        self.out.update((m, None) for m in _packages(name) if _is_module(m))
+        if whole and _is_module(name) and name not in self.whole:
+            self.whole.add(name)
+            mod = _parse(name)
+            self.out.update((name, n) for n in mod.defs)
+            for t in mod.bound.values():
+                self.target(t)
+
+    def symbol(self, module: str, name: str) -> None:
+        mod = _parse(module)
+        self.module(module)
+        if name in mod.defs:
+            self.out.add((module, name))
+        elif name in mod.bound:                      # re-exported: follow the import
+            self.target(mod.bound[name])
+        else:                                        # a submodule, or a name the reader cannot place
+            self.module(f"{module}.{name}" if _is_module(f"{module}.{name}") else module, whole=True)
+
+    def target(self, target: tuple) -> None:
+        if target[0] == "module":
+            self.module(target[1], whole=True)
+            return
+        module, name = target[1], target[2]
+        if name is None or _is_module(f"{module}.{name}"):
+            self.module(module if name is None else f"{module}.{name}", whole=True)
+        elif _is_module(module):
+            self.symbol(module, name)
+
+    def resolve(self, mod: _Module, uses: Uses) -> None:
+        for t in uses.targets:
+            self.target(t)
+        for name in uses.names:
+            self._name(mod, name)
+        for name, chain in uses.attrs:
+            bound = mod.bound.get(name)
+            if bound is None or name in mod.defs:
+                self._name(mod, name)
+                continue
+            module = bound[1] if bound[0] == "module" else f"{bound[1]}.{bound[2]}"
+            if not _is_module(module):
+                self.target(bound)                   # an attribute of an imported object
+                continue
+            for attr in chain:                       # walk submodules, stop at a symbol
+                if not _is_module(f"{module}.{attr}"):
+                    self.symbol(module, attr)
+                    break
+                module = f"{module}.{attr}"
+            else:
+                self.module(module, whole=True)
+
+    def _name(self, mod: _Module, name: str) -> None:
+        if name in mod.defs:
+            if _is_module(mod.name):                 # a script's own definitions are all reached
+                self.out.add((mod.name, name))
+        elif name in mod.bound:
+            self.target(mod.bound[name])
+
+
+@lru_cache(maxsize=None)
+def _edges(symbol: Symbol) -> frozenset[Symbol]:
+    """What running `symbol` reaches directly: for a module's import-time statements, also the
+    import-time statements of the modules it imports."""
+    module, name = symbol
+    mod = _parse(module)
+    reach = _Reach()
+    reach.module(module)
+    if name is None:
+        reach.resolve(mod, mod.body[1])
+        for t in mod.bound.values():
+            imported = t[1] if t[0] == "module" else f"{t[1]}.{t[2]}"
+            reach.module(imported if _is_module(imported) else t[1])
+    else:
+        reach.resolve(mod, mod.defs[name][1])
+    return frozenset(reach.out)
+
+
+def closure(script: str | Path) -> set[Symbol]:
+    """The package definitions the script at `script` can reach (module, name), with (module,
+    None) for the statements each reached module runs on import."""
+    path = Path(script)
+    source = path.read_text(encoding="utf-8")
+    root = _scan("<script>", path, source, ast.parse(source, filename=str(path)), "")
+    reach = _Reach()
+    for _, uses in [root.body, *root.defs.values()]:
+        reach.resolve(root, uses)
+    for t in root.bound.values():
+        reach.module(t[1])
+    found, todo = set(), list(reach.out)
+    while todo:
+        sym = todo.pop()
+        if sym not in found:
+            found.add(sym)
+            todo.extend(_edges(sym) - found)
+    return found
+
+
+def _data_files(module: str) -> list[Path]:
+    """The files beside a module that locates files (`__file__`): the non-Python files of its
+    directory and of its subdirectories that are not packages."""
+    out, todo = [], [_parse(module).path.parent]
+    while todo:
+        for p in sorted(todo.pop().iterdir()):
+            if p.is_dir() and p.name != "__pycache__" and not (p / "__init__.py").exists():
+                todo.append(p)
+            elif p.is_file() and p.suffix not in (".py", ".pyc"):
+                out.append(p)
+    return out
+
+
+def fingerprint(symbols: set[Symbol]) -> str:
+    """A short hash of the source of `symbols` and of the data files they locate."""
+    h = hashlib.sha256()
+    data = set()
+    for module, name in sorted(symbols, key=lambda s: (s[0], s[1] or "")):
+        mod = _parse(module)
+        h.update(f"\0{module}:{name or ''}\0".encode())
+        h.update((mod.body[0] if name is None else mod.defs[name][0]).encode())
+        if name in mod.locates:
+            data.update(_data_files(module))
+    for path in sorted(data):
+        h.update(f"\0{path.relative_to(PACKAGE_DIR)}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=None)
+def script_fingerprint(script: str | Path) -> str:
+    """The fingerprint of the package code `script` (a rule's script) executes, the script
+    itself aside (Snakemake watches it)."""
+    return fingerprint(closure(Path(script).resolve()))

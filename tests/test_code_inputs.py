@@ -1,0 +1,157 @@
+"""Code is an input (issue 49): an edit to package code reruns the jobs whose scripts reach the
+edited definition, and the jobs that read their outputs; nothing else (selfknow.code_inputs and
+the `code` param the Snakefile gives every scripted rule).
+
+The fast tests edit a copy of the package and compare every script's fingerprint before and
+after, computed in a fresh interpreter on the copy. The slow test edits one function in a copy of
+the repository and reads what `snakemake -n` would run against the completed tiny run."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from test_incremental import TEST_CONFIG, assert_jobs, parse_dry_run
+
+from selfknow.code_inputs import closure
+from selfknow.dag import workflow_jobs
+
+SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
+
+
+def _copy_package(dest: Path) -> Path:
+    shutil.copytree(REPO / "src", dest / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    return dest / "src" / "selfknow"
+
+
+def _fingerprints(src: Path) -> dict[str, str]:
+    """Script name -> fingerprint, with the package at `src` (a fresh interpreter)."""
+    code = ("import json, sys\nfrom selfknow.code_inputs import script_fingerprint\n"
+            "print(json.dumps({p.rsplit('/', 1)[1]: script_fingerprint(p) for p in sys.argv[1:]}))")
+    env = {**os.environ, "PYTHONPATH": str(src)}
+    out = subprocess.run([sys.executable, "-c", code, *map(str, SCRIPTS)], capture_output=True, text=True,
+                         env=env, timeout=300, check=True)
+    return json.loads(out.stdout)
+
+
+def _edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.count(old) == 1, f"{path}: {old!r} is not there once"
+    path.write_text(text.replace(old, new), encoding="utf-8")
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {s.removesuffix(".py") for s in before if before[s] != after[s]}
+
+
+@pytest.fixture(scope="module")
+def original() -> dict[str, str]:
+    return _fingerprints(REPO / "src")
+
+
+# the return statement of `smooth_ece` (stats/smooth_ece.py), to edit
+SMOOTH_ECE_RETURN = "    return smooth_ece_width(conf, correct, weights).value\n"
+
+
+def test_an_edit_to_one_function_changes_the_scripts_that_call_it_and_no_other(original, tmp_path):
+    """SmoothECE is computed by the persistent metrics job (contrast ECE) and the reliability
+    job (its summary), through different modules; the beam search, the adapter training and
+    the tables import the module that imports it but never call it."""
+    pkg = _copy_package(tmp_path)
+    assert _fingerprints(pkg.parent) == original, "a copy of the package fingerprints differently"
+    _edit(pkg / "stats" / "smooth_ece.py", SMOOTH_ECE_RETURN, SMOOTH_ECE_RETURN.replace(".value", ".value * 1.0"))
+    assert _changed(original, _fingerprints(pkg.parent)) == {"persistent_metrics", "persistent_reliability"}
+
+
+def test_comments_and_docstrings_outside_definitions_change_nothing(original, tmp_path):
+    pkg = _copy_package(tmp_path)
+    path = pkg / "stats" / "smooth_ece.py"
+    text = path.read_text(encoding="utf-8")
+    doc_end = text.index('"""', 3) + 3
+    path.write_text(text[:doc_end - 3] + "More words.\n" + text[doc_end - 3:] + "\n# a comment\n", encoding="utf-8")
+    assert _changed(original, _fingerprints(pkg.parent)) == set()
+
+
+def test_data_files_and_lazily_imported_modules_are_reached(original, tmp_path):
+    """A prompt file is read beside its module (`__file__`); a backend module is imported by the
+    name the registry holds as a string."""
+    pkg = _copy_package(tmp_path)
+    with open(pkg / "protocols" / "lcae" / "prompts" / "cot.txt", "a", encoding="utf-8") as f:
+        f.write("\n")
+    lcae = _changed(original, _fingerprints(pkg.parent))
+    assert {"lcae_stage1", "lcae_stage2"} <= lcae and all(s.startswith("lcae_") for s in lcae)
+
+    pkg = _copy_package(tmp_path / "second")
+    _edit(pkg / "models" / "hf" / "lm.py", "        return self._calls.identity\n",
+          "        return dict(self._calls.identity)\n")
+    hf = _changed(original, _fingerprints(pkg.parent))
+    assert {"generate_greedy", "persistent_sc", "lcae_stage1", "ladder_sessions"} <= hf
+    assert not {"world_generate", "lcae_irt", "persistent_table", "ladder_tables"} & hf
+
+
+def test_closure_of_a_script_holds_what_it_calls():
+    got = closure(REPO / "scripts" / "persistent_metrics.py")
+    assert {("selfknow.protocols.persistent.jobs", "metrics_job"), ("selfknow.stats.smooth_ece", "smooth_ece"),
+            ("selfknow.runlog", "job_log"), ("selfknow", None)} <= got
+    assert not any(m.startswith(("selfknow.protocols.lcae", "selfknow.protocols.ladder", "selfknow.world"))
+                   for m, _ in got)
+
+
+def test_every_scripted_rule_has_its_code_fingerprint():
+    jobs = workflow_jobs(TEST_CONFIG, results=REPO / "results-unused")
+    assert {j.rule for j in jobs if "code" not in j.params} == {"all_tables"}
+    assert len({j.params["code"] for j in jobs if "code" in j.params}) > 30
+
+
+# -- snakemake -n in an edited copy of the repository -------------------------------------------
+
+WORKFLOW = ["Snakefile", "rules", "scripts", "schemas", "workflow_report", "envs", "config", "config.yaml"]
+
+
+def _copy_workflow(dest: Path) -> Path:
+    for name in WORKFLOW:
+        (shutil.copytree if (REPO / name).is_dir() else shutil.copy2)(REPO / name, dest / name)
+    _copy_package(dest)
+    # Snakemake's records of the tiny run (params included), keyed by output path
+    shutil.copytree(REPO / ".snakemake" / "metadata", dest / ".snakemake" / "metadata")
+    return dest
+
+
+def _dry_run(root: Path, results: Path):
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "all_tables", "-n", "--configfile",
+                           str(root / "config" / "test.yaml"), "--config", f"results={results}"],
+                          cwd=root, capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return parse_dry_run(proc.stdout + proc.stderr, results)
+
+
+def _downstream(jobs, rules: set[str]) -> set[tuple]:
+    """(rule, wildcards) of the jobs of `rules` and of every job that reads their outputs."""
+    reached = {j for j in jobs if j.rule in rules}
+    while True:
+        made = {f for j in reached for f in j.files}
+        more = {j for j in jobs if j not in reached and any(f in made for fs in j.inputs.values() for f in fs)}
+        if not more:
+            return {(j.rule, tuple(sorted(j.wildcards.items()))) for j in reached}
+        reached |= more
+
+
+@pytest.mark.slow
+def test_an_edited_function_reruns_its_jobs_and_what_reads_them(tiny_run, tmp_path):
+    root = _copy_workflow(tmp_path / "repo")
+    assert _dry_run(root, tiny_run) == set(), "the copy of the tiny run is not up to date"
+    _edit(root / "src" / "selfknow" / "stats" / "smooth_ece.py", SMOOTH_ECE_RETURN,
+          SMOOTH_ECE_RETURN.replace(".value", ".value * 1.0"))
+    got = _dry_run(root, tiny_run)
+    expected = _downstream(workflow_jobs(TEST_CONFIG, results=tiny_run),
+                           {"persistent_metrics", "persistent_reliability"})
+    assert_jobs({(j.rule, j.wildcards) for j in got}, expected)
+    assert {"persistent_metrics", "persistent_table1", "knowledge_card"} <= {j.rule for j in got}
+    assert not {"persistent_sc", "persistent_variant", "persistent_gcm", "generate_greedy"} & {j.rule for j in got}
