@@ -199,17 +199,17 @@ def test_retries_429_500_timeout_then_success(server):
 def test_retry_after_is_waited_in_full_up_to_its_ceiling(server, monkeypatch):
     """A Retry-After longer than max_backoff_s is still waited for in full; one longer than
     max_retry_after_s fails at once, naming the wait and the key."""
-    import selfknow.models.openai_api as api
+    import selfknow.models.openai_transport as transport
 
     waits = []
 
-    class Clock:  # the backend's own `time`, whose sleeps are recorded, not slept
+    class Clock:  # the transport's own `time`, whose sleeps are recorded, not slept
         sleep = staticmethod(waits.append)
 
         def __getattr__(self, name):
             return getattr(time, name)
 
-    monkeypatch.setattr(api, "time", Clock())
+    monkeypatch.setattr(transport, "time", Clock())
     server.failures, server.retry_after = ["429", "500"], "7"
     lm = load_lm(spec(server, backoff_s=1.0, max_backoff_s=0.25, max_retry_after_s=10), cache_dir=None)
     assert lm.generate(["hi"], max_new_tokens=5)[0].text.startswith("echo: hi")

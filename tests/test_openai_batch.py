@@ -254,12 +254,12 @@ def test_batch_settings_from_schema_defaults_and_only_on_openai_models(server, t
                           "model": "gpt-j", "batch": True})
     # a plain dict: the batch settings are checked here, not the backend's other keys
     entry = dict(validate_config(cfg, "config.yaml")["models"][-1])
-    jobs = load_lm(entry, cache_dir=tmp_path / "cache").batch
+    jobs = load_lm(entry, cache_dir=tmp_path / "cache").transport
     assert (jobs.poll_s, jobs.max_wait_s, jobs.window, jobs.max_requests) == \
         (60, 93600, "24h", 50000)
     # a spec built in code gets the same defaults from the schema
     assert load_lm({k: v for k, v in spec(server).items() if k != "batch_max_requests"},
-                   cache_dir=None).batch.max_requests == 50000
+                   cache_dir=None).transport.max_requests == 50000
     hf = {"name": "local", "backend": "hf", "path": str(tmp_path), "batch": True}
     with pytest.raises(ModelSpecError, match="'local': key 'backend': 'openai' was expected"):
         load_lm(hf, cache_dir=None)

@@ -1,5 +1,5 @@
 """The HTTP retry policy shared by the `openai` backend's synchronous requests
-(`openai_api.OpenAILM._send`) and its Batch API jobs (`openai_batch`): which statuses are
+(`openai_transport.Direct.send`) and its Batch API jobs (`openai_batch`): which statuses are
 retried, a server's Retry-After, and the error of a request that still failed.
 """
 from __future__ import annotations

@@ -45,10 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
-import random
-import threading
-import time
-from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -57,8 +54,9 @@ from selfknow.config import is_chat
 from selfknow.models import providers
 from selfknow.models.base import (LM, CallStats, Generation, LogprobsUnavailable,
                                   constrained_schemas, structured_output)
-from selfknow.models.cache import CachedCalls, PartialFailure
-from selfknow.models.http_retry import RETRY_STATUS, RequestFailed, retry_after
+from selfknow.models.cache import CachedCalls
+from selfknow.models.http_retry import RequestFailed
+from selfknow.models.openai_transport import Direct
 from selfknow.models.registry import ModelSpecError, UnsupportedCall, register_backend
 
 log = logging.getLogger(__name__)
@@ -127,14 +125,7 @@ class OpenAILM(LM):
         self.revision = checkpoint.get("revision")
         self.adapter = None
         self.stats = CallStats()
-        self.base_url = spec["base_url"].rstrip("/")
         self.mode = spec["mode"]
-        self.max_concurrency = int(spec["max_concurrency"])
-        self.max_retries = int(spec["max_retries"])
-        self.timeout_s = float(spec["timeout_s"])
-        self.backoff_s = float(spec["backoff_s"])
-        self.max_backoff_s = float(spec["max_backoff_s"])
-        self.max_retry_after_s = float(spec["max_retry_after_s"])
         self.seed = int(spec["seed"])
         self.top_logprobs = int(spec["top_logprobs"])
         self.has_logprobs = bool(spec["logprobs"])
@@ -152,25 +143,21 @@ class OpenAILM(LM):
                                  f"{self.provider!r} documents no log-probabilities ({providers.TABLE.name}, "
                                  f"source {profile['logprobs']['source']!r})")
         key_env = spec.get("api_key_env")
-        self.api_key = None
+        api_key = None
         if key_env:
-            self.api_key = os.environ.get(key_env)
-            if not self.api_key:
+            api_key = os.environ.get(key_env)
+            if not api_key:
                 raise ModelSpecError(f"model {self.name!r}: environment variable {key_env!r} "
                                      f"(key 'api_key_env') is not set")
-        self._client = None
-        self._client_lock = threading.Lock()
         self._calls = CachedCalls(cache_dir, self._identity, self.stats,
                                   greedy_deterministic=self.greedy_deterministic)
-        #: real HTTP requests sent (attempts, retries included); tests read it
-        self.http_requests = 0
-        # ---- batch hook: with `batch: true`, _map and _post go through Batch API jobs
-        self.batch = None
+        #: how requests reach the server (selfknow.models.openai_transport): one HTTP request
+        #: each, or with `batch: true` a call's requests as Batch API jobs
+        self.transport = Direct(spec, api_key)
         if spec["batch"]:
-            from selfknow.models.openai_batch import BatchJobs
+            from selfknow.models.openai_batch import Batch
 
-            self.batch = BatchJobs(self, spec, cache_dir)
-        # ---- end of batch hook
+            self.transport = Batch(self.transport, spec, cache_dir)
 
     def identity(self) -> dict:
         return self._calls.identity
@@ -184,105 +171,32 @@ class OpenAILM(LM):
         return {"backend": "openai", "model_id": self.model_id, "revision": self.revision,
                 "adapter": None, "request": request}
 
-    # ---- HTTP --------------------------------------------------------------------------
+    # ---- transport ---------------------------------------------------------------------
     @property
-    def client(self):
-        import httpx
-
-        with self._client_lock:
-            if self._client is None:
-                headers = {"Content-Type": "application/json"}
-                if self.api_key:
-                    headers["Authorization"] = f"Bearer {self.api_key}"
-                self._client = httpx.Client(
-                    base_url=self.base_url, headers=headers, timeout=self.timeout_s,
-                    limits=httpx.Limits(max_connections=self.max_concurrency))
-            return self._client
+    def http_requests(self) -> int:
+        """Real HTTP requests sent (attempts, retries included); tests read it."""
+        return self.transport.http_requests
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self.transport.close()
 
     def _post(self, endpoint: str, body: dict, index: int) -> dict:
-        """POST with retries (module docstring); `index` is the request's position in its
-        batch, for the error message and the seeded jitter."""
-        # ---- batch hook: the batch job captures the request, later answers it
-        if self.batch is not None:
-            return self.batch.post(endpoint, body, index)
-        # ---- end of batch hook
-        return self._send("POST", endpoint, index, lambda resp: resp.json(), json=body)
-
-    def _send(self, method: str, path: str, index: int | str, decode: Callable[[Any], Any],
-              **kwargs) -> Any:
-        """`decode(response)` of one HTTP request, with retries (module docstring); `index`
-        names the request in the error message and seeds the jitter; a ValueError from
-        `decode` (invalid JSON) is retried."""
-        import httpx
-
-        last = "no attempt"
-        for attempt in range(self.max_retries + 1):
-            wait = None
-            try:
-                with self._client_lock:
-                    self.http_requests += 1
-                resp = self.client.request(method, path, **kwargs)
-            except (httpx.TimeoutException, httpx.TransportError) as err:
-                last = f"{type(err).__name__}: {err}"
-            else:
-                if resp.status_code < 300:
-                    try:
-                        return decode(resp)
-                    except ValueError:
-                        last = f"invalid JSON in response: {resp.text[:200]!r}"
-                else:
-                    last = f"HTTP {resp.status_code}: {resp.text[:300]!r}"
-                    if resp.status_code not in RETRY_STATUS:
-                        break
-                    wait = retry_after(resp.headers.get("retry-after"))
-                    if wait is not None and wait > self.max_retry_after_s:
-                        last += (f"; the server asks for a retry after {wait:.0f} s (Retry-After), more than "
-                                 f"max_retry_after_s = {self.max_retry_after_s:g}")
-                        break
-            if attempt == self.max_retries:
-                break
-            if wait is None:
-                rng = random.Random(f"{self.seed}:{index}:{attempt}")
-                # jitter in [0.5, 1.5): jobs don't retry in step
-                wait = min(self.max_backoff_s, self.backoff_s * 2 ** attempt * (0.5 + rng.random()))
-            log.info("model %r %s %s request %s: %s; retry %d in %.2fs", self.name, method,
-                     path, index, last, attempt + 1, wait)
-            time.sleep(wait)
-        raise RequestFailed(f"model {self.name!r}: {method} {self.base_url}{path} request "
-                            f"{index} failed after {attempt + 1} attempt(s): {last}")
-
-    def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
-        # ---- batch hook: the calls' uncached requests go out as one set of batch jobs
-        if self.batch is not None:
-            return self.batch.together(calls)
-        # ---- end of batch hook
-        return super().together(calls)
+        return self.transport.post(endpoint, body, index)
 
     def _map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
-        """fn over the request indices `idx`, `max_concurrency` at a time. If any fails, the
-        others still finish and are cached (PartialFailure); the first error is raised."""
-        # ---- batch hook: one batch job answers every request fn sends
-        if self.batch is not None:
-            self.batch.prepare(fn, idx)
-        # ---- end of batch hook
-        workers = max(1, min(self.max_concurrency, len(idx)))
-        with ThreadPoolExecutor(max_workers=workers) as pool:
-            futures = [pool.submit(fn, i) for i in idx]
-        done, error = {}, None
-        for j, fut in enumerate(futures):
-            exc = fut.exception()
-            if exc is None:
-                done[j] = fut.result()
-            elif error is None:
-                error = exc
-        if error is not None:
-            raise PartialFailure(done, error)
-        return [done[j] for j in range(len(idx))]
+        return self.transport.map(fn, idx)
+
+    def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+        return self.transport.together(calls, self._uncounted)
+
+    @contextmanager
+    def _uncounted(self):
+        """Calls inside count no cache hits or misses."""
+        saved = (self.stats.hits, self.stats.misses)
+        try:
+            yield
+        finally:
+            self.stats.hits, self.stats.misses = saved
 
     # ---- request bodies ----------------------------------------------------------------
     def request_body(self, prompt: str, *, chat: bool, system: str | None, max_tokens: int,

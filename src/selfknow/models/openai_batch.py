@@ -4,7 +4,7 @@ The persistent paper's authors judged through the Batch API (half the price, a 2
 With `batch: true`, the cache misses of one backend call go to the server as one batch job
 (or a few, see 2.) instead of one HTTP request each:
 
-1. capture: the backend's per-request function runs once per miss with `_post` answering by
+1. capture: the backend's per-request function runs once per miss with `post` answering by
    raising `_Captured`, which records the (endpoint, body) it would have sent; requests are
    built by the same code as on the synchronous path, so both send identical bodies;
 2. submit: the requests become one JSONL file per endpoint (`custom_id` = the request's
@@ -21,7 +21,7 @@ With `batch: true`, the cache misses of one backend call go to the server as one
    `custom_id`. Lines that failed with a retryable status (429, 5xx), with no response (e.g.
    `batch_expired`) or that are missing are resubmitted as a smaller batch, up to
    `max_retries` times; a non-retryable status (400) fails at once, as on the synchronous path;
-6. answer: the backend's function runs again per miss, now with `_post` returning the batch's
+6. answer: the backend's function runs again per miss, now with `post` returning the batch's
    response body, so parsing and the request cache are exactly those of the synchronous path
    (a later synchronous run finds the answers). Requests that still failed raise
    `RequestFailed` listing every failed request with its error; the others are cached.
@@ -39,6 +39,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -47,7 +48,7 @@ from selfknow.models.http_retry import RETRY_STATUS, RequestFailed
 from selfknow.records import atomic_path
 
 if TYPE_CHECKING:
-    from selfknow.models.openai_api import OpenAILM
+    from selfknow.models.openai_transport import Direct
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +57,11 @@ _TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
 
 class _Captured(Exception):
-    """Raised by `BatchJobs.post` in the capture phase, after recording the request."""
+    """Raised by `Batch.post` in the capture phase, after recording the request."""
 
 
 class _Gathered(Exception):
-    """Raised by `BatchJobs.prepare` while `BatchJobs.together` gathers requests."""
+    """Raised by `Batch.prepare` while `Batch.together` gathers requests."""
 
 
 def _custom_id(endpoint: str, body: dict, index: int) -> str:
@@ -69,11 +70,12 @@ def _custom_id(endpoint: str, body: dict, index: int) -> str:
     return f"{index}-{sha256_text(canonical_json({'endpoint': endpoint, 'body': body}))[:40]}"
 
 
-class BatchJobs:
-    """Answers an `OpenAILM`'s `_post` calls from Batch API jobs (see module docstring)."""
+class Batch:
+    """The transport (selfknow.models.openai_transport) that answers an `OpenAILM`'s requests
+    from Batch API jobs (see module docstring); `http` sends the control calls."""
 
-    def __init__(self, lm: OpenAILM, spec: dict, cache_dir: str | os.PathLike | None):
-        self.lm = lm
+    def __init__(self, http: Direct, spec: dict, cache_dir: str | os.PathLike | None):
+        self.http = http
         self.poll_s = float(spec["batch_poll_s"])
         self.max_wait_s = float(spec["batch_max_wait_s"])
         self.window = spec["batch_completion_window"]
@@ -81,7 +83,7 @@ class BatchJobs:
         cache = None if cache_dir is None else Path(cache_dir).resolve()
         self.records = None if cache is None else cache.with_name(cache.name + "-batches")
         # the JSONL `url` and the batch `endpoint` carry the API's path prefix ("/v1")
-        self.prefix = urlsplit(lm.base_url).path.rstrip("/")
+        self.prefix = urlsplit(http.base_url).path.rstrip("/")
         self._capturing = False
         # custom_id -> (index, endpoint, body) of the requests captured in this call
         self._requests: dict[str, tuple[int, str, dict]] = {}
@@ -94,7 +96,19 @@ class BatchJobs:
         self._gathered_ids: set[str] = set()
         self._gathered_failed = ""
 
-    # ---- the two hooks of OpenAILM -----------------------------------------------------
+    # ---- the transport ------------------------------------------------------------------
+    @property
+    def http_requests(self) -> int:
+        return self.http.http_requests
+
+    def close(self) -> None:
+        self.http.close()
+
+    def map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
+        """Run the requests `fn` sends as batch jobs, then `fn` over `idx` answered from them."""
+        self.prepare(fn, idx)
+        return self.http.map(fn, idx)
+
     def prepare(self, fn: Callable[[int], Any], idx: Sequence[int]) -> None:
         """Capture the request `fn(i)` sends for each i in `idx` and run them as batch jobs
         (one per endpoint); afterwards `post` answers those requests. Inside `together`, the
@@ -117,25 +131,26 @@ class BatchJobs:
         self._failed = self._gathered_failed
         self._submit({cid: r for cid, r in self._requests.items() if cid not in self._gathered_ids})
 
-    def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    def together(self, calls: Sequence[Callable[[], Any]],
+                 uncounted: Callable[[], AbstractContextManager]) -> list[Any]:
         """Run `calls` (each a call of the backend, e.g. one `generate` per budget) with their
         uncached requests in one set of batch jobs, all in flight at once, instead of one
         call's batches after another's: a first pass gathers what each call would send, the
         batches run, and a second pass answers every call from them (all of them, before the
-        first failure is raised). A `together` inside a call joins the outer one."""
+        first failure is raised). A `together` inside a call joins the outer one. The first
+        pass runs `uncounted`: the second counts the cache hits and misses."""
         if self._gathering is not None:
             return self._gather_pass(calls)
         if self._gathered_ids:
             return self._answer_pass(calls)
-        stats = (self.lm.stats.hits, self.lm.stats.misses)
         self._gathering = {}
         try:
-            self._gather_pass(calls)
+            with uncounted():
+                self._gather_pass(calls)
         except _Gathered:
             pass
         finally:
             gathered, self._gathering = self._gathering, None
-        self.lm.stats.hits, self.lm.stats.misses = stats  # the first pass counted cache hits
         self._requests, self._answers, self._failed, self._used = gathered, {}, "", []
         self._submit(gathered)
         self._gathered, self._gathered_ids, self._gathered_failed = self._answers, set(gathered), self._failed
@@ -187,7 +202,7 @@ class BatchJobs:
         if failures:
             listed = "; ".join(f"request {requests[cid][0]} (custom_id {cid}): {err}"
                                for cid, err in sorted(failures.items(), key=lambda kv: requests[kv[0]][0]))
-            self._failed = (f"model {self.lm.name!r}: {len(failures)} of {len(requests)} "
+            self._failed = (f"model {self.http.name!r}: {len(failures)} of {len(requests)} "
                             f"batch request(s) failed: {listed}")
 
     def post(self, endpoint: str, body: dict, index: int) -> dict:
@@ -198,7 +213,7 @@ class BatchJobs:
             raise _Captured
         if cid in self._answers:
             return self._answers[cid]
-        raise RequestFailed(self._failed or f"model {self.lm.name!r}: request {index} was not "
+        raise RequestFailed(self._failed or f"model {self.http.name!r}: request {index} was not "
                                             f"part of the batch job")
 
     # ---- jobs, with resubmission of failed requests ------------------------------------
@@ -208,7 +223,7 @@ class BatchJobs:
         failures up to `max_retries` times; store the answers; return {custom_id: error} of
         the requests that failed for good."""
         pending, final = dict(bodies), {}
-        for attempt in range(self.lm.max_retries + 1):
+        for attempt in range(self.http.max_retries + 1):
             ids = sorted(pending)
             chunks = [{cid: pending[cid] for cid in ids[k:k + self.max_requests]}
                       for k in range(0, len(ids), self.max_requests)]
@@ -220,12 +235,12 @@ class BatchJobs:
                 errors.update(chunk_errors)
             retry = {cid: pending[cid] for cid, (retryable, _) in errors.items() if retryable}
             final.update({cid: err for cid, (retryable, err) in errors.items()
-                          if not retryable or attempt == self.lm.max_retries})
-            if not retry or attempt == self.lm.max_retries:
+                          if not retryable or attempt == self.http.max_retries})
+            if not retry or attempt == self.http.max_retries:
                 break
             log.info("model %r: %d of %d batch request(s) failed; resubmitting them (retry %d "
-                     "of %d)", self.lm.name, len(retry), len(pending), attempt + 1,
-                     self.lm.max_retries)
+                     "of %d)", self.http.name, len(retry), len(pending), attempt + 1,
+                     self.http.max_retries)
             pending = retry
         return final
 
@@ -233,7 +248,7 @@ class BatchJobs:
         """(job key, batch object) of the job over `bodies`: resumed from its record if one
         exists, else uploaded, created and recorded."""
         url = self.prefix + endpoint
-        job_key = sha256_text(canonical_json({"base_url": self.lm.base_url, "url": url,
+        job_key = sha256_text(canonical_json({"base_url": self.http.base_url, "url": url,
                                               "custom_ids": sorted(bodies)}))
         self._used.append(job_key)
         batch = self._resume(job_key)
@@ -251,7 +266,7 @@ class BatchJobs:
                            json={"input_file_id": upload["id"], "endpoint": url,
                                  "completion_window": self.window})
         self._write_record(job_key, batch)
-        log.info("model %r: submitted batch %s with %d request(s)", self.lm.name, batch["id"],
+        log.info("model %r: submitted batch %s with %d request(s)", self.http.name, batch["id"],
                  len(bodies))
         return job_key, batch
 
@@ -264,7 +279,7 @@ class BatchJobs:
         try:
             batch_id = json.loads(path.read_text(encoding="utf-8"))["batch_id"]
         except (ValueError, KeyError, TypeError) as err:
-            raise RequestFailed(f"model {self.lm.name!r}: batch record {path} is unreadable "
+            raise RequestFailed(f"model {self.http.name!r}: batch record {path} is unreadable "
                                 f"({err}); delete it to submit the job again") from None
         try:
             batch = self._call("GET", f"/batches/{batch_id}", "batch resume")
@@ -272,9 +287,9 @@ class BatchJobs:
             if "HTTP 404" not in str(err):
                 raise
             log.warning("model %r: recorded batch %s is unknown to the server; submitting "
-                        "again", self.lm.name, batch_id)
+                        "again", self.http.name, batch_id)
             return None
-        log.info("model %r: resuming batch %s (%s) from %s", self.lm.name, batch_id,
+        log.info("model %r: resuming batch %s (%s) from %s", self.http.name, batch_id,
                  batch.get("status"), path)
         return batch
 
@@ -284,12 +299,12 @@ class BatchJobs:
         while batch.get("status") not in _TERMINAL:
             if batch.get("status") != status:
                 status = batch.get("status")
-                log.info("model %r: batch %s %s %s", self.lm.name, batch["id"], status,
+                log.info("model %r: batch %s %s %s", self.http.name, batch["id"], status,
                          batch.get("request_counts"))
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RequestFailed(
-                    f"model {self.lm.name!r}: batch {batch['id']} still {batch.get('status')!r} "
+                    f"model {self.http.name!r}: batch {batch['id']} still {batch.get('status')!r} "
                     f"after {self.max_wait_s:g}s (key 'batch_max_wait_s'); rerun to resume it "
                     f"(recorded in {self._record_path(job_key)})")
             time.sleep(min(self.poll_s, left))
@@ -305,14 +320,14 @@ class BatchJobs:
             # a rejected input (validation) or someone's cancel: resubmitting is not ours to
             # decide; the record goes, so a rerun submits afresh
             self._drop_record(job_key)
-            raise RequestFailed(f"model {self.lm.name!r}: batch {batch['id']} {status}: "
+            raise RequestFailed(f"model {self.http.name!r}: batch {batch['id']} {status}: "
                                 f"{json.dumps(batch.get('errors'))[:1000]}")
         answers: dict[str, dict] = {}
         errors: dict[str, tuple[bool, str]] = {}
         for file_id in (batch.get("output_file_id"), batch.get("error_file_id")):
             if not file_id:
                 continue
-            text = self.lm._send("GET", f"/files/{file_id}/content", "batch download",
+            text = self.http.send("GET", f"/files/{file_id}/content", "batch download",
                                  lambda resp: resp.text)
             for n, line in enumerate(text.splitlines(), 1):
                 if not line.strip():
@@ -321,12 +336,12 @@ class BatchJobs:
                     row = json.loads(line)
                     cid = row["custom_id"]
                 except (ValueError, KeyError, TypeError):
-                    raise RequestFailed(f"model {self.lm.name!r}: batch {batch['id']} file "
+                    raise RequestFailed(f"model {self.http.name!r}: batch {batch['id']} file "
                                         f"{file_id} line {n} is not a result line: "
                                         f"{line[:200]!r}") from None
                 if cid not in bodies:
                     log.warning("model %r: batch %s file %s line %d: unknown custom_id %r; "
-                                "ignored", self.lm.name, batch["id"], file_id, n, cid)
+                                "ignored", self.http.name, batch["id"], file_id, n, cid)
                     continue
                 response = row.get("response") or {}
                 code = response.get("status_code")
@@ -345,7 +360,7 @@ class BatchJobs:
     # ---- HTTP and records --------------------------------------------------------------
     def _call(self, method: str, path: str, what: str, **kwargs) -> dict:
         """A JSON control call (upload, create, poll), with the backend's retries."""
-        return self.lm._send(method, path, what, lambda resp: resp.json(), **kwargs)
+        return self.http.send(method, path, what, lambda resp: resp.json(), **kwargs)
 
     def _record_path(self, job_key: str) -> Path | None:
         return None if self.records is None else self.records / f"{job_key}.json"
@@ -355,8 +370,8 @@ class BatchJobs:
         if path is None:
             return
         record = {"batch_id": batch["id"], "input_file_id": batch.get("input_file_id"),
-                  "base_url": self.lm.base_url, "endpoint": batch.get("endpoint"),
-                  "model": self.lm.name}
+                  "base_url": self.http.base_url, "endpoint": batch.get("endpoint"),
+                  "model": self.http.name}
         with atomic_path(path) as tmp:
             tmp.write_text(json.dumps(record, sort_keys=True) + "\n", encoding="utf-8")
 
