@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from test_catalog import apply_edit, recipe_copy
 from test_incremental import TEST_CONFIG, assert_jobs, parse_dry_run
 
 from selfknow.code_inputs import closure
@@ -93,6 +94,22 @@ def test_data_files_and_lazily_imported_modules_are_reached(original, tmp_path):
     hf = _changed(original, _fingerprints(pkg.parent))
     assert {"generate_greedy", "persistent_sc", "lcae_stage1", "ladder_sessions"} <= hf
     assert not {"world_generate", "lcae_irt", "persistent_table", "ladder_tables"} & hf
+
+
+@pytest.mark.parametrize("heading, reruns", [
+    # the metrics job computes the new method, the reliability diagrams and Figure 2 draw every
+    # catalog method, the table job lays out the new row; the beam search and the adapters stay
+    ("A persistent confidence method", {"persistent_metrics", "persistent_reliability", "persistent_figure2",
+                                        "persistent_table"}),
+    # a table needs its metrics (the catalog says which normalisation they fit) and its job
+    ("A persistent table", {"persistent_metrics", "persistent_table"}),
+])
+def test_the_extending_recipes_change_the_jobs_they_need(original, tmp_path, heading, reruns):
+    """docs/extending.md's edits, applied to a copy, rerun what they change without `--forcerun`."""
+    copy, edits = recipe_copy(tmp_path, heading)
+    for edit in edits:
+        apply_edit(copy, *edit)
+    assert _changed(original, _fingerprints(copy / "src")) == reruns
 
 
 def test_closure_of_a_script_holds_what_it_calls():

@@ -10,7 +10,8 @@ through an imported module's attribute, a function-local import, and a string na
 reached is reached with the statements that run on its import (its own and its packages'), and
 a definition that locates files beside its module (`__file__`) brings the data files there (the
 prompts, the provider table). A module used other than through an attribute (`getattr(mod, n)`)
-counts whole. So an edit to one function reruns the jobs whose scripts reach that function and
+counts whole. An import-time check (a module-level `if` that only raises) is not reached: it can
+stop a job, never change what it writes. So an edit to one function reruns the jobs whose scripts reach that function and
 nothing else; a comment or blank line outside the reached definitions changes nothing."""
 from __future__ import annotations
 
@@ -157,15 +158,17 @@ def _scan(name: str, path: Path, source: str, tree: ast.Module, package: str) ->
     mod = _Module(name, path)
     body_nodes, body_text = [], []
     for node in tree.body:
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            continue                                 # imports for annotations only, never run
+        if isinstance(node, ast.If) and ("TYPE_CHECKING" in ast.unparse(node.test)
+                                         or all(isinstance(n, ast.Raise) for n in node.body) and not node.orelse):
+            continue                                 # imports for annotations; a check that can only stop the job
         names = []
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names = [node.name]
         elif isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if all(isinstance(t, ast.Name) for t in targets):
-                names = [t.id for t in targets]
+            flat = [e for t in targets for e in (t.elts if isinstance(t, ast.Tuple) else [t])]
+            if all(isinstance(t, ast.Name) for t in flat):
+                names = [t.id for t in flat]
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             mod.bound.update(_import_targets(node, package))
         if names:
