@@ -94,49 +94,31 @@ def _import_targets(node: ast.Import | ast.ImportFrom, package: str) -> dict[str
     return out
 
 
-class _Visitor(ast.NodeVisitor):
-    """What one definition's code names: `Symbol`s and whole modules, resolved at closure time."""
-
-    def __init__(self, package: str):
-        self.package = package
-        self.names: set[str] = set()                 # bare names, resolved in the module's scope
-        self.attrs: set[tuple[str, tuple[str, ...]]] = set()   # (name, attribute chain)
-        self.targets: set[tuple] = set()             # function-local imports and named strings
-        self.file = False
-
-    def visit_Attribute(self, node):
-        chain = []
-        cur = node
-        while isinstance(cur, ast.Attribute):
-            chain.append(cur.attr)
-            cur = cur.value
-        if isinstance(cur, ast.Name):
-            self.attrs.add((cur.id, tuple(reversed(chain))))
-        else:
-            self.visit(cur)
-
-    def visit_Name(self, node):
-        if node.id == "__file__":
-            self.file = True
-        self.names.add(node.id)
-
-    def visit_Import(self, node):
-        self.targets.update(_import_targets(node, self.package).values())
-
-    visit_ImportFrom = visit_Import
-
-    def visit_Constant(self, node):
-        if isinstance(node.value, str) and (m := _NAMED.match(node.value)):
-            module, name = m.groups()
-            self.targets.add(("symbol", module, name) if name else ("module", module))
-
-
 def _uses(nodes, package: str) -> tuple[Uses, bool]:
-    """What `nodes` use, and whether they read `__file__`."""
-    v = _Visitor(package)
-    for n in nodes:
-        v.visit(n)
-    return Uses(frozenset(v.names), frozenset(v.attrs), frozenset(v.targets)), v.file
+    """What `nodes` use, and whether they read `__file__`. An attribute chain on a name
+    (`C.TABLES`, `selfknow.x.f`) counts as the chain, its name alone as nothing."""
+    walked = [n for node in nodes for n in ast.walk(node)]
+    inner = {id(n.value) for n in walked if isinstance(n, ast.Attribute)}
+    names, attrs, targets = set(), set(), set()
+    for n in walked:
+        if isinstance(n, ast.Name):
+            if id(n) not in inner:
+                names.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            if id(n) in inner:
+                continue
+            chain, cur = [], n
+            while isinstance(cur, ast.Attribute):
+                chain.append(cur.attr)
+                cur = cur.value
+            if isinstance(cur, ast.Name):
+                attrs.add((cur.id, tuple(reversed(chain))))
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            targets.update(_import_targets(n, package).values())
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (m := _NAMED.match(n.value)):
+            module, name = m.groups()
+            targets.add(("symbol", module, name) if name else ("module", module))
+    return Uses(frozenset(names), frozenset(attrs), frozenset(targets)), "__file__" in names
 
 
 def _text(source_lines: list[str], node: ast.stmt) -> str:
