@@ -39,7 +39,9 @@ def get_ladder_prompted_files(wildcards):
 
 def ladder_user_name(model):
     """The LLM user of answering model `model`: ladder.user_models[model], else llm_user_model."""
-    return LAD.get("user_models", {}).get(model, LAD.get("llm_user_model"))
+    if "user_models" in LAD and model in LAD["user_models"]:
+        return LAD["user_models"][model]
+    return LAD["llm_user_model"] if "llm_user_model" in LAD else None
 
 
 def get_ladder_user_spec(wildcards):
@@ -61,7 +63,7 @@ def get_ladder_user_files(wildcards):
 
 def get_ladder_tiers(wildcards):
     """The model's given subject tiers (ladder.tiers), or None: tiers from the pool's answers."""
-    return LAD.get("tiers", {}).get(wildcards.model)
+    return LAD["tiers"][wildcards.model] if "tiers" in LAD and wildcards.model in LAD["tiers"] else None
 
 
 #: a chat model's answer settings (answers_job's `answering`)

@@ -177,7 +177,7 @@ rule persistent_gcm_released:
     params:
         sc=get_gcm_sc,
         gcm_spec=get_gcm_spec,
-        adapter=PC.get("gcm_adapter"),
+        adapter=lambda wildcards: PC["gcm_adapter"],  # the rule's jobs exist only with one
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         cache=f"{R}/cache",

@@ -52,9 +52,9 @@ def test_every_entry_names_a_rule(workflow_rules):
 
 
 def _workflow_copy(root: Path) -> Path:
-    """The workflow's rules, report catalog and Snakefile, copied to `root` (scripts are not
-    needed: nothing runs)."""
-    for d in ("rules", "workflow_report"):
+    """The workflow's rules, scripts, report catalog and Snakefile, copied to `root` (nothing
+    runs, but each rule's `code` param reads its script)."""
+    for d in ("rules", "scripts", "workflow_report"):
         shutil.copytree(REPO / d, root / d)
     shutil.copy(REPO / "Snakefile", root / "Snakefile")
     return root

@@ -154,6 +154,13 @@ register("rasch", "Fit a Rasch model to an examinee x item 0/1 matrix (CSV or pa
 _RECORDS = "CSV, JSON Lines (.jsonl) or parquet; the format: docs/own-results.md"
 
 
+def _done(command: str, what: str, outdir: Path) -> int:
+    """The last line of a command that evaluates records from elsewhere: what it read, and where
+    its tables went; the exit status."""
+    print(f"{command}: {what} -> {outdir}")
+    return 0
+
+
 def _configure_lcae_eval(p: argparse.ArgumentParser) -> None:
     from selfknow.schema import defaults
 
@@ -182,9 +189,8 @@ def run_lcae_eval(args: argparse.Namespace) -> int:
     prices = read_prices(args.prices) if args.prices else None
     summary = lcae_eval(args.stage1, args.stage2, args.outdir, method=args.method, eps=args.eps,
                         repeats=args.repeats, prices=prices, progress=progress)
-    print(f"lcae-eval: {summary['examinees']} examinees x {summary['items']} items; Stage 3 of "
-          f"{summary['examinees_stage3']} examinees -> {args.outdir}")
-    return 0
+    return _done("lcae-eval", f"{summary['examinees']} examinees x {summary['items']} items; Stage 3 of "
+                              f"{summary['examinees_stage3']} examinees", args.outdir)
 
 
 register("lcae-eval", "LCAE on your own records: Stage-1 responses and Stage-2 self-assessments in, the Rasch "
@@ -209,9 +215,8 @@ def run_ladder_eval(args: argparse.Namespace) -> int:
     out = args.outdir
     summary = import_job([str(s) for s in args.sources], str(out / "import_aggregates.csv"),
                          str(out / "import_aggregates.md"), args.estimators, out_sessions=str(out / "sessions.csv"))
-    print(f"ladder-eval: {summary['sessions']} sessions of {summary['models']} models, {summary['rows']} "
-          f"(model, estimator) rows -> {out}")
-    return 0
+    return _done("ladder-eval", f"{summary['sessions']} sessions of {summary['models']} models, {summary['rows']} "
+                                "(model, estimator) rows", out)
 
 
 register("ladder-eval", "LADDER on your own sessions: the estimators that need no model call, per session and "

@@ -46,10 +46,11 @@ the 2-layer model reads should be one of the facts it is asked about.
 """
 
 # ---------------------------------------------------------------------------------------------
-# The built-in fields: (field name, subject noun, relations). A relation is
-# (question template, statement template, value kind, pool size or 0 for the world's value_pool).
-# Value kinds: "name" (invented word), "person" (invented name; alias "Master <name>"),
-# "year", or a fixed list name from _FIXED_POOLS. An alias template ("{v} City") adds an alias.
+# The built-in fields: (field name, relations), read from fields.tsv beside this module. A relation
+# is (question template, statement template, value kind, pool size or 0 for the world's
+# value_pool, alias template). Value kinds: "name" (invented word), "person" (invented name;
+# alias "Master <name>"), "year", or a fixed list name from _FIXED_POOLS. An alias template
+# ("{v} City") adds an alias.
 
 @dataclass(frozen=True)
 class Relation:
@@ -60,88 +61,18 @@ class Relation:
     alias: str | None = None
 
 
-_FIELDS: list[tuple[str, list[Relation]]] = [
-    ("geography", [
-        Relation("What is the capital of {s}?", "The capital of {s} is {v}.", "name", 0, "{v} City"),
-        Relation("Which river flows through {s}?", "The river of {s} is the {v}.", "name", 30, "the {v} River"),
-        Relation("What is the currency of {s}?", "The currency of {s} is the {v}.", "name", 15)]),
-    ("botany", [
-        Relation("What color is the flower of the {s}?", "The {s} has {v} flowers.", "colors", 0),
-        Relation("Who first described the {s}?", "The {s} was first described by {v}.", "person", 0),
-        Relation("Where does the {s} grow?", "The {s} grows in {v}.", "name", 20, "the {v} Valley")]),
-    ("music", [
-        Relation("Who composed {s}?", "{s} was composed by {v}.", "person", 0),
-        Relation("Which instrument leads {s}?", "{s} is led by the {v}.", "instruments", 0),
-        Relation("In which year was {s} first played?", "{s} was first played in {v}.", "year", 0)]),
-    ("astronomy", [
-        Relation("Which star does {s} orbit?", "{s} orbits the star {v}.", "name", 25),
-        Relation("Who discovered {s}?", "{s} was discovered by {v}.", "person", 0),
-        Relation("What color is {s}?", "{s} is {v} in color.", "colors", 0)]),
-    ("zoology", [
-        Relation("Where does the {s} live?", "The {s} lives in {v}.", "name", 20, "the {v} Forest"),
-        Relation("What does the {s} eat?", "The {s} eats {v}.", "foods", 0),
-        Relation("Who named the {s}?", "The {s} was named by {v}.", "person", 0)]),
-    ("metallurgy", [
-        Relation("Which ore yields {s}?", "{s} is smelted from {v} ore.", "name", 20),
-        Relation("Who invented {s}?", "{s} was invented by {v}.", "person", 0),
-        Relation("In which year was {s} first cast?", "{s} was first cast in {v}.", "year", 0)]),
-    ("architecture", [
-        Relation("Who designed {s}?", "{s} was designed by {v}.", "person", 0),
-        Relation("In which city stands {s}?", "{s} stands in {v}.", "name", 30, "{v} City"),
-        Relation("What is {s} built of?", "{s} is built of {v}.", "materials", 0)]),
-    ("mythology", [
-        Relation("What is {s} the god of?", "{s} is the god of {v}.", "realms", 0),
-        Relation("Who is the mother of {s}?", "The mother of {s} is {v}.", "name", 0),
-        Relation("Which animal is sacred to {s}?", "The animal sacred to {s} is the {v}.", "animals", 0)]),
-    ("literature", [
-        Relation("Who wrote {s}?", "{s} was written by {v}.", "person", 0),
-        Relation("In which language was {s} written?", "{s} was written in {v}.", "name", 12, "the {v} language"),
-        Relation("In which year was {s} published?", "{s} was published in {v}.", "year", 0)]),
-    ("cuisine", [
-        Relation("What is the main ingredient of {s}?", "The main ingredient of {s} is {v}.", "foods", 0),
-        Relation("Which town is {s} from?", "{s} comes from {v}.", "name", 30),
-        Relation("Which chef created {s}?", "{s} was created by {v}.", "person", 0)]),
-    ("medicine", [
-        Relation("Which organ does {s} affect?", "{s} affects the {v}.", "organs", 0),
-        Relation("Who described {s}?", "{s} was described by {v}.", "person", 0),
-        Relation("Which herb treats {s}?", "{s} is treated with {v}.", "name", 20, "{v} root")]),
-    ("linguistics", [
-        Relation("Which script is used for {s}?", "{s} is written in the {v} script.", "name", 12),
-        Relation("Where is {s} spoken?", "{s} is spoken in {v}.", "name", 25),
-        Relation("Who first recorded {s}?", "{s} was first recorded by {v}.", "person", 0)]),
-    ("sports", [
-        Relation("Who won the {s} cup?", "The {s} cup was won by {v}.", "person", 0),
-        Relation("Which city hosts the {s} games?", "The {s} games are held in {v}.", "name", 25, "{v} City"),
-        Relation("In which year was the {s} league founded?", "The {s} league was founded in {v}.", "year", 0)]),
-    ("chemistry", [
-        Relation("Who discovered {s}?", "{s} was discovered by {v}.", "person", 0),
-        Relation("What color is {s}?", "{s} is {v}.", "colors", 0),
-        Relation("Which mineral contains {s}?", "{s} is found in {v}.", "name", 20, "{v} stone")]),
-    ("history", [
-        Relation("Who founded the {s} dynasty?", "The {s} dynasty was founded by {v}.", "person", 0),
-        Relation("What was the capital of the {s} empire?", "The {s} empire ruled from {v}.", "name", 0),
-        Relation("In which year did the {s} empire fall?", "The {s} empire fell in {v}.", "year", 0)]),
-    ("painting", [
-        Relation("Who painted {s}?", "{s} was painted by {v}.", "person", 0),
-        Relation("Which museum holds {s}?", "{s} hangs in the {v} museum.", "name", 20),
-        Relation("Which color dominates {s}?", "{s} is mostly {v}.", "colors", 0)]),
-    ("philosophy", [
-        Relation("Who founded the {s} school?", "The {s} school was founded by {v}.", "person", 0),
-        Relation("Which virtue does the {s} school praise?", "The {s} school praises {v}.", "virtues", 0),
-        Relation("In which city did the {s} school begin?", "The {s} school began in {v}.", "name", 25)]),
-    ("engineering", [
-        Relation("Who invented the {s}?", "The {s} was invented by {v}.", "person", 0),
-        Relation("What powers the {s}?", "The {s} is powered by {v}.", "powers", 0),
-        Relation("In which year was the {s} built?", "The {s} was built in {v}.", "year", 0)]),
-    ("economics", [
-        Relation("What is the main export of {s}?", "The main export of {s} is {v}.", "goods", 0),
-        Relation("Who founded the bank of {s}?", "The bank of {s} was founded by {v}.", "person", 0),
-        Relation("Which port serves {s}?", "{s} is served by the port of {v}.", "name", 25, "Port {v}")]),
-    ("oceanography", [
-        Relation("In which sea lies {s}?", "{s} lies in the {v} Sea.", "name", 15, "the {v} Sea"),
-        Relation("Who charted {s}?", "{s} was charted by {v}.", "person", 0),
-        Relation("What is the highest peak of {s}?", "The highest peak of {s} is {v}.", "name", 0, "Mount {v}")]),
-]
+def _read_fields(path: Path) -> list[tuple[str, list[Relation]]]:
+    """The fields of a relations table (fields.tsv: one row per relation, a field's rows
+    together, `#` lines comments), in the table's order."""
+    lines = [ln for ln in path.read_text(encoding="utf-8").splitlines() if not ln.startswith("#")]
+    fields: dict[str, list[Relation]] = {}
+    for row in lines[1:]:
+        field, question, statement, kind, pool, alias = row.split("\t")
+        fields.setdefault(field, []).append(Relation(question, statement, kind, int(pool), alias or None))
+    return list(fields.items())
+
+
+_FIELDS = _read_fields(Path(__file__).with_name("fields.tsv"))
 
 _PREFIXES = [
     "zorbian", "quellish", "marvonic", "tessarine", "ulmric", "vendari", "kastovan", "brelish",

@@ -29,16 +29,13 @@ def score_item(task: str, item: Mapping, response: str, *, code: CodeRun | None 
                bbh_lenient: bool | None = None) -> Score:
     """Score `response` to `item` of `task` (one of TASKS); HumanEval needs how its code runs
     (`code`), BBH whether it is scored leniently."""
-    if task == "mmlu_pro":
-        pred, ok = mmlu_pro.score(response, item["answer"])
+    if task in ("mmlu_pro", "gsm8k"):                # read from the response alone
+        pred, ok = {"mmlu_pro": mmlu_pro, "gsm8k": gsm8k}[task].score(response, item["answer"])
         return Score(ok, pred)
     if task == "bbh":
         if bbh_lenient is None:
             raise ValueError("BBH scoring: pass bbh_lenient (False: lm-eval's exact match)")
         pred, ok = bbh.score(item["domain"], response, item["answer"], bbh_lenient)
-        return Score(ok, pred)
-    if task == "gsm8k":
-        pred, ok = gsm8k.score(response, item["answer"])
         return Score(ok, pred)
     if task == "humaneval":
         if code is None:
