@@ -174,12 +174,16 @@ _HARNESS = r"""
         } else if (entry.mime_type === "text/html") {
           app.setView({ content: "html", contentPath: entry.data_uri, resultPath: path });
           await sleep(150);
-          rec.view = Array.from(document.querySelectorAll("iframe")).some((f) => f.src === entry.data_uri);
+          const shown = Array.from(document.querySelectorAll("iframe")).find((f) => f.src === entry.data_uri);
+          rec.view = !!shown;
           // the app's data: iframe is cross-origin; render the same page in a same-origin one
+          // of the same width (the window's, --window-size)
           const b64 = entry.data_uri.split(",")[1];
           const bytes = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0));
           const f = document.createElement("iframe");
-          f.style.width = "800px"; f.style.height = "600px";
+          const w = shown ? Math.round(shown.getBoundingClientRect().width) : 0;
+          rec.frame_width = w > 0 ? w : 800;
+          f.style.width = rec.frame_width + "px"; f.style.height = "600px";
           const loaded = new Promise((r) => (f.onload = r));
           f.srcdoc = new TextDecoder("utf-8").decode(bytes);
           document.body.appendChild(f);
@@ -190,6 +194,9 @@ _HARNESS = r"""
           rec.rows = d.querySelectorAll("tbody tr").length;
           rec.filled_cells = cells.length;
           rec.table_height = table ? table.getBoundingClientRect().height : 0;
+          // wider than its frame: the part right of the frame is cut off unless it scrolls in a box
+          rec.page_width = d.documentElement.scrollWidth;
+          rec.view_width = d.documentElement.clientWidth;
           f.remove();
         } else {
           rec.view = null;
@@ -237,8 +244,8 @@ def browser_check(html_path: str | os.PathLike, *, chromium: str | None = None, 
         i = page.rindex("</body>")
         harness.write_text(page[:i] + _HARNESS + page[i:], encoding="utf-8")
         url = harness.as_uri()
-        proc = _run_chromium(chromium, [f"--virtual-time-budget={budget_ms}", "--dump-dom", url], tmp / "profile-dom",
-                             timeout)
+        proc = _run_chromium(chromium, [f"--virtual-time-budget={budget_ms}", f"--window-size={window_size}",
+                                        "--dump-dom", url], tmp / "profile-dom", timeout)
         m = re.search(r'<pre id="%s"[^>]*>(.*?)</pre>' % RESULT_MARK, proc.stdout, re.S)
         if not m:
             return None, [f"chromium --dump-dom gave no harness output (exit {proc.returncode}): "
@@ -277,6 +284,9 @@ def browser_check(html_path: str | os.PathLike, *, chromium: str | None = None, 
                 problems.append(f"{path}: the app does not show the table page")
             if not (rec.get("filled_cells", 0) > 0 and rec.get("table_height", 0) > 0):
                 problems.append(f"{path}: the table renders empty")
+            if rec.get("page_width", 0) > rec.get("view_width", 0):
+                problems.append(f"{path}: the table page is {rec['page_width']} px wide in a "
+                                f"{rec['view_width']} px view: cut off at the right")
     return seen, problems
 
 

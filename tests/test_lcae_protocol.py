@@ -283,6 +283,48 @@ def test_tied_conditions_say_the_friedman_test_is_undefined_not_nan():
             for ex, th in (("m1", 0.2), ("m2", -0.4), ("m3", 1.0)) for c in ("baseline", "ids", "dpr", "ids_dpr")]
     _, notes = per_condition_table(pd.DataFrame(rows), "theta")
     assert "nan" not in notes and notes.startswith("Friedman test undefined: every examinee's value is the same")
+    # nothing to test pairwise either: no Holm p = 1 that would read as a measured null
+    assert "Holm-adjusted" not in notes and "No pairwise Wilcoxon tests" in notes
+
+
+def test_reference_points_are_the_constant_the_floor_and_the_gain_with_its_item_se():
+    from selfknow.protocols.lcae.evaluate import reference_points
+
+    e, c = np.array([0.2, 0.6]), np.array([0.3, 0.5])
+    r = reference_points(e, c, eps=1e-6)
+    assert r["lcae_const"] == pytest.approx(np.log(2), abs=1e-12)
+    h = [-(p * np.log(p) + (1 - p) * np.log(1 - p)) for p in e]  # binary entropy of each reference
+    assert r["lcae_floor"] == pytest.approx(np.mean(h), rel=1e-9)
+    g1 = np.log(2) + 0.2 * np.log(0.3) + 0.8 * np.log(0.7)  # the second item states 0.5: gain 0
+    assert r["lcae_gain"] == pytest.approx(g1 / 2, rel=1e-9)
+    assert r["lcae_gain_se"] == pytest.approx(abs(g1) / 2, rel=1e-9)  # sd of (g1, 0) / sqrt(2)
+    assert r["lcae_squared_const"] == pytest.approx((0.3 ** 2 + 0.1 ** 2) / 2)
+    assert r["lcae_squared_floor"] == 0
+    assert r["lcae_squared_gain"] == pytest.approx((0.09 - 0.01 + 0.01 - 0.01) / 2)
+
+
+def test_table1_prints_reference_points_and_which_examinees_beat_the_constant():
+    from selfknow.protocols.lcae.tables import per_condition_table, routes_note
+
+    rows = []
+    for ex, gain, se in (("good", 0.10, 0.02), ("noisy", 0.10, 0.08), ("bad", -0.2, 0.01)):
+        for k, cond in enumerate(("baseline", "ids", "dpr", "ids_dpr")):
+            for rep in range(2):
+                rows.append({"examinee": ex, "condition": cond, "repeat": rep, "theta": 0.1 * k,
+                             "lcae": np.log(2) - gain - 0.01 * k, "lcae_const": np.log(2), "lcae_floor": 0.5,
+                             "lcae_gain": gain + 0.01 * k, "lcae_gain_se": se, "n_items": 10,
+                             "n_slow": 3 if cond == "dpr" and ex == "good" else 0})
+    table, notes = per_condition_table(pd.DataFrame(rows), "lcae")
+    assert list(table.columns) == ["examinee", "Baseline", "IDS", "DPR", "IDS+DPR", "constant 0.5",
+                                   "floor (ĉ = e)", "beats 0.5 in"]
+    assert table.loc[table.examinee == "bad", "constant 0.5"].item() == pytest.approx(np.log(2))
+    # 0.10 ± 1.96 x 0.02 lies above 0; 0.10-0.13 ± 1.96 x 0.08 reaches below it
+    assert dict(zip(table["examinee"][:3], table["beats 0.5 in"][:3])) == {
+        "good": "Baseline, IDS, DPR, IDS+DPR", "noisy": "none", "bad": "none"}
+    assert "Baseline 1 of 3" in notes and "ln 2 = 0.693" in notes
+    note = routes_note(pd.DataFrame(rows))
+    assert note.startswith("DPR routes: DPR: Slow on 6 and Fast on 54 of 60 assessments (items x repeats x 3 examinees)")
+    assert "differs from Baseline in 3 of 3 examinees" in note
 
 
 def test_item_fit_note_counts_every_item_and_table3_uses_the_papers_column_order():

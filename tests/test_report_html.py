@@ -196,6 +196,9 @@ rule demo_table:
 
         df = pd.DataFrame({"examinee": ["wm-small/standard", "wm-base/standard", "mean"],
                            "Baseline": [0.71, 0.64, 0.675], "IDS": [0.69, 0.60, 0.645]})
+        # wider than a 1,400 px window: the page must scroll it inside its box, not cut it off
+        for k in range(30):
+            df[f"IDS repeat {k}"] = [0.69, 0.60, 0.645]
         marks = pd.DataFrame({"Baseline": ["", "best", ""], "IDS": ["", "best", ""]})
         models = config["lcae"]["examinee_models"][:2]
         prov = provenance(config_fragment(config, sections=["lcae"], models=models),
@@ -273,12 +276,19 @@ def test_report_check_catches_a_missing_result_and_a_blank_figure(demo_report, c
     results, _ = report_check.report_results(demo_report)
     uri = next(e["data_uri"] for e in results.values() if e["mime_type"] == "image/png")
     blank_uri = uri.split(",")[0] + "," + base64.b64encode(buf.getvalue()).decode()
+    # the wide Table I without the box that scrolls it: cut off at the right of the window
+    table_uri = next(e["data_uri"] for e in results.values() if e["mime_type"] == "text/html")
+    table_page = base64.b64decode(table_uri.split(",", 1)[1]).decode("utf-8")
+    assert '<div class="table">' in table_page
+    unboxed = table_page.replace('<div class="table">', "<div>")
+    unboxed_uri = table_uri.split(",")[0] + "," + base64.b64encode(unboxed.encode("utf-8")).decode()
     tampered = tmp_path / "report.html"
-    tampered.write_text(page.replace(uri, blank_uri), encoding="utf-8")
+    tampered.write_text(page.replace(uri, blank_uri).replace(table_uri, unboxed_uri), encoding="utf-8")
     problems = report_check.check_report(tampered, ["table1.html", "figure2.png", "table2.html"], chromium=chromium)
     assert any(p.startswith("table2.html: not in the report") for p in problems), problems
     assert any(p.endswith("figure2.png: image is blank") for p in problems), problems
-    assert not any("table1.html" in p for p in problems), problems
+    assert [p for p in problems if "table1.html" in p and "cut off at the right" in p], problems
+    assert not any("table1.html" in p and "cut off" not in p for p in problems), problems
 
 
 # --- the real workflow's report of the tiny run ----------------------------------------------------

@@ -11,6 +11,7 @@ import html
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from selfknow.records import write_csv, write_text
@@ -30,11 +31,46 @@ def set_decimals(n: int) -> None:
     DECIMALS = n
 
 
+def _number(v: float, digits: int) -> str:
+    """A float at `digits` decimals; a value that rounds to zero prints without a sign."""
+    s = f"{v:.{digits}f}"
+    return s[1:] if s.startswith("-") and float(s) == 0 else s
+
+
 def _fmt(v, digits: int | None) -> str:
     digits = DECIMALS if digits is None else digits
-    if isinstance(v, float):
-        return "" if math.isnan(v) else f"{v:.{digits}f}"
+    if isinstance(v, (float, np.floating)):
+        return "" if math.isnan(v) else _number(float(v), digits)
+    if isinstance(v, (np.integer, np.bool_)):
+        return str(v.item())
     return str(v)
+
+
+def _is_integer_column(col: pd.Series) -> bool:
+    """An integer or bool column, or a float one whose values are all whole numbers (a count
+    that became float through a NaN, a merge or a pivot): printed without decimals."""
+    if pd.api.types.is_bool_dtype(col) or pd.api.types.is_integer_dtype(col):
+        return True
+    if not pd.api.types.is_float_dtype(col):
+        return False
+    x = col.to_numpy(dtype=float)
+    x = x[np.isfinite(x)]
+    return x.size > 0 and bool(np.all(x == np.round(x))) and bool(np.all(np.abs(x) < 2**53))
+
+
+def formatted(df: pd.DataFrame, digits: int | None = None) -> list[list[str]]:
+    """The table's cells as text, row by row, by the rendering rules every format shares:
+    integer columns without decimals, floats at `digits` decimals (default `DECIMALS`), no
+    "-0.000", NaN as an empty cell. Cells are read per column, so an integer column keeps its
+    type next to float ones (a row of a mixed frame would be upcast to float)."""
+    cols = []
+    for c in range(df.shape[1]):
+        col = df.iloc[:, c]
+        if _is_integer_column(col):
+            cols.append(["" if pd.isna(v) else str(int(v)) for v in col])
+        else:
+            cols.append([_fmt(v, digits) for v in col])
+    return [list(r) for r in zip(*cols)] if cols else [[] for _ in range(len(df))]
 
 
 def to_markdown(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int | None = None,
@@ -42,10 +78,9 @@ def to_markdown(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: i
     cols = list(df.columns)
     lines = [f"### {title}", ""] if title else []
     lines += ["| " + " | ".join(map(str, cols)) + " |", "|" + "|".join("---" for _ in cols) + "|"]
-    for i, (_, row) in enumerate(df.iterrows()):
+    for i, row in enumerate(formatted(df, digits)):
         cells = []
-        for c in cols:
-            s = _fmt(row[c], digits)
+        for c, s in zip(cols, row):
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
             cells.append(f"**{s}**" if m == "best" else f"<u>{s}</u>" if m == "tie" else s)
         lines.append("| " + " | ".join(cells) + " |")
@@ -61,10 +96,10 @@ def to_latex(df: pd.DataFrame, *, title: str = "", digits: int | None = None, ma
     cols = list(df.columns)
     out = [r"\begin{table}[t]", r"\centering", r"\begin{tabular}{" + "l" * len(cols) + "}", r"\toprule",
            " & ".join(esc(str(c)) for c in cols) + r" \\", r"\midrule"]
-    for i, (_, row) in enumerate(df.iterrows()):
+    for i, row in enumerate(formatted(df, digits)):
         cells = []
-        for c in cols:
-            s = esc(_fmt(row[c], digits))
+        for c, s in zip(cols, row):
+            s = esc(s)
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
             cells.append(r"\textbf{" + s + "}" if m == "best" else r"\underline{" + s + "}" if m == "tie" else s)
         out.append(" & ".join(cells) + r" \\")
@@ -79,7 +114,8 @@ _HTML_STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; font-size: 14px; color: #1a1a1a;
        background: #ffffff; margin: 1.2em; }
 h3 { font-size: 16px; margin: 0 0 0.6em 0; }
-table { border-collapse: collapse; margin-bottom: 0.8em; }
+div.table { overflow-x: auto; max-width: 100%; margin-bottom: 0.8em; }
+table { border-collapse: collapse; }
 th, td { padding: 3px 10px; border-bottom: 1px solid #d0d0d0; text-align: right; white-space: nowrap; }
 th { border-bottom: 2px solid #404040; background: #f2f2f2; }
 td.text, th.text { text-align: left; }
@@ -104,17 +140,18 @@ def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int |
            f"<title>{html.escape(title or 'table')}</title><style>{_HTML_STYLE}</style></head><body>"]
     if title:
         out.append(f"<h3>{html.escape(title)}</h3>")
-    out.append("<table><thead><tr>" + "".join(f"<th{cls(c)}>{html.escape(str(c))}</th>" for c in cols)
+    # a table wider than the page scrolls inside its box instead of being cut off at the right
+    out.append('<div class="table"><table><thead><tr>' + "".join(f"<th{cls(c)}>{html.escape(str(c))}</th>" for c in cols)
                + "</tr></thead><tbody>")
-    for i, (_, row) in enumerate(df.iterrows()):
+    for i, row in enumerate(formatted(df, digits)):
         cells = []
-        for c in cols:
-            s = html.escape(_fmt(row[c], digits))
+        for c, s in zip(cols, row):
+            s = html.escape(s)
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
             s = f"<strong>{s}</strong>" if m == "best" else f"<u>{s}</u>" if m == "tie" else s
             cells.append(f"<td{cls(c)}>{s}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     for para in (p.strip() for p in notes.split("\n\n")):
         if para:
             out.append(f'<p class="notes">{html.escape(para)}</p>')

@@ -72,15 +72,37 @@ def stage3(stage2: pd.DataFrame, persons: pd.DataFrame, items: pd.DataFrame, *, 
             c = g["error_p"].to_numpy(dtype=float)
             ok = np.isfinite(c)
             cut = g["truncated"].to_numpy(dtype=bool)
+            slow = g["route"].to_numpy() == "slow"
             rows.append(dict(
                 model=person["model"], checkpoint=person["checkpoint"], examinee=examinee, condition=cond,
                 repeat=int(rep), theta_stage1=theta1, theta=float(theta[0]), se=float(se[0]),
                 accuracy=float(x.mean()), lcae=float(lcae(e[ok], c[ok], eps=eps, kind="bce")),
                 lcae_squared=float(lcae(e[ok], c[ok], eps=eps, kind="squared")), n_items=int(len(g)),
                 n_ability_items=int(cal.sum()), n_unparsed=int((~ok & ~cut).sum()), n_truncated=int(cut.sum()),
-                slow_share=float((g["route"] == "slow").mean()),
-                tokens_in=int(g["tokens_in"].sum()), tokens_out=int(g["tokens_out"].sum())))
+                slow_share=float(slow.mean()), n_slow=int(slow.sum()),
+                tokens_in=int(g["tokens_in"].sum()), tokens_out=int(g["tokens_out"].sum()),
+                **reference_points(e[ok], c[ok], eps=eps)))
     return pd.DataFrame(rows)
+
+
+def reference_points(e: np.ndarray, c: np.ndarray, *, eps: float) -> dict[str, float]:
+    """What an examinee's LCAE (BCE, and its squared variant) is measured against, over the
+    items it assessed: `<kind>_const`, the LCAE of stating 0.5 for every item (BCE: ln 2);
+    `<kind>_floor`, the LCAE of stating the reference e itself (BCE: the mean binary entropy
+    of e, the least any assessment can score); `<kind>_gain`, how much better than the
+    constant the stated ĉ is (const − LCAE), with `<kind>_gain_se`, its standard error over
+    the items (sd of the per-item differences / sqrt(Q))."""
+    out = {}
+    half = np.full_like(e, 0.5)
+    for name, kind in (("lcae", "bce"), ("lcae_squared", "squared")):
+        per_item = lcae(e[:, None], c[:, None], eps=eps, kind=kind)
+        gain = lcae(e[:, None], half[:, None], eps=eps, kind=kind) - per_item
+        n = len(gain)
+        out.update({f"{name}_const": float(lcae(e, half, eps=eps, kind=kind)) if n else float("nan"),
+                    f"{name}_floor": float(lcae(e, e, eps=eps, kind=kind)) if n else float("nan"),
+                    f"{name}_gain": float(gain.mean()) if n else float("nan"),
+                    f"{name}_gain_se": float(gain.std(ddof=1) / np.sqrt(n)) if n > 1 else float("nan")})
+    return out
 
 
 def read_prices(path: str | Path) -> dict[str, list[float]]:

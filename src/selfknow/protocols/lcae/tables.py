@@ -17,30 +17,92 @@ CONDITION_LABELS = {"baseline": "Baseline", "ids": "IDS", "dpr": "DPR", "ids_dpr
 TABLE3_COLUMNS = {"baseline": "Baseline", "dpr": "DPR", "ids": "IDS", "ids_dpr": "DPR+IDS"}
 
 
+#: the reference columns of Table I and its squared variant (`evaluate.reference_points`)
+REFERENCE_LABELS = {"const": "constant 0.5", "floor": "floor (ĉ = e)"}
+Z95 = 1.959963984540054
+
+
 def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame, str]:
     """Tables I (value="lcae"; "lcae_squared" for its squared-error variant) and II
     (value="theta"): per examinee, the mean over repeats in
     each condition; a summary row (mean over examinees); the Friedman test across conditions
-    (blocks = examinees) and pairwise Wilcoxon signed-rank tests with Holm correction."""
+    (blocks = examinees) and pairwise Wilcoxon signed-rank tests with Holm correction. Where
+    Stage 3 has an LCAE's reference points (`evaluate.reference_points`), Table I also gives
+    each examinee's constant-0.5 and floor LCAE and the conditions in which it beats the
+    constant with a 95 % interval (over items) that excludes no gain."""
     conds = [c for c in CONDITION_LABELS if c in set(stage3["condition"])]
     wide = (stage3.groupby(["examinee", "condition"])[value].mean().unstack("condition")[conds])
     table = wide.rename(columns=CONDITION_LABELS).reset_index()
     mean_row = {"examinee": "mean", **{CONDITION_LABELS[c]: float(wide[c].mean()) for c in conds}}
+    notes = []
+    refs = [k for k in REFERENCE_LABELS if f"{value}_{k}" in stage3.columns]
+    if refs:
+        per_ex = stage3.groupby("examinee")
+        for k in refs:
+            col = per_ex[f"{value}_{k}"].mean().reindex(wide.index)
+            table[REFERENCE_LABELS[k]] = col.to_numpy()
+            mean_row[REFERENCE_LABELS[k]] = float(col.mean())
+        beats = _beats_constant(stage3, value, conds)
+        table["beats 0.5 in"] = [", ".join(CONDITION_LABELS[c] for c in beats.get(ex, [])) or "none"
+                                 for ex in wide.index]
+        n_beat = {c: sum(c in v for v in beats.values()) for c in conds}
+        notes.append(f"Reference points: stating 0.5 for every item scores the 'constant 0.5' column "
+                     f"({'ln 2 = 0.693' if value == 'lcae' else 'mean (e − 0.5)²'}); stating the reference "
+                     f"e itself scores the floor ({'the mean binary entropy of e' if value == 'lcae' else '0'}), "
+                     f"the least any assessment can. 'beats 0.5 in': the conditions in which the examinee's "
+                     f"LCAE is below the constant's with a 95 % interval over items (normal, per-item "
+                     f"differences, repeats averaged) that lies wholly below it. Examinees that do: "
+                     + ", ".join(f"{CONDITION_LABELS[c]} {n_beat[c]} of {len(wide)}" for c in conds) + ".")
     table = pd.concat([table, pd.DataFrame([mean_row])], ignore_index=True)
     complete = wide.dropna()
-    notes = []
     if len(complete) >= 2 and len(conds) >= 3:
         fr = friedman(complete.to_numpy())
         if np.isnan(fr.statistic):  # scipy's tie correction divides by zero
             notes.append(f"Friedman test undefined: every examinee's value is the same in all {len(conds)} "
-                         f"conditions (n = {fr.n_blocks} examinees), so there is no difference to rank.")
+                         f"conditions (n = {fr.n_blocks} examinees), so there is no difference to rank. "
+                         f"No pairwise Wilcoxon tests either: every paired difference is zero, so they "
+                         f"have nothing to test (a p-value of 1 would read as a measured null).")
         else:
             notes.append(f"Friedman χ²({fr.df}) = {fr.statistic:.2f}, p = {fr.pvalue:.3g} "
                          f"(n = {fr.n_blocks} examinees).")
-        pw = pairwise_wilcoxon_holm(complete.to_numpy(), [CONDITION_LABELS[c] for c in conds])
-        notes.append("Pairwise Wilcoxon signed-rank, Holm-adjusted p: " + "; ".join(
-            f"{r['a']} vs {r['b']}: {r['p_holm']:.3g}" for r in pw))
+            pw = pairwise_wilcoxon_holm(complete.to_numpy(), [CONDITION_LABELS[c] for c in conds])
+            notes.append("Pairwise Wilcoxon signed-rank, Holm-adjusted p: " + "; ".join(
+                f"{r['a']} vs {r['b']}: {r['p_holm']:.3g}" for r in pw))
     return table, "\n\n".join(notes)
+
+
+def _beats_constant(stage3: pd.DataFrame, value: str, conds: list[str]) -> dict[str, list[str]]:
+    """Per examinee, the conditions whose mean gain over the constant 0.5 (over repeats) has a
+    95 % normal interval above 0; a repeat's standard error is over items, and the repeats'
+    mean takes their mean standard error (repeats of one examinee are positively correlated,
+    so this is not narrower than the true one)."""
+    g = stage3.groupby(["examinee", "condition"])[[f"{value}_gain", f"{value}_gain_se"]].mean()
+    out: dict[str, list[str]] = {}
+    for (ex, cond), (gain, se) in g.iterrows():
+        if cond in conds and np.isfinite(gain) and np.isfinite(se) and gain - Z95 * se > 0:
+            out.setdefault(ex, []).append(cond)
+    return {ex: [c for c in conds if c in v] for ex, v in out.items()}
+
+
+def routes_note(stage3: pd.DataFrame) -> str:
+    """How many items each DPR route took, per routing condition, and in how many examinees a
+    routing condition's final answers or assessments differ from its condition without routing."""
+    parts = []
+    for cond, plain in (("dpr", "baseline"), ("ids_dpr", "ids")):
+        d = stage3[stage3["condition"] == cond]
+        if d.empty:
+            continue
+        n_slow, n = int(d["n_slow"].sum()), int(d["n_items"].sum())
+        text = (f"{CONDITION_LABELS[cond]}: Slow on {n_slow} and Fast on {n - n_slow} of {n} assessments "
+                f"(items x repeats x {d['examinee'].nunique()} examinees)")
+        p = stage3[stage3["condition"] == plain]
+        if not p.empty:
+            a = d.groupby("examinee")[["lcae", "theta"]].mean()
+            b = p.groupby("examinee")[["lcae", "theta"]].mean().reindex(a.index)
+            differ = int((~np.isclose(a.to_numpy(), b.to_numpy(), rtol=0, atol=1e-12)).any(axis=1).sum())
+            text += f"; differs from {CONDITION_LABELS[plain]} in {differ} of {len(a)} examinees"
+        parts.append(text)
+    return ("DPR routes: " + "; ".join(parts) + ".") if parts else ""
 
 
 def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
@@ -158,7 +220,8 @@ def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: 
     t2, n2 = per_condition_table(s3, "theta")
     fit, nf = item_fit_summary(items)
     built = {  # catalog name -> (table, title, notes)
-        "table1": (t1, "Table I: LCAE (BCE) per condition, mean over repeats", noted(n1, modes_note)),
+        "table1": (t1, "Table I: LCAE (BCE) per condition, mean over repeats, with its reference points",
+                   noted(n1, routes_note(s3) if "n_slow" in s3.columns else "", modes_note)),
         "table1_squared": (t1s, "Table I, squared-error variant (beyond the paper): mean (e − ĉ)² per condition, "
                                 "mean over repeats", noted(n1s)),
         "table2": (t2, "Table II: ability θ re-estimated from final answers (Stage 3), per condition", noted(n2)),
