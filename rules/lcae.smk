@@ -79,6 +79,7 @@ rule lcae_stage2:
         reflection=LC["reflection"],
         temperature=LC["stage2_temperature"],
         max_new_tokens=LC["max_new_tokens"],
+        base_slow_below=LC["base_slow_below"],
         cache=f"{R}/cache",
     threads: 1
     conda:

@@ -1,5 +1,6 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.protocols.ladder.crosstask import write_crosstask_tables
+from selfknow.protocols.ladder.tables import stated_by
 from selfknow.report.provenance import job_provenance
 from selfknow.report.tables import set_decimals
 from selfknow.runlog import job_log
@@ -14,4 +15,5 @@ with job_log(snakemake.log[0], "ladder_crosstask_tables") as summary:
     summary.update(write_crosstask_tables({s: list(getattr(inp, f"{s}_answers")) for s in p.suites},
                                           {s: list(getattr(inp, f"{s}_prior")) for s in p.suites},
                                           {s: dict(v) for s, v in p.suites.items()}, dict(p.loaders), p.unparsed,
-                                          dict(snakemake.output.items()), prior=p.prior, provenance=prov))
+                                          dict(snakemake.output.items()), prior=p.prior, provenance=prov,
+                                          stated_by=stated_by(cfg, ct["models"])))

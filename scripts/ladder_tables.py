@@ -1,7 +1,7 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
 from selfknow.config import model_spec
 from selfknow.models.providers import modes_note
-from selfknow.protocols.ladder.tables import FIGURES, write_tables
+from selfknow.protocols.ladder.tables import FIGURES, stated_by, write_tables
 from selfknow.report.provenance import job_provenance
 from selfknow.report.tables import set_decimals
 from selfknow.runlog import job_log
@@ -18,4 +18,5 @@ with job_log(snakemake.log[0], "ladder_tables") as summary:
     summary.update(write_tables({k: list(v) for k, v in snakemake.input.items()},
                                 {k: v for k, v in out.items() if k not in FIGURES},
                                 {k: out[k] for k in FIGURES}, provenance=prov,
-                                modes_note=modes_note([model_spec(cfg, m) for m in models])))
+                                modes_note=modes_note([model_spec(cfg, m) for m in models]),
+                                stated_by=stated_by(cfg, lad["models"])))

@@ -7,4 +7,5 @@ with job_log(snakemake.log[0], f"lcae_stage2 {snakemake.wildcards.model}@{snakem
     summary.update(stage2_job(snakemake.input.sample, snakemake.input.stage1, snakemake.input.irt, dict(p.spec),
                               snakemake.wildcards.ckpt, snakemake.output[0], conditions=list(p.conditions),
                               repeats=p.repeats, cache_dir=p.cache, reflection=p.reflection,
-                              temperature=p.temperature, max_new_tokens=p.max_new_tokens))
+                              temperature=p.temperature, max_new_tokens=p.max_new_tokens,
+                              base_slow_below=p.base_slow_below))

@@ -25,7 +25,13 @@ def test_card_rows_and_intervals():
     pc = persistent_columns({"a": (pts, reps)})
     assert pc.loc[0, "contrast AUC (SC)"] == "0.600 [0.505, 0.695]"
     assert pc.loc[0, "full-set ECE (SC)"] == "0.100"
-    card = knowledge_card(["a", "b", "c"], [lc, ld, pc])
+    card = knowledge_card(["a", "b", "c"], {"LCAE": lc, "LADDER": ld, "persistent": pc})
     assert list(card["model"]) == ["a", "b", "c"]  # a row for every model of the registry
     assert card.set_index("model").loc["b", "ability θ"] == "-0.200 [-0.396, -0.004]"
     assert card.set_index("model").loc["b", "CBF L0 NoMemory"] == ""  # b is not in LADDER
+    # an empty cell, or an empty row, says which protocols do not run the model
+    assert card.set_index("model")["not run"].to_dict() == {"a": "-", "b": "LADDER, persistent",
+                                                          "c": "LCAE, LADDER, persistent"}
+    # no "-0.000" in an interval
+    assert lcae_columns(persons.assign(theta=[1.0, 0.5, -0.0001], se=[0.5, 0.4, 0.0001]), stage3,
+                        {"b": "final"}).loc[0, "ability θ"] == "0.000 [0.000, 0.000]"

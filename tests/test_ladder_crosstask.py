@@ -205,3 +205,11 @@ def test_prior_l1_needs_ladder_models():
     cfg["ladder"]["cross_task"].update(prior="l1", models=["wm-base"])
     with pytest.raises(ConfigError, match=r"ladder.cross_task.models\[0\]: prior 'l1' reads the L1 prior of 'wm-base'"):
         validate_config(cfg, "test.yaml")
+
+
+def test_a_prior_stated_by_another_model_says_whose_it_is():
+    answers = _answers("wm", {"a": (2, 1, 0), "b": (1, 2, 0)})
+    prior = _prior("wm", {"a": 0.5, "b": 0.5})
+    t = X.prior_table(answers, prior, ["a", "b"], "exclude", {"wm": "smollm2"})
+    assert "wm ZS (by smollm2)" in t.columns and "wm ZS" not in t.columns
+    assert "wm ZS" in X.prior_table(answers, prior, ["a", "b"], "exclude", {"wm": "wm"}).columns

@@ -429,3 +429,27 @@ def test_prompted_job_can_ask_a_subset_of_sessions(run, monkeypatch_module):
     assert set(prof.loc[prof["method"] == "lsa", "session_id"]) == {"0", "1"}
     assert set(prof.loc[prof["method"] == "zs_prior", "session_id"]) == {"*"} | {str(i) for i in range(6)}
     assert len(pd.read_parquet(tmp / "sub_q.parquet")) == 0        # no query sessions asked
+
+
+def test_main_note_says_whose_prompted_levels_and_on_how_many_sessions_each_estimator_rests():
+    from selfknow.protocols.ladder.tables import ladder_frame, main_note, r4_note, stated_by
+
+    main = pd.DataFrame({"model": ["wm"] * 4, "estimator": ["NoMemory", "ZS", "LSA", "GT-SelfStats"],
+                         "CBF": [0.6, 0.7, 0.65, 0.8], "SE": [0.01] * 4, "ECE": [np.nan, 0.209, 0.3, 0.097],
+                         "AUROC": [np.nan, 0.763, 0.6, 0.774], "n_sessions": [12, 12, 2, 2]})
+    note = main_note(main, {"wm": "smollm2"})
+    assert "wm's prompted levels (ZS, LSA, GT-SelfStats) were stated by smollm2" in note
+    assert "Sessions per estimator: 2: GT-SelfStats, LSA; 12: NoMemory, ZS" in note
+    assert "ZS ECE / AUROC 0.209 / 0.763, GT-SelfStats 0.097 / 0.774 (not equal" in note
+    same = main.assign(ECE=[np.nan, 0.2, 0.3, 0.2], AUROC=[np.nan, 0.7, 0.6, 0.7], n_sessions=12)
+    assert "(equal)" in main_note(same, {}) and "stated by" not in main_note(same, {})
+    # Figure 4: the levels on 2 of 12 sessions are their own series
+    fr = ladder_frame(main)
+    assert fr.set_index("level")["model"].to_dict() == {
+        "L0 NoMemory": "wm", "L1 ZS": "wm", "L2 LSA": "wm (2 of 12 sessions)",
+        "L4 GT-SelfStats": "wm (2 of 12 sessions)"}
+    sessions = pd.DataFrame({"model": "wm", "estimator": ["ZS"] * 3 + ["LSA"] * 2, "session_id": [0, 1, 2, 0, 1]})
+    assert r4_note(sessions) == "Observed rows rest on the sessions with an LSA profile: wm: 2 of 3 sessions."
+    cfg = {"models": [{"name": "wm", "backend": "hf"}, {"name": "smol", "backend": "hf", "chat": True}],
+           "ladder": {"prompted_model": "smol"}}
+    assert stated_by(cfg, ["wm", "smol"]) == {"wm": "smol", "smol": "smol"}

@@ -182,8 +182,31 @@ def test_stage2_base_error_probability_is_the_digit_expectation():
     ids = assess(lm, items, stage1, "ids", ie, chat=False, repeat=0)
     assert np.allclose(base["error_p"], 1.0) and np.allclose(ids["error_p"], 0.0, atol=1e-12)
     assert base["correct_final"].all()
-    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0)
+    # the words' route (base_slow_below 0): " Fast" is the likelier route
+    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0)
     assert (dpr["mode"] == "fast").all()  # " Fast" is the likelier route
+
+
+def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
+    items = _items()
+    stage1 = pd.DataFrame({"item_id": items.item_id, "strategy": "standard", "answer": ["B", "C", "A"]})
+    sure = {"Q one?": " b", "Q two?": " a"}  # q1: its answer B at 0.92; q2: C at 0.03; q3: uniform
+
+    def loglik(context, continuation):
+        if continuation.strip().isdigit():
+            return 0.0 if continuation == " 5" else -50.0
+        q = next((k for k in sure if k in context), None)
+        return 0.0 if q and continuation == sure[q] else -3.5 if q else 0.0
+
+    lm = ScriptedLM(lambda p: "recall", loglik=loglik)
+    ie = {"q1": 0.1, "q2": 0.5, "q3": 0.9}
+    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0.5)
+    # q1: e^0 / (e^0 + 3 e^-3.5) = 0.92 -> Fast; q2: 0.03 -> Slow; q3: 0.25 -> Slow
+    assert list(dpr["mode"]) == ["fast", "slow", "slow"]
+    # the Slow items are re-answered after the reflection: q2 by its likeliest option, A
+    assert list(dpr["final_answer"]) == ["B", "A", "A"]
+    assert (assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0.2)["mode"]
+            == ["fast", "slow", "fast"]).all()
 
 
 def test_stage_budgets_come_from_the_model_entry_or_the_stage():

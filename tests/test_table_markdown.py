@@ -93,7 +93,7 @@ def table_problems(md_path: Path) -> list[str]:
 
 def table_markdowns(results: Path) -> list[Path]:
     """Every table the run wrote: a Markdown file with its CSV beside it."""
-    return sorted(p for p in results.rglob("*.md") if p.with_suffix(".csv").is_file())
+    return sorted(p for p in (results / "tables").rglob("*.md") if p.with_suffix(".csv").is_file())
 
 
 # --- the rendering rules on hand-made frames -------------------------------------------------------

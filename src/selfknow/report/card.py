@@ -22,11 +22,13 @@ PERSISTENT_METHOD = "sc"
 
 
 def _fmt(value: float, lo: float, hi: float) -> str:
+    from selfknow.report.tables import format_number as num
+
     if value is None or not np.isfinite(value):
         return ""
     if not (np.isfinite(lo) and np.isfinite(hi)):
-        return f"{value:.3f}"
-    return f"{value:.3f} [{lo:.3f}, {hi:.3f}]"
+        return num(value, 3)
+    return f"{num(value, 3)} [{num(lo, 3)}, {num(hi, 3)}]"
 
 
 def lcae_columns(persons: pd.DataFrame, stage3: pd.DataFrame, last_ckpt: Mapping[str, str]) -> pd.DataFrame:
@@ -80,12 +82,17 @@ def persistent_columns(metric_files: Mapping[str, tuple[pd.DataFrame, Mapping[st
     return pd.DataFrame(rows)
 
 
-def knowledge_card(models: Sequence[str], parts: Sequence[pd.DataFrame]) -> pd.DataFrame:
-    """One row per model in registry order; the columns of every part joined by model."""
+def knowledge_card(models: Sequence[str], parts: Mapping[str, pd.DataFrame]) -> pd.DataFrame:
+    """One row per model in registry order; the columns of every part (protocol name ->
+    frame) joined by model, and `not run`: the protocols with no cell for the model (their
+    config does not run it), so that an empty row says why it is empty."""
     card = pd.DataFrame({"model": list(models)})
-    for part in parts:
+    for part in parts.values():
         if len(part):
             card = card.merge(part, on="model", how="left")
+    card["not run"] = [", ".join(name for name, part in parts.items()
+                                 if not (len(part) and model in set(part["model"]))) or "-"
+                       for model in card["model"]]
     return card.fillna("")
 
 
@@ -95,17 +102,17 @@ def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_person
     """Read each protocol's outputs that exist in this config and write the card."""
     from selfknow.report.tables import write_table
 
-    parts = []
+    parts = {}
     if lcae_persons and lcae_stage3:
-        parts.append(lcae_columns(pd.read_parquet(lcae_persons), pd.read_parquet(lcae_stage3), last_ckpt))
+        parts["LCAE"] = lcae_columns(pd.read_parquet(lcae_persons), pd.read_parquet(lcae_stage3), last_ckpt)
     if ladder_main:
-        parts.append(ladder_columns(pd.read_csv(ladder_main)))
+        parts["LADDER"] = ladder_columns(pd.read_csv(ladder_main))
     if persistent:
         files = {}
         for model, (points, reps) in persistent.items():
             with np.load(reps) as z:
                 files[model] = (pd.read_parquet(points), {k: z[k] for k in z.files})
-        parts.append(persistent_columns(files))
+        parts["persistent"] = persistent_columns(files)
     card = knowledge_card(models, parts)
     write_table(card, csv, md, provenance=provenance,
                 title="Self-knowledge card: what the three protocols say about each model (95 % intervals)",
@@ -113,5 +120,7 @@ def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_person
                       "LCAE: mean over repeats, t-interval (a point when the repeats agree: local models "
                       "decode deterministically at temperature 0, the paper's setting). CBF: LADDER session mean, session-bootstrap "
                       "interval. Persistent: self-consistency, paired-bootstrap percentile interval. "
-                      "Empty: the config does not run that protocol for the model.")
+                      "Empty: the config does not run that protocol for the model; `not run` names those "
+                      "protocols (a model in the registry only to serve, e.g. as judge, user or prompted model, "
+                      "has every protocol there).")
     return {"models": len(card), "columns": card.shape[1] - 1}

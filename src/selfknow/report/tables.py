@@ -31,8 +31,10 @@ def set_decimals(n: int) -> None:
     DECIMALS = n
 
 
-def _number(v: float, digits: int) -> str:
-    """A float at `digits` decimals; a value that rounds to zero prints without a sign."""
+def format_number(v: float, digits: int | None = None) -> str:
+    """A float at `digits` decimals (default `DECIMALS`); a value that rounds to zero prints
+    without a sign. Text cells that hold numbers ("0.512 [0.480, 0.544]") use it too."""
+    digits = DECIMALS if digits is None else digits
     s = f"{v:.{digits}f}"
     return s[1:] if s.startswith("-") and float(s) == 0 else s
 
@@ -40,7 +42,7 @@ def _number(v: float, digits: int) -> str:
 def _fmt(v, digits: int | None) -> str:
     digits = DECIMALS if digits is None else digits
     if isinstance(v, (float, np.floating)):
-        return "" if math.isnan(v) else _number(float(v), digits)
+        return "" if math.isnan(v) else format_number(float(v), digits)
     if isinstance(v, (np.integer, np.bool_)):
         return str(v.item())
     return str(v)

@@ -194,11 +194,14 @@ def model_cbf(answers: pd.DataFrame, prior: pd.DataFrame, unparsed: str) -> pd.D
     return pd.DataFrame(rows, columns=["model", "CBF", "bias", "n_domains"])
 
 
-def prior_table(answers: pd.DataFrame, prior: pd.DataFrame, domains: Sequence[str], unparsed: str) -> pd.DataFrame:
+def prior_table(answers: pd.DataFrame, prior: pd.DataFrame, domains: Sequence[str], unparsed: str,
+                stated_by: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The paper's layout: one row per category / task (in `domains` order), then "mean",
     "unparsed" and "CBF"; per model the columns "<model> acc", "<model> ZS" and "<model> error"
     (ZS - acc). The "unparsed" row holds each model's count of unparsed answers and the "CBF"
-    row its CBF, both in the acc column."""
+    row its CBF, both in the acc column. A prior stated by another model (`stated_by`: a base
+    LM's prompted model) is labelled "<model> ZS (by <other>)"."""
+    stated_by = stated_by or {}
     rows = domain_rows(answers, prior, unparsed)
     cbf = model_cbf(answers, prior, unparsed).set_index("model")
     out = pd.DataFrame({"domain": list(domains) + ["mean", "unparsed", "CBF"]})
@@ -206,7 +209,8 @@ def prior_table(answers: pd.DataFrame, prior: pd.DataFrame, domains: Sequence[st
         r = rows[rows["model"] == model].set_index("domain").reindex(list(domains))
         acc, zs, err = (r[c].to_numpy(float) for c in ("accuracy", "ZS", "error"))
         out[f"{model} acc"] = [*acc, np.nanmean(acc), float(r["n_unparsed"].sum()), cbf.loc[model, "CBF"]]
-        out[f"{model} ZS"] = [*zs, np.nanmean(zs), np.nan, np.nan]
+        who = stated_by.get(model, model)
+        out[f"{model} ZS" + (f" (by {who})" if who != model else "")] = [*zs, np.nanmean(zs), np.nan, np.nan]
         out[f"{model} error"] = [*err, np.nanmean(err), np.nan, np.nan]
     return out
 
@@ -230,18 +234,19 @@ def suite_note(suite: str, loader: str) -> str:
 
 def write_crosstask_tables(answers: Mapping[str, Sequence[str]], priors: Mapping[str, Sequence[str]],
                            suites: Mapping[str, dict], loaders: Mapping[str, str], unparsed: str,
-                           tables: Mapping[str, str], *, prior: str = "ask", provenance: dict | None = None) -> dict:
+                           tables: Mapping[str, str], *, prior: str = "ask", provenance: dict | None = None,
+                           stated_by: Mapping[str, str] | None = None) -> dict:
     """Read every model's answers and prior of each suite and write the table
     "crosstask_<suite>" to `tables["crosstask_<suite>_csv"]` / `..._md`; the note of each
     says what its items are (`suite_note` of `loaders[suite]`) and gives the mean CBF over
-    models."""
+    models; `stated_by` names who stated each model's prior (`prior_table`)."""
     from selfknow.report.tables import write_table
 
     summary = {}
     for suite, cfg in suites.items():
         a = pd.concat([read_parquet(p) for p in answers[suite]], ignore_index=True)
         p = pd.concat([read_parquet(x) for x in priors[suite]], ignore_index=True)
-        table = prior_table(a, p, list(cfg["domains"]), unparsed)
+        table = prior_table(a, p, list(cfg["domains"]), unparsed, stated_by)
         cbf = model_cbf(a, p, unparsed)
         mean = float(cbf["CBF"].mean())
         name = f"crosstask_{suite}"
@@ -256,7 +261,7 @@ def write_crosstask_tables(answers: Mapping[str, Sequence[str]], priors: Mapping
                 "prompted model), error = ZS - acc; CBF = 1 - mean |ZS - acc| over the rows with at least 2 "
                 f"counted answers. Mean CBF over the {len(cbf)} models: {mean:.3f}.")
         write_table(table, tables[f"{name}_csv"], tables[f"{name}_md"],
-                    title=f"LADDER {SUITES[suite]}: zero-shot priors per {unit}",
+                    title=f"LADDER {SUITES[suite]}: zero-shot priors against accuracy per {unit}",
                     notes=note, provenance=provenance)
         summary[f"mean_CBF_{suite}"] = round(mean, 4)
     return summary

@@ -70,9 +70,15 @@ def main_table(sessions: pd.DataFrame, bootstrap: pd.DataFrame) -> pd.DataFrame:
 
 
 def ladder_frame(main: pd.DataFrame) -> pd.DataFrame:
-    """Figure 4 input: model, level, cbf, se for the five levels' representatives."""
+    """Figure 4 input: model, level, cbf, se for the five levels' representatives. A level
+    scored on fewer of a model's sessions than its others (the prompted LSA and GT-SelfStats
+    on `ladder.prompted_sessions`) is its own series, "<model> (<n> of <N> sessions)", so a
+    line joins only levels measured on the same sessions."""
     d = main[main["estimator"].isin(LADDER_LEVELS)]
-    return pd.DataFrame({"model": d["model"], "level": d["estimator"].map(LADDER_LEVELS),
+    full = d.groupby("model")["n_sessions"].transform("max")
+    series = [m if n == f else f"{m} ({int(n)} of {int(f)} sessions)"
+              for m, n, f in zip(d["model"], d["n_sessions"], full)]
+    return pd.DataFrame({"model": series, "level": d["estimator"].map(LADDER_LEVELS),
                          "cbf": d["CBF"], "se": d["SE"].fillna(0.0)}).reset_index(drop=True)
 
 
@@ -179,7 +185,7 @@ NOTES = {
              "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
              "clean verdicts (CBF only, as the paper's Table 24). ECE / AUROC are those of each "
              "estimator's turn confidences: ZS and GT-SelfStats return the recorded answer "
-             "confidence (the authors' baselines), so theirs are equal; LSA's are its per-turn "
+             "confidence (the authors' baselines), over the sessions each was asked on; LSA's are its per-turn "
              "queries (empty for sessions not queried). kendall_tau is empty where a profile is constant across domains "
              "(NoMemory, Global): τ is undefined there (the paper's §D.4). Answers: a chat model answers "
              "every turn afresh in the authors' session format (ladder.answer_format, answer_temperature, "
@@ -192,10 +198,21 @@ NOTES = {
                  "outcome on every turn. The estimators are refitted under each; LSA is prompted "
                  "per session on the observed and the clean history only (the paper's Table 24), "
                  "so its corrected and pooled cells are empty."),
-    "partitions": ("domain: the 20 domains; semantic: 4 subject categories (MMLU's, or the mini "
+    "partitions": ("domain: the pool's domains; semantic: 4 subject categories (MMLU's, or the mini "
                    "world's fields grouped by subject); random: seeded random groups of the "
                    "semantic sizes, mean over repeats (random_sd: their sd; empty for the fixed "
-                   "partitions)."),
+                   "partitions). n_groups: the groups a session scores (those with >= 2 answers), mean "
+                   "over sessions (and repeats); a session of a few turns meets only some of the groups."),
+    "decoder": ("Feedback decoder against the simulated user's intent, per model and user: coverage = share "
+                "of turns with a decoded verdict; precision / recall of the decoded verdicts (overall and per "
+                "sign); intent_agreement = share of decoded verdicts equal to the user's intent; "
+                "global_best_share and CBF_* from the decoded feedback."),
+    "prefix": ("Mean session CBF of each estimator fitted on the first `prefix` turns of every session "
+               "(ladder.prefix_step apart), per condition: how fast each estimator's profile converges."),
+    "simulators": ("Mean session CBF per estimator with each simulated user (rule-based and LLM users, "
+                   "ladder.user / llm_user_model / user_models); coverage = share of turns with feedback, "
+                   "accuracy = the sessions' answer accuracy, n_sessions = sessions run with that user."),
+    "answers": "Answer accuracy of each model on the session pool (the turns' recorded correctness).",
     "noise_grid": "Clean labels thinned to the coverage and flipped at the flip rate (exact shares per session).",
     "r4": ("R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
            "(outcome-informed selection); held-out: selection on the train half, value = 1 − "
@@ -208,12 +225,74 @@ NOTES = {
 }
 
 
+TITLES = {
+    "main": "LADDER main table: session CBF, bias, shape error and answer-level ECE / AUROC per model and estimator",
+    "decoder": "LADDER feedback decoder: coverage, precision and recall of the decoded verdicts",
+    "noise_grid": "LADDER noise x coverage grid: mean session CBF under flipped and thinned feedback",
+    "partitions": "LADDER partitions: mean session CBF per estimator by domain, semantic and random grouping",
+    "r4": "LADDER R4 adaptive selection against always-ZS and best-of-two",
+    "controls": "LADDER matched-input controls: CBF on observed, corrected and clean labels",
+    "tiers": "LADDER subject tiers: pooled CBF per estimator in strong, mid and weak tiers",
+    "prefix": "LADDER prefix curves: mean session CBF after the first turns of each session",
+    "heldout": "LADDER held-out prediction: test-half MAE of profiles fitted on the train half",
+    "simulators": "LADDER simulated users: mean session CBF per estimator with each user simulator",
+    "pooled_pairs": "LADDER pooled pairs: CBF(Global) minus each estimator's, question-cluster bootstrap",
+    "answers": "LADDER answers: answer accuracy of each model on the session pool",
+}
+
+
+def stated_by(config: Mapping, models: Sequence[str]) -> dict[str, str]:
+    """Who states each model's prompted levels (ZS, LSA, GT-SelfStats): a chat model itself,
+    a base LM the configured `ladder.prompted_model`."""
+    from selfknow.config import is_chat
+
+    specs = {m["name"]: m for m in config["models"]}
+    prompted = config["ladder"].get("prompted_model") or ""
+    return {m: m if m not in specs or is_chat(specs[m]) else (prompted or m) for m in models}
+
+
+def main_note(main: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
+    """The main table's note drawn from its numbers: who stated each model's prompted levels,
+    how many sessions each estimator rests on, and whether ZS and GT-SelfStats, which both
+    return the recorded answer confidence, have equal ECE / AUROC (they do only when both rest
+    on the same sessions)."""
+    out = []
+    for model in main["model"].drop_duplicates():
+        who = stated_by.get(model, model)
+        if who != model:
+            out.append(f"{model}'s prompted levels (ZS, LSA, GT-SelfStats) were stated by {who}, not by {model}.")
+    counts = main.groupby("n_sessions")["estimator"].unique()
+    if len(counts) > 1:
+        out.append("Sessions per estimator: " + "; ".join(
+            f"{int(n)}: {', '.join(sorted(map(str, e)))}" for n, e in counts.items())
+            + " (fewer sessions: ladder.prompted_sessions; compare estimators on the same sessions).")
+    for model, g in main.groupby("model", sort=False):
+        h = g.set_index("estimator")
+        if {"ZS", "GT-SelfStats"} <= set(h.index) and {"ECE", "AUROC"} <= set(h.columns):
+            a, b = h.loc["ZS", ["ECE", "AUROC"]].to_numpy(float), h.loc["GT-SelfStats", ["ECE", "AUROC"]].to_numpy(float)
+            same = bool(np.allclose(a, b, equal_nan=True))
+            out.append(f"{model}: ZS ECE / AUROC {a[0]:.3f} / {a[1]:.3f}, GT-SelfStats {b[0]:.3f} / {b[1]:.3f} "
+                       f"({'equal' if same else 'not equal: they rest on different sessions'}).")
+    return " ".join(out)
+
+
+def r4_note(sessions: pd.DataFrame) -> str:
+    """How many sessions R4's observed rows rest on: those with an LSA profile."""
+    lsa = sessions.loc[sessions["estimator"] == "LSA"].groupby("model")["session_id"].nunique()
+    every = sessions.groupby("model")["session_id"].nunique()
+    return "Observed rows rest on the sessions with an LSA profile: " + "; ".join(
+        f"{m}: {int(lsa.get(m, 0))} of {int(n)} sessions" for m, n in every.items()) + "."
+
+
 def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
-                 figures: Mapping[str, str], provenance: dict | None = None, modes_note: str = "") -> dict:
+                 figures: Mapping[str, str], provenance: dict | None = None, modes_note: str = "",
+                 stated_by: Mapping[str, str] | None = None) -> dict:
     """Read every model's score parts (`parts[name]` = list of parquet paths) and write each
     table in TABLES to `tables["<name>_csv"]` / `tables["<name>_md"]` and each figure in
     FIGURES to `figures[name]`; with `provenance`, each gets its sidecar; `modes_note`
-    (selfknow.models.providers.modes_note: the prompted levels' reply modes) ends the main table's note."""
+    (selfknow.models.providers.modes_note: the prompted levels' reply modes) ends the main table's note;
+    `stated_by` maps a model to the model that answered its prompted levels (the prompted
+    model for a base LM), said in the main table's note."""
     from selfknow.report.figures import accuracy_vs_cbf, cbf_matrix, ladder_plot, reliability_bins
     from selfknow.report.tables import write_table
 
@@ -237,10 +316,12 @@ def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
             columns=["model", "estimator_a", "estimator_b", "estimate", "se"]),
         "answers": P["answers"].reset_index(drop=True),
     }
+    derived = {"main": main_note(main, stated_by or {}), "r4": r4_note(P["sessions"])}
     for name in TABLES:
         write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"],
-                    title=f"LADDER {name.replace('_', ' ')}", provenance=provenance,
-                    notes=" ".join(filter(None, [NOTES.get(name, ""), modes_note if name == "main" else ""])))
+                    title=TITLES.get(name, f"LADDER {name.replace('_', ' ')}"), provenance=provenance,
+                    notes=" ".join(filter(None, [NOTES.get(name, ""), derived.get(name, ""),
+                                                 modes_note if name == "main" else ""])))
     ladder_plot(ladder_frame(main), figures["figure4"], provenance=provenance)
     acc = P["answers"].set_index("model")["accuracy"]
     f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]

@@ -15,10 +15,11 @@ its Stage-1 answer.
 
 Base LMs (the mini world) are asked the same things in completion form and read off their
 continuation likelihoods: the error probability is the expectation over the digits
-" 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9; the Fast/Slow
-route compares the likelihoods of " Fast" and " Slow"; the Slow reflection is the
-model's free recall of the question, after which the option is chosen again by cloze scoring
-(the revision). The answer is shown as the chosen option's text after the question, the form
+" 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9. A base LM
+cannot be asked to choose its route: it takes Slow where its own option probability of its
+answer is below `lcae.base_slow_below` (`route_base`). The Slow reflection is the model's free
+recall of the question, after which the option is chosen again by cloze scoring (the
+revision). The answer is shown as the chosen option's text after the question, the form
 in which the model learnt its facts (`selfknow.stages.mcq`).
 Both read log-likelihoods of the continuations, so multi-token " 7" or " Slow" work too.
 """
@@ -136,8 +137,24 @@ def _answered(question: str, choices: list[str], letter: str | None, context: st
     return f"{cloze_prompt(question, context)} {said}\n"
 
 
+def route_base(lm: LM, qs: list[str], chs: list[list[str]], answers: list, diff: list[str],
+               slow_below: float) -> list[str]:
+    """DPR's route of a base LM, which cannot be asked to choose: "slow" where its own option
+    probability of its Stage-1 answer (cloze, after the IDS signal where shown) is below
+    `slow_below` (the model is unsure of its answer, so it reflects); with `slow_below` 0, the
+    likelihoods of " Fast" and " Slow" after "Mode (Fast or Slow):", which a model that never
+    read those words ranks by their token priors alone (the same route for nearly every item)."""
+    if slow_below > 0:
+        probs = option_probabilities(lm, qs, chs, diff)
+        own = [p[LETTERS.index(a)] if a in LETTERS[:len(p)] else 0.0 for p, a in zip(probs, answers)]
+        return ["slow" if x < slow_below else "fast" for x in own]
+    route_prompts = [_answered(q, c, a) + f"{d}Mode (Fast or Slow):" for q, c, a, d in zip(qs, chs, answers, diff)]
+    ll = np.array(lm.loglikelihood([(p, w) for p in route_prompts for w in (" Fast", " Slow")])).reshape(-1, 2)
+    return ["slow" if s > f else "fast" for f, s in ll]
+
+
 def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
-                *, max_new_tokens: int = 16, **_) -> pd.DataFrame:
+                *, max_new_tokens: int = 16, base_slow_below: float = 0.5, **_) -> pd.DataFrame:
     ans = dict(zip(stage1["item_id"], stage1["answer"]))
     ids, qs, chs = list(items["item_id"]), list(items["question"]), [list(c) for c in items["choices"]]
     diff = [_difficulty(cond, item_error_p[i]) for i in ids]
@@ -145,9 +162,7 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
     modes = ["fast"] * len(ids)
     reflections = [""] * len(ids)
     if cond in ("dpr", "ids_dpr"):
-        route_prompts = [_answered(q, c, a) + f"{d}Mode (Fast or Slow):" for q, c, a, d in zip(qs, chs, final, diff)]
-        ll = np.array(lm.loglikelihood([(p, w) for p in route_prompts for w in (" Fast", " Slow")])).reshape(-1, 2)
-        modes = ["slow" if s > f else "fast" for f, s in ll]
+        modes = route_base(lm, qs, chs, final, diff, base_slow_below)
         slow = [k for k, m in enumerate(modes) if m == "slow"]
         if slow:
             recall = lm.generate([cloze_prompt(qs[k]) for k in slow], max_new_tokens=max_new_tokens, stop=["\n"])
@@ -172,13 +187,15 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
 
 def assess(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict, *,
            chat: bool, repeat: int, reflection: str = "generic", temperature: float = 0.0,
-           max_new_tokens: int = 256) -> pd.DataFrame:
-    """Stage-2 records of one Standard-prompting examinee under one condition and repeat."""
+           max_new_tokens: int = 256, base_slow_below: float = 0.5) -> pd.DataFrame:
+    """Stage-2 records of one Standard-prompting examinee under one condition and repeat
+    (`base_slow_below`: a base LM's DPR route, `route_base`)."""
     if cond not in CONDITIONS:
         raise ValueError(f"unknown condition {cond!r}; known: {', '.join(CONDITIONS)}")
     fn = assess_chat if chat else assess_base
+    extra = {} if chat else {"base_slow_below": base_slow_below}
     out = fn(lm, items, stage1, cond, item_error_p, repeat=repeat, reflection=reflection,
-             temperature=temperature, max_new_tokens=max_new_tokens)
+             temperature=temperature, max_new_tokens=max_new_tokens, **extra)
     ref = dict(zip(items["item_id"], items["answer"]))
     out["correct_final"] = [letter_match(a, ref[i]) for i, a in zip(out["item_id"], out["final_answer"])]
     out.insert(1, "condition", cond)

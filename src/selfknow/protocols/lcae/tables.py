@@ -110,6 +110,8 @@ def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
     repeat; the paper says "ranked by ability" and reports Stage-3 abilities as the models'
     ability); mean LCAE over the repeats with a 95 % t-interval, per condition, in the
     paper's column order (`TABLE3_COLUMNS`)."""
+    from selfknow.report.tables import format_number as num
+
     order = stage3.groupby("examinee")["theta"].mean().sort_values(ascending=False).index[:k]
     rows = []
     for ex in order:
@@ -118,7 +120,7 @@ def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
             vals = stage3.loc[(stage3.examinee == ex) & (stage3.condition == c), "lcae"].to_numpy()
             if len(vals):
                 m, lo, hi = mean_ci(vals, 0.95)
-                row[label] = f"{m:.3f} [{lo:.3f}, {hi:.3f}]"
+                row[label] = f"{num(m, 3)} [{num(lo, 3)}, {num(hi, 3)}]"
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -189,7 +191,9 @@ def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
            f"at 1e-3: {bce_cost(1e-3):.1f})."]
     if base_models:
         out.append(f"Base LMs ({', '.join(base_models)}) answer by option likelihood and state their error "
-                   f"probability as the expected digit 0-9 (by likelihood) / 9, not in words.")
+                   f"probability as the expected digit 0-9 (by likelihood) / 9, not in words; their DPR route follows "
+                   f"lcae.base_slow_below (Slow where their own option probability of their answer is below it; 0: "
+                   f"the likelihoods of the words Fast and Slow).")
     return " ".join(out)
 
 
