@@ -80,6 +80,7 @@ rule lcae_stage2:
         temperature=LC["stage2_temperature"],
         max_new_tokens=LC["max_new_tokens"],
         base_slow_below=LC["base_slow_below"],
+        base_error_p=LC["base_error_p"],
         cache=f"{R}/cache",
     threads: 1
     conda:

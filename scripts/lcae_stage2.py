@@ -8,4 +8,4 @@ with job_log(snakemake.log[0], f"lcae_stage2 {snakemake.wildcards.model}@{snakem
                               snakemake.wildcards.ckpt, snakemake.output[0], conditions=list(p.conditions),
                               repeats=p.repeats, cache_dir=p.cache, reflection=p.reflection,
                               temperature=p.temperature, max_new_tokens=p.max_new_tokens,
-                              base_slow_below=p.base_slow_below))
+                              base_slow_below=p.base_slow_below, base_error_p=p.base_error_p))

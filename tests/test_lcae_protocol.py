@@ -178,13 +178,15 @@ def test_stage2_base_error_probability_is_the_digit_expectation():
 
     lm = ScriptedLM(lambda p: "", loglik=loglik)
     ie = {"q1": 0.1, "q2": 0.5, "q3": 0.9}
-    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0)
-    ids = assess(lm, items, stage1, "ids", ie, chat=False, repeat=0)
+    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_error_p="digits")
+    ids = assess(lm, items, stage1, "ids", ie, chat=False, repeat=0, base_error_p="digits")
     assert np.allclose(base["error_p"], 1.0) and np.allclose(ids["error_p"], 0.0, atol=1e-12)
     assert base["correct_final"].all()
     # the words' route (base_slow_below 0): " Fast" is the likelier route
-    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0)
+    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0, base_error_p="digits")
     assert (dpr["mode"] == "fast").all()  # " Fast" is the likelier route
+    with pytest.raises(ValueError, match="base_error_p must be"):
+        assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_error_p="words")
 
 
 def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
@@ -207,6 +209,11 @@ def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
     assert list(dpr["final_answer"]) == ["B", "A", "A"]
     assert (assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0.2)["mode"]
             == ["fast", "slow", "fast"]).all()
+    # the error probability it states: one minus its own probability of its final answer
+    p_sure = 1 / (1 + 3 * np.exp(-3.5))
+    assert np.allclose(dpr["error_p"], [1 - p_sure, 1 - p_sure, 0.75])
+    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0)
+    assert np.allclose(base["error_p"], [1 - p_sure, 1 - (1 - p_sure) / 3, 0.75])
 
 
 def test_stage_budgets_come_from_the_model_entry_or_the_stage():

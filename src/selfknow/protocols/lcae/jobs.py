@@ -69,7 +69,7 @@ def irt_job(stage1_paths: list[str], out_persons: str, out_items: str, *, method
 
 def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dict, checkpoint: str, out: str, *,
                conditions: list[str], repeats: int, cache_dir: str, reflection: str, temperature: float,
-               max_new_tokens: int, base_slow_below: float = 0.5) -> dict:
+               max_new_tokens: int, base_slow_below: float = 0.5, base_error_p: str = "answer") -> dict:
     """Stage-2 records of one Standard-prompting examinee: every condition x repeat."""
     items = read_parquet(items_path)
     stage1 = read_parquet(stage1_path)
@@ -83,13 +83,14 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
     def run(chunk: pd.DataFrame) -> pd.DataFrame:
         return pd.concat([assess(lm, g.drop(columns=["condition", "repeat", "record_key"]), stage1, c, item_error_p,
                                  chat=chat, repeat=int(r), reflection=reflection, temperature=temperature,
-                                 max_new_tokens=max_new_tokens, base_slow_below=base_slow_below)
+                                 max_new_tokens=max_new_tokens, base_slow_below=base_slow_below,
+                                 base_error_p=base_error_p)
                           for (c, r), g in chunk.groupby(["condition", "repeat"], sort=False)], ignore_index=True)
 
     df = map_chunks(work, run, out, chunk_size=50, key="record_key", desc="stage2",
                     params={"spec": spec, "ckpt": checkpoint, "conditions": conditions, "repeats": repeats,
                             "reflection": reflection, "t": temperature, "mnt": max_new_tokens,
-                            **({} if chat else {"slow_below": base_slow_below}),
+                            **({} if chat else {"slow_below": base_slow_below, "error_p": base_error_p}),
                             "prompts": prompts_version()},
                     model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
     return {"records": len(df), "unparsed": int((~df["parsed"]).sum()), "slow": int((df["mode"] == "slow").sum()),

@@ -14,8 +14,11 @@ Instruct models answer in JSON (constrained to `assessment_schema` where the mod
 its Stage-1 answer.
 
 Base LMs (the mini world) are asked the same things in completion form and read off their
-continuation likelihoods: the error probability is the expectation over the digits
-" 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9. A base LM
+continuation likelihoods. Their error probability (`lcae.base_error_p`) is one minus their own
+option probability of their final answer ("answer": after the IDS signal and the reflection
+where shown), or the expectation over the digits " 0".." 9" after "Probability that this
+answer is wrong (0-9):" divided by 9 ("digits"; a prompt the world models never read, so their
+digit priors answer it). A base LM
 cannot be asked to choose its route: it takes Slow where its own option probability of its
 answer is below `lcae.base_slow_below` (`route_base`). The Slow reflection is the model's free
 recall of the question, after which the option is chosen again by cloze scoring (the
@@ -154,7 +157,8 @@ def route_base(lm: LM, qs: list[str], chs: list[list[str]], answers: list, diff:
 
 
 def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
-                *, max_new_tokens: int = 16, base_slow_below: float = 0.5, **_) -> pd.DataFrame:
+                *, max_new_tokens: int = 16, base_slow_below: float = 0.5, base_error_p: str = "answer",
+                **_) -> pd.DataFrame:
     ans = dict(zip(stage1["item_id"], stage1["answer"]))
     ids, qs, chs = list(items["item_id"]), list(items["question"]), [list(c) for c in items["choices"]]
     diff = [_difficulty(cond, item_error_p[i]) for i in ids]
@@ -172,6 +176,16 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
                                            [reflections[k] for k in slow])
             for k, p in zip(slow, revised):
                 final[k] = chosen_letter(p)
+    if base_error_p == "answer":
+        probs = option_probabilities(lm, qs, chs, [r + d for r, d in zip(reflections, diff)])
+        error_p = [1.0 - float(p[LETTERS.index(a)]) if a in LETTERS[:len(p)] else 1.0 for p, a in zip(probs, final)]
+        return pd.DataFrame(dict(item_id=ids, error_p=error_p, parsed=True, finish_reason="stop", mode=modes,
+                                 final_answer=final,
+                                 raw=[" ".join(f"{LETTERS[j]}={x:.2f}" for j, x in enumerate(p)) for p in probs],
+                                 tokens_in=[len(cloze_prompt(q, r + d).split()) for q, r, d in zip(qs, reflections, diff)],
+                                 tokens_out=0))
+    if base_error_p != "digits":
+        raise ValueError(f"lcae.base_error_p must be 'answer' or 'digits', got {base_error_p!r}")
     prompts = [_answered(q, c, a, r) + f"{d}Probability that this answer is wrong (0-9):"
                for q, c, a, d, r in zip(qs, chs, final, diff, reflections)]
     # log-likelihoods, not next-token log-probs: a small model's tokenizer may split " 7" in two
@@ -187,13 +201,14 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
 
 def assess(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict, *,
            chat: bool, repeat: int, reflection: str = "generic", temperature: float = 0.0,
-           max_new_tokens: int = 256, base_slow_below: float = 0.5) -> pd.DataFrame:
+           max_new_tokens: int = 256, base_slow_below: float = 0.5, base_error_p: str = "answer") -> pd.DataFrame:
     """Stage-2 records of one Standard-prompting examinee under one condition and repeat
-    (`base_slow_below`: a base LM's DPR route, `route_base`)."""
+    (`base_slow_below`: a base LM's DPR route, `route_base`; `base_error_p`: how a base LM
+    states its error probability, `assess_base`)."""
     if cond not in CONDITIONS:
         raise ValueError(f"unknown condition {cond!r}; known: {', '.join(CONDITIONS)}")
     fn = assess_chat if chat else assess_base
-    extra = {} if chat else {"base_slow_below": base_slow_below}
+    extra = {} if chat else {"base_slow_below": base_slow_below, "base_error_p": base_error_p}
     out = fn(lm, items, stage1, cond, item_error_p, repeat=repeat, reflection=reflection,
              temperature=temperature, max_new_tokens=max_new_tokens, **extra)
     ref = dict(zip(items["item_id"], items["answer"]))
