@@ -107,6 +107,8 @@ def test_integer_columns_print_as_integers_and_negative_zero_as_zero():
     assert body == [["1", "0.500", "200", "all"], ["2", "0.000", "", "0.000"]]
     assert "-0.000" not in to_latex(df) and "-0.000" not in to_html(df)
     assert "<td>200</td>" in to_html(df) and " 200 &" in to_latex(df)
+    # booleans stay words
+    assert parse_markdown(to_markdown(pd.DataFrame({"ok": [True, False]})))[2] == [["True"], ["False"]]
     # a column of fractions stays a float column though one value is whole
     assert parse_markdown(to_markdown(pd.DataFrame({"p": [1.0, 0.25]})))[2] == [["1.000"], ["0.250"]]
 

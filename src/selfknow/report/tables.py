@@ -49,9 +49,11 @@ def _fmt(v, digits: int | None) -> str:
 
 
 def _is_integer_column(col: pd.Series) -> bool:
-    """An integer or bool column, or a float one whose values are all whole numbers (a count
-    that became float through a NaN, a merge or a pivot): printed without decimals."""
-    if pd.api.types.is_bool_dtype(col) or pd.api.types.is_integer_dtype(col):
+    """An integer column, or a float one whose values are all whole numbers (a count that
+    became float through a NaN, a merge or a pivot): printed without decimals."""
+    if pd.api.types.is_bool_dtype(col):
+        return False
+    if pd.api.types.is_integer_dtype(col):
         return True
     if not pd.api.types.is_float_dtype(col):
         return False
