@@ -202,7 +202,7 @@ def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
 
     lm = ScriptedLM(lambda p: "recall", loglik=loglik)
     ie = {"q1": 0.1, "q2": 0.5, "q3": 0.9}
-    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0.5)
+    dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0.5, base_error_p="answer")
     # q1: e^0 / (e^0 + 3 e^-3.5) = 0.92 -> Fast; q2: 0.03 -> Slow; q3: 0.25 -> Slow
     assert list(dpr["mode"]) == ["fast", "slow", "slow"]
     # the Slow items are re-answered after the reflection: q2 by its likeliest option, A
@@ -212,7 +212,7 @@ def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
     # the error probability it states: one minus its own probability of its final answer
     p_sure = 1 / (1 + 3 * np.exp(-3.5))
     assert np.allclose(dpr["error_p"], [1 - p_sure, 1 - p_sure, 0.75])
-    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0)
+    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_error_p="answer")
     assert np.allclose(base["error_p"], [1 - p_sure, 1 - (1 - p_sure) / 3, 0.75])
 
 

@@ -69,7 +69,7 @@ def irt_job(stage1_paths: list[str], out_persons: str, out_items: str, *, method
 
 def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dict, checkpoint: str, out: str, *,
                conditions: list[str], repeats: int, cache_dir: str, reflection: str, temperature: float,
-               max_new_tokens: int, base_slow_below: float = 0.5, base_error_p: str = "answer") -> dict:
+               max_new_tokens: int, base_slow_below: float = 0.5, base_error_p: str = "digits") -> dict:
     """Stage-2 records of one Standard-prompting examinee: every condition x repeat."""
     items = read_parquet(items_path)
     stage1 = read_parquet(stage1_path)

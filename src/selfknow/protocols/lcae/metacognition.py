@@ -14,12 +14,11 @@ Instruct models answer in JSON (constrained to `assessment_schema` where the mod
 its Stage-1 answer.
 
 Base LMs (the mini world) are asked the same things in completion form and read off their
-continuation likelihoods. Their error probability (`lcae.base_error_p`) is one minus their own
-option probability of their final answer ("answer": after the IDS signal and the reflection
-where shown), or the expectation over the digits " 0".." 9" after "Probability that this
-answer is wrong (0-9):" divided by 9 ("digits"; a prompt the world models never read, so their
-digit priors answer it). A base LM
-cannot be asked to choose its route: it takes Slow where its own option probability of its
+continuation likelihoods. Their error probability (`lcae.base_error_p`) is the expectation
+over the digits " 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9
+("digits"; a prompt the world models never read, so their digit priors answer it), or one
+minus their own option probability of their final answer ("answer": after the IDS signal and
+the reflection where shown; peaked where options differ in length). A base LM cannot be asked to choose its route: it takes Slow where its own option probability of its
 answer is below `lcae.base_slow_below` (`route_base`). The Slow reflection is the model's free
 recall of the question, after which the option is chosen again by cloze scoring (the
 revision). The answer is shown as the chosen option's text after the question, the form
@@ -157,7 +156,7 @@ def route_base(lm: LM, qs: list[str], chs: list[list[str]], answers: list, diff:
 
 
 def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
-                *, max_new_tokens: int = 16, base_slow_below: float = 0.5, base_error_p: str = "answer",
+                *, max_new_tokens: int = 16, base_slow_below: float = 0.5, base_error_p: str = "digits",
                 **_) -> pd.DataFrame:
     ans = dict(zip(stage1["item_id"], stage1["answer"]))
     ids, qs, chs = list(items["item_id"]), list(items["question"]), [list(c) for c in items["choices"]]
@@ -201,7 +200,7 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
 
 def assess(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict, *,
            chat: bool, repeat: int, reflection: str = "generic", temperature: float = 0.0,
-           max_new_tokens: int = 256, base_slow_below: float = 0.5, base_error_p: str = "answer") -> pd.DataFrame:
+           max_new_tokens: int = 256, base_slow_below: float = 0.5, base_error_p: str = "digits") -> pd.DataFrame:
     """Stage-2 records of one Standard-prompting examinee under one condition and repeat
     (`base_slow_below`: a base LM's DPR route, `route_base`; `base_error_p`: how a base LM
     states its error probability, `assess_base`)."""

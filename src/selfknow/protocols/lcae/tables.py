@@ -191,8 +191,8 @@ def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
            f"at 1e-3: {bce_cost(1e-3):.1f})."]
     if base_models:
         out.append(f"Base LMs ({', '.join(base_models)}) answer by option likelihood and state their error "
-                   f"probability by lcae.base_error_p (answer: one minus their own option probability of their "
-                   f"final answer; digits: the expected digit 0-9 by likelihood / 9), not in words; their DPR route follows "
+                   f"probability by lcae.base_error_p (digits: the expected digit 0-9 by likelihood / 9; answer: one minus "
+                   f"their own option probability of their final answer), not in words; their DPR route follows "
                    f"lcae.base_slow_below (Slow where their own option probability of their answer is below it; 0: "
                    f"the likelihoods of the words Fast and Slow).")
     return " ".join(out)
