@@ -30,6 +30,8 @@ def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame,
     Stage 3 has an LCAE's reference points (`evaluate.reference_points`), Table I also gives
     each examinee's constant-0.5 and floor LCAE and the conditions in which it beats the
     constant with a 95 % interval (over items) that excludes no gain."""
+    # one row order whatever the records' order, so that means are equal to the last bit
+    stage3 = stage3.sort_values(["examinee", "condition", "repeat"], kind="stable")
     conds = [c for c in CONDITION_LABELS if c in set(stage3["condition"])]
     wide = (stage3.groupby(["examinee", "condition"])[value].mean().unstack("condition")[conds])
     table = wide.rename(columns=CONDITION_LABELS).reset_index()
