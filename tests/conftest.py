@@ -38,6 +38,10 @@ def tiny_run(tmp_path_factory) -> Path:
     every test that checks the workflow's outputs (the workflow, report and SLURM tests)."""
     results = tmp_path_factory.mktemp("tiny") / "results"
     # the target first: --configfile and --config each take every value that follows them
-    run_snakemake("all_tables", "--profile", "profiles/local", "--configfile", "config/test.yaml",
-                  "--config", f"results={results}")
+    old = os.umask(0o002)  # a group-shared results directory, as on a cluster
+    try:
+        run_snakemake("all_tables", "--profile", "profiles/local", "--configfile", "config/test.yaml",
+                      "--config", f"results={results}")
+    finally:
+        os.umask(old)
     return results

@@ -51,6 +51,16 @@ def share_as_created(path: str | os.PathLike) -> None:
     os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask())
 
 
+def share_tree(root: str | os.PathLike) -> None:
+    """`share_as_created` on `root` and everything under it: for directories written by
+    libraries that make private files whatever the umask (safetensors writes every file 0600:
+    weights, adapters, converted models), so a group-shared results directory stays readable."""
+    share_as_created(root)
+    for parent, dirs, files in os.walk(root):
+        for name in dirs + files:
+            share_as_created(os.path.join(parent, name))
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds.

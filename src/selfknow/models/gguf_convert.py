@@ -12,7 +12,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from selfknow.records import share_as_created
+from selfknow.records import share_tree
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -60,7 +60,7 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        share_as_created(tmp)  # mkdtemp makes a private dir
+        share_tree(tmp)  # mkdtemp makes a private dir, safetensors private files
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.replace(out_dir, old / "x")

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.config import checkpoint_name
-from selfknow.records import write_csv, write_json
+from selfknow.records import share_tree, write_csv, write_json
 from selfknow.schema import defaults
 from selfknow.world.generator import LETTERS
 
@@ -100,6 +100,7 @@ def _save_checkpoint(model, tokenizer, out_dir: Path, name: str) -> Path:
         shutil.rmtree(tmp)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    share_tree(tmp)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)

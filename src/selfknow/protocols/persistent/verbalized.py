@@ -62,7 +62,7 @@ import pandas as pd
 from selfknow.models.base import LM
 from selfknow.models.hf import last_position_logits
 from selfknow.models.registry import track_base
-from selfknow.records import share_as_created
+from selfknow.records import share_tree
 from selfknow.schema import defaults
 
 from .prompts import PROMPT_BODIES, confidence_prompt
@@ -396,10 +396,10 @@ def _save_atomic(model, out_dir: Path, extra: Mapping[str, dict]) -> None:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:
-        share_as_created(tmp)  # mkdtemp makes a private dir
         model.save_pretrained(str(tmp))
         for fname, obj in extra.items():
             (tmp / fname).write_text(json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+        share_tree(tmp)  # mkdtemp makes a private dir, safetensors private files
         if out_dir.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old.", dir=out_dir.parent))
             os.replace(out_dir, old / "x")

@@ -11,6 +11,7 @@ from typing import Mapping, Sequence
 
 from selfknow.models.hf import shard_kwargs
 from selfknow.models.registry import free_memory, track_base
+from selfknow.records import share_as_created
 
 
 class ViewWeights:
@@ -121,6 +122,7 @@ class FileViews:
 
     def __init__(self):
         self.dir = Path(tempfile.mkdtemp(prefix="selfknow-views-"))
+        share_as_created(self.dir)
 
     def _parts(self, k: int) -> list[Path]:
         return sorted(self.dir.glob(f"view{k}-*.safetensors"))
@@ -131,7 +133,9 @@ class FileViews:
         part, size = {}, 0
         for n, p in list(params.items()) + [(None, None)]:
             if part and (n is None or size + p.numel() * p.element_size() > self.PART_BYTES):
-                save_file(part, self.dir / f"view{k}-{len(self._parts(k)):05d}.safetensors")
+                path = self.dir / f"view{k}-{len(self._parts(k)):05d}.safetensors"
+                save_file(part, path)
+                share_as_created(path)  # safetensors writes 0600 whatever the umask
                 part, size = {}, 0
             if n is not None:
                 part[n] = p.detach().contiguous()
