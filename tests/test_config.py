@@ -45,7 +45,7 @@ def test_missing_path(cfg):
 
 def test_nonexistent_local_path(cfg, tmp_path):
     cfg["models"].append({"name": "x", "backend": "hf", "path": str(tmp_path / "nope")})
-    assert "models[3].path" in _err(cfg) and "does not exist" in _err(cfg)
+    assert "models[x].path" in _err(cfg) and "does not exist" in _err(cfg)  # named, not models[3]
 
 
 def test_gpus_follow_where_a_model_runs(cfg):

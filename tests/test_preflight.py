@@ -130,3 +130,22 @@ def test_a_script_based_hub_dataset_names_the_key_and_the_datasets_version(setup
     del setup["datasets"]["mmlu"]["path"]
     (line,) = preflight(setup)
     assert line.startswith(f"datasets.mmlu.hub_id: {repo}@main does not load with datasets {datasets.__version__}")
+
+
+def test_every_problem_of_a_config_one_line_each_naming_the_model(setup, tmp_path, monkeypatch, capsys):
+    """Five problems of five kinds: all reported, each model by its name, one exit status."""
+    import yaml
+
+    monkeypatch.delenv("DASHSCOPE_API_KEY")
+    setup["models"][2]["checkpoints"][0]["revision"] = "step2"
+    setup["models"] += [{"name": "local-a", "backend": "hf", "path": str(tmp_path / "a")},
+                        {"name": "local-b", "backend": "hf", "checkpoints": [{"name": "s9", "path": str(tmp_path / "b")}]}]
+    setup["datasets"]["mmlu"]["path"] = str(tmp_path / "nope.jsonl")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(json.dumps(setup))))
+    assert main(["preflight", str(cfg)]) == 1
+    out = capsys.readouterr()
+    assert [line.split(":")[0] for line in out.out.splitlines()] == [
+        "models[qwen-max].api_key_env", "models[local-a].path", "models[local-b].checkpoints[s9].path",
+        "models[tiny].checkpoints[s1].revision", "datasets.mmlu.path"]
+    assert "preflight: 5 problem(s)" in out.err

@@ -323,7 +323,7 @@ def run_preflight(args: argparse.Namespace) -> int:
     from selfknow.preflight import preflight
     from selfknow.rehearsal.harness import load_config
 
-    config = load_config([str(c) for c in args.configs])
+    config = load_config([str(c) for c in args.configs], check_paths=False)
     problems = preflight(config, timeout_s=args.timeout)
     for line in problems:
         print(line)

@@ -33,10 +33,11 @@ def _key_path(path) -> str:
     return out or "(top level)"
 
 
-def validate_config(cfg: dict, source: str = "config") -> dict:
+def validate_config(cfg: dict, source: str = "config", *, check_paths: bool = True) -> dict:
     """Fill the schema's defaults into `cfg` (in place), check it against the schema and its
     cross-references, and return it as strict mappings (`selfknow.schema.ConfigSection`)
-    that refuse to read a key the schema does not define.
+    that refuse to read a key the schema does not define. Without `check_paths` a model's
+    local `path:` may be missing (preflight lists every missing one: `missing_model_paths`).
 
     Raises ConfigError with one message naming `source` and the offending key."""
     if not isinstance(cfg, dict):
@@ -57,6 +58,9 @@ def validate_config(cfg: dict, source: str = "config") -> dict:
     fill_defaults(cfg, schema)
     _fill_derived_defaults(cfg)
     _check_references(cfg, source)
+    missing = missing_model_paths(cfg) if check_paths else []
+    if missing:
+        raise ConfigError(f"{source}: {missing[0]}")
     _check_logprob_methods(cfg, source)
     return strict(cfg, schema)
 
@@ -178,6 +182,17 @@ def check_model_entry(m: dict, where: str, error: type[ConfigError] = ConfigErro
                     f"'source' (or a 'path' on every checkpoint)")
 
 
+def missing_model_paths(cfg: dict) -> list[str]:
+    """One problem line per local model `path:` (of the entry or a checkpoint) that does not
+    exist, naming the model and checkpoint by name."""
+    out = []
+    for m in cfg["models"]:
+        local = [("path", m["path"])] if "path" in m else []
+        local += [(f"checkpoints[{c['name']}].path", c["path"]) for c in m.get("checkpoints", []) if "path" in c]
+        out += [f"models[{m['name']}].{k}: '{path}' does not exist" for k, path in local if not Path(path).exists()]
+    return out
+
+
 def _check_references(cfg: dict, source: str) -> None:
     names: dict[str, int] = {}
     families = cfg["world"]["families"] if "world" in cfg else {}
@@ -190,11 +205,6 @@ def _check_references(cfg: dict, source: str) -> None:
         check_model_entry(m, f"{source}: {key}")
         if "source" in m and m["source"] == "world" and m["name"] not in families:
             raise ConfigError(f"{source}: {key}: source 'world' needs world.families.{m['name']}")
-        local = [("path", m["path"])] if "path" in m else []
-        local += [(f"checkpoints[{j}].path", c["path"]) for j, c in enumerate(m.get("checkpoints", [])) if "path" in c]
-        for k, path in local:
-            if not Path(path).exists():
-                raise ConfigError(f"{source}: {key}.{k}: '{path}' does not exist")
     for name, d in cfg["datasets"].items():
         if d["loader"] in FILE_LOADERS and "path" not in d:
             raise ConfigError(f"{source}: datasets.{name}: the {d['loader']} loader needs 'path'")
@@ -310,14 +320,14 @@ def _check_references(cfg: dict, source: str) -> None:
             need_model(f"lcae.prices.{n}", n)
 
 
-def load_config(path: str | Path) -> dict:
+def load_config(path: str | Path, *, check_paths: bool = True) -> dict:
     path = Path(path)
     try:
         with open(path, encoding="utf-8") as f:
             cfg = yaml.safe_load(f)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    return validate_config(cfg, str(path))
+    return validate_config(cfg, str(path), check_paths=check_paths)
 
 
 def is_chat(spec: dict) -> bool:

@@ -4,6 +4,7 @@ minutes before any job queues for hours.
 - every openai-backend model: its credential (`api_key_env`) set, its endpoint answering the
   provider's model-list call (GET <base_url>/models) with that key, and listing the model when
   it lists any;
+- every hf model with a local `path:` (or checkpoint paths): each path present;
 - every hf model checkpoint: its hub id resolvable at its revision, from the local hub cache
   or (online) the hub;
 - every dataset: a `path:` (and `possible_answer_path:`) present and readable by its loader,
@@ -11,7 +12,8 @@ minutes before any job queues for hours.
   with the installed `datasets`, which also refuses the loading scripts newer majors no longer
   run.
 
-One line per problem, each naming the config key. The workflow runs it before a launch of a
+One line per problem, each naming the config key (a model by its name), all of them before the
+run stops. The workflow runs it before a launch of a
 config with `preflight: true` (the Snakefile's `onstart`); SELFKNOW_SKIP_PREFLIGHT=1 or
 `preflight: false` skips it.
 """
@@ -149,7 +151,10 @@ def _hub_dataset(where: str, spec: dict) -> list[str]:
 
 def preflight(config: dict, *, timeout_s: float = 10.0) -> list[str]:
     """Every problem line (module docstring) of a validated config."""
-    return check_endpoints(config, timeout_s) + check_hub_models(config) + check_datasets(config)
+    from selfknow.config import missing_model_paths
+
+    return (check_endpoints(config, timeout_s) + missing_model_paths(config) + check_hub_models(config)
+            + check_datasets(config))
 
 
 def skipped(config: dict) -> bool:

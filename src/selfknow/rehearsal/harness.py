@@ -29,9 +29,10 @@ STAND_INS = Path(".rehearsal")
 API_KEY = "rehearsal-key"
 
 
-def load_config(configfiles=CONFIGFILES) -> dict:
+def load_config(configfiles=CONFIGFILES, *, check_paths: bool = True) -> dict:
     """The config Snakemake builds from `configfiles` (later files merged over earlier ones:
-    mappings key by key, lists replaced), validated, with the schema's defaults filled in."""
+    mappings key by key, lists replaced), validated (`validate_config`), with the schema's
+    defaults filled in."""
     from snakemake.utils import update_config
 
     from selfknow.config import validate_config
@@ -40,7 +41,7 @@ def load_config(configfiles=CONFIGFILES) -> dict:
     for f in configfiles:
         with open(f, encoding="utf-8") as fh:
             update_config(cfg, yaml.safe_load(fh))
-    validate_config(cfg, " + ".join(map(str, configfiles)))
+    validate_config(cfg, " + ".join(map(str, configfiles)), check_paths=check_paths)
     return cfg
 
 
