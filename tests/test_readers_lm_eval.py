@@ -17,6 +17,7 @@ from scipy.special import softmax
 
 from model_fixtures import build_tiny_gpt2
 from selfknow.readers import read_records
+from selfknow.readers.lm_eval import MC_METRIC
 from selfknow.stats.classification import brier
 from selfknow.stats.persistent.contrast import contrast_pairs, persistent_metrics, pivot_long
 
@@ -139,7 +140,7 @@ def _samples_file(out: Path, model: Path, task: str) -> Path:
 @pytest.mark.slow
 def test_multiple_choice_records_match_the_log_and_its_aggregates(lm_eval_runs):
     out, models = lm_eval_runs
-    records = read_records(out, "lm-eval", tasks=["tiny_mc"])
+    records = read_records(out, "lm-eval", tasks=["tiny_mc"], methods=list(MC_METRIC))
     assert list(records.columns) == ["item", "checkpoint", "method", "correct", "confidence", "dataset"]
     assert set(records.checkpoint) == {str(m) for m in models}
     assert set(records.method) == {"option-likelihood", "option-likelihood-norm"}
@@ -162,7 +163,7 @@ def test_multiple_choice_records_match_the_log_and_its_aggregates(lm_eval_runs):
 @pytest.mark.slow
 def test_two_checkpoints_evaluate_end_to_end(lm_eval_runs):
     out, models = lm_eval_runs
-    records = read_records(out, "lm-eval", tasks=["tiny_mc"])
+    records = read_records(out, "lm-eval", tasks=["tiny_mc"], methods=list(MC_METRIC))
     order = [str(m) for m in models]
     for method, group in records.groupby("method"):
         correct, labels, items = pivot_long(group.checkpoint, group["item"], group.correct, order)
@@ -195,7 +196,7 @@ def test_generation_task_needs_a_named_confidence_field(lm_eval_runs):
 def test_one_samples_file_reads_its_task_with_the_results_beside_it(lm_eval_runs, tmp_path):
     out, models = lm_eval_runs
     samples = _samples_file(out, models[0], "tiny_mc")
-    records = read_records(samples, "lm-eval", checkpoint="step-1")
+    records = read_records(samples, "lm-eval", checkpoint="step-1", methods=list(MC_METRIC))
     assert set(records.checkpoint) == {"step-1"} and len(records) == 2 * len(MC_ITEMS)
     alone = tmp_path / samples.name
     shutil.copy(samples, alone)
@@ -259,7 +260,7 @@ def test_hand_computed_option_confidences(tmp_path):
     sample = {"doc_id": 0, "target": "0", "filter": "none", "acc": 1.0, "acc_norm": 1.0,
               "arguments": {f"gen_args_{i}": {"arg_0": "Q:", "arg_1": o} for i, o in enumerate([" ab", " b", " abc"])},
               "filtered_resps": [["-1.0", "False"], ["-2.0", "False"], ["-3.0", "False"]]}
-    records = read_records(_write_run(tmp_path, [sample]), "lm-eval").set_index("method")
+    records = read_records(_write_run(tmp_path, [sample]), "lm-eval", methods=list(MC_METRIC)).set_index("method")
     assert records.loc["option-likelihood", "confidence"] == pytest.approx(0.665241, abs=1e-6)
     assert records.loc["option-likelihood-norm", "confidence"] == pytest.approx(0.546549, abs=1e-6)
     assert records.correct.tolist() == [1, 1]
@@ -306,3 +307,56 @@ def test_generation_confidence_field_must_be_a_probability(tmp_path):
         read_records(run, "lm-eval", confidence_field="conf")
     with pytest.raises(ValueError, match=r"samples_t_.*\.jsonl:1: field 'em' is missing"):
         read_records(run, "lm-eval", confidence_field="conf", metric="em")
+
+
+def test_multiple_choice_reads_one_method_by_default_and_names_the_other(tmp_path):
+    """acc and acc_norm may pick different options: by default one method (acc's), the other
+    named in a note; an error of the evaluation names the file."""
+    sample = {"doc_id": 0, "target": "0", "filter": "none", "acc": 1.0, "acc_norm": 1.0,
+              "arguments": {f"gen_args_{i}": {"arg_0": "Q:", "arg_1": o} for i, o in enumerate([" ab", " b", " abc"])},
+              "filtered_resps": [["-1.0", "False"], ["-2.0", "False"], ["-3.0", "False"]]}
+    records = read_records(_write_run(tmp_path, [sample]), "lm-eval")
+    assert records.method.tolist() == ["option-likelihood"]
+    assert records.attrs["notes"] == ["task t: read one method of the several it logged; not read: "
+                                      "option-likelihood-norm (choose with methods=, --methods)"]
+    assert records.attrs["source"] == str(tmp_path) and records.index[0].endswith(".jsonl:1")
+    only_norm = {k: v for k, v in sample.items() if k != "acc"}
+    other = tmp_path / "norm"
+    other.mkdir()
+    assert read_records(_write_run(other, [only_norm]), "lm-eval").method.tolist() == ["option-likelihood-norm"]
+
+
+def test_checkpoints_are_relabelled_and_ordered_by_name_or_last_path_component(tmp_path):
+    sample = {"doc_id": 0, "target": "0", "acc": 1.0, "arguments": {"gen_args_0": {"arg_0": "Q:", "arg_1": " a"},
+                                                                  "gen_args_1": {"arg_0": "Q:", "arg_1": " b"}},
+              "filtered_resps": [["-1.0", "False"], ["-2.0", "False"]]}
+    for run, name in (("a", "/ckpt/step-2000"), ("b", "/ckpt/step-1000")):
+        (tmp_path / run).mkdir()
+        _write_run(tmp_path / run, [sample])
+        results = next((tmp_path / run).glob("results_*.json"))
+        results.write_text(json.dumps({**json.loads(results.read_text()), "model_name": name}))
+    records = read_records(tmp_path, "lm-eval", checkpoints=["step-1000=early", "/ckpt/step-2000=late"])
+    assert records.checkpoint.tolist() == ["early", "late"]
+    with pytest.raises(ValueError, match=rf"{tmp_path}: checkpoints \['/ckpt/step-1000'\] are not named"):
+        read_records(tmp_path, "lm-eval", checkpoints=["step-2000"])
+    with pytest.raises(ValueError, match=r"checkpoint 'step-3000' matches none of the logged checkpoints"):
+        read_records(tmp_path, "lm-eval", checkpoints=["step-3000", "step-1000", "step-2000"])
+
+
+@pytest.mark.slow
+def test_persistent_eval_reads_an_lm_eval_output_from_the_command_line(lm_eval_runs, tmp_path):
+    """A researcher's lm-eval output (two checkpoints, a multiple-choice and a generation task
+    with its own confidence) evaluated by the command alone, checkpoints named in order."""
+    out, models = lm_eval_runs
+    cmd = [str(Path(sys.executable).with_name("selfknow")), "persistent-eval", str(out), str(tmp_path / "eval"), "--format", "lm-eval",
+           "--checkpoints", "step-1,step-2", "--confidence-field", "length_confidence",
+           "--min-contrast", "1", "--bootstrap", "20", "--bootstrap-ece", "0", "--quiet"]
+    proc = subprocess.run(cmd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert f"{2 * len(MC_ITEMS) + 2 * len(GEN_ITEMS)} records (tiny_gen, tiny_mc)" in proc.stdout
+    assert "not read: option-likelihood-norm" in proc.stderr
+    table = (tmp_path / "eval" / "table1.csv").read_text()
+    assert "option-likelihood" in table and "length_confidence" in table
+    metrics = __import__("pandas").read_csv(tmp_path / "eval" / "metrics.csv")
+    assert set(metrics["method"]) == {"option-likelihood", "length_confidence"}

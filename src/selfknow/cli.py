@@ -342,7 +342,19 @@ def _configure_persistent_eval(p: argparse.ArgumentParser) -> None:
                    "checkpoint, method) with correct (0/1) and confidence in [0, 1]; optional role, dataset, seed")
     p.add_argument("outdir", type=Path, help="writes metrics.csv, replicates.npz, contrast_sets.csv, table1/8/11/12 "
                                              "(.csv .md .tex .html) and reliability diagrams here")
-    p.add_argument("--format", default="auto", help="record format (default: by suffix)")
+    p.add_argument("--format", default="auto", choices=["auto", "plain", "lm-eval", "inspect"],
+                   help="record format: plain records, an lm-eval output (--output_path with --log_samples: "
+                        "a results_*.json, a samples_*.jsonl or a directory) or inspect_ai logs (a .eval/.json "
+                        "log or a log directory); default: by suffix")
+    p.add_argument("--methods", type=_names, help="comma-separated confidence methods to evaluate, in this order "
+                   "(lm-eval: option-likelihood, option-likelihood-norm; inspect: sequence-prob, score:NAME; "
+                   "plain: values of the method column); default: every method of plain records, one per "
+                   "lm-eval task, sequence-prob of inspect logs")
+    p.add_argument("--checkpoints", type=_names, help="comma-separated checkpoints in training order, each NAME "
+                   "or NAME=LABEL; NAME is a logged checkpoint or its last path component (lm-eval's model "
+                   "path, inspect's hf/NAME); default: as logged, in order of first appearance")
+    p.add_argument("--confidence-field", help="the logged field that holds a confidence: an lm-eval generation "
+                   "task's per-sample field, or an inspect scorer (read as method score:NAME)")
     p.add_argument("--config", type=Path, help="take the settings below from this workflow config's `persistent` "
                    "section (default: the schema's defaults, the paper's)")
     p.add_argument("--min-contrast", type=int, help="smallest contrast set the contrast metrics use "
@@ -355,6 +367,11 @@ def _configure_persistent_eval(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
 
 
+def _names(text: str) -> list[str]:
+    """A comma-separated list of names."""
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
 def run_persistent_eval(args: argparse.Namespace) -> int:
     """The persistent paper's contrast-set and full-set evaluation of plain records."""
     from selfknow.protocols.persistent.own_records import Settings, persistent_eval
@@ -362,7 +379,7 @@ def run_persistent_eval(args: argparse.Namespace) -> int:
     if args.config:
         from selfknow.config import load_config
 
-        pc = load_config(args.config)["persistent"]
+        pc = load_config(args.config, check_paths=False)["persistent"]
     else:
         from selfknow.schema import defaults
 
@@ -378,8 +395,11 @@ def run_persistent_eval(args: argparse.Namespace) -> int:
         if not args.quiet:
             print(f"persistent-eval [{time.perf_counter() - start:6.1f} s] {message}", file=sys.stderr, flush=True)
 
+    options = {"methods": args.methods, "checkpoints": args.checkpoints, "confidence_field": args.confidence_field}
     summary = persistent_eval(args.records, args.outdir, settings, fmt=args.format, label=args.label,
-                              progress=progress)
+                              progress=progress, read_options=options)
+    for note in summary["notes"]:
+        print(f"persistent-eval: note: {args.records}: {note}", file=sys.stderr)
     datasets = ", ".join(d for d in summary["datasets"] if d) or "one dataset"
     print(f"persistent-eval: {summary['records']} records ({datasets}) -> {args.outdir}")
     return 0
@@ -397,7 +417,7 @@ def _configure_export_records(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", help="the persistent model (needed when the run has several)")
     p.add_argument("--evalset", choices=["main", "transfer"], default="main",
                    help="the training datasets' test split (main) or the transfer dataset (default: main)")
-    p.add_argument("--methods", help="comma-separated methods to keep, in this order (default: all)")
+    p.add_argument("--methods", type=_names, help="comma-separated methods to keep, in this order (default: all)")
 
 
 def run_export_records(args: argparse.Namespace) -> int:
@@ -405,8 +425,7 @@ def run_export_records(args: argparse.Namespace) -> int:
     from selfknow.protocols.persistent.own_records import export_records
     from selfknow.readers.plain import write_plain
 
-    methods = [m.strip() for m in args.methods.split(",")] if args.methods else None
-    df = export_records(args.results, model=args.model, evalset=args.evalset, methods=methods)
+    df = export_records(args.results, model=args.model, evalset=args.evalset, methods=args.methods)
     write_plain(df, args.out)
     print(f"export-records: {len(df)} records ({df['method'].nunique()} methods, "
           f"{df['dataset'].nunique()} datasets) -> {args.out}")

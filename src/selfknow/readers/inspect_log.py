@@ -74,7 +74,7 @@ def read_inspect_log(path: str | Path, *, checkpoint: str | None = None, scorer:
                          "confidence": _confidence(sample, confidence, where),
                          "dataset": log.eval.task})
             sources.append(where)
-    return plain_frame(rows, sources)
+    return plain_frame(rows, sources, path)
 
 
 def _score(sample, name: str | None, where: str, purpose: str):

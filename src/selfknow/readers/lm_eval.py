@@ -15,6 +15,11 @@ prediction it explains:
                             log-likelihoods divided by their length in characters (lm-eval's
                             ``acc_norm`` score), at the highest one.
 
+By default one method is read per task: ``option-likelihood`` where the task logged ``acc``,
+else ``option-likelihood-norm`` (their ``acc`` and ``acc_norm`` may pick different options, so
+one answer would have two correctness values); the records' ``attrs["notes"]`` name the other
+method a task logged, which ``methods=`` reads.
+
 Generation tasks (``output_type: generate_until``) log no likelihood: correctness is the logged
 ``metric`` (default ``exact_match``) and the confidence must be a logged field the caller names
 (``confidence_field``, e.g. a value the task's ``process_results`` returns); without one the
@@ -49,16 +54,16 @@ def read_lm_eval(path: str | Path, *, checkpoint: str | None = None,
     it, one run each).
 
     ``checkpoint``: the label of every record (default: the run's ``model_name``).
-    ``methods``: multiple-choice confidence methods (default: each one whose metric the task
-    logged). ``metric`` / ``confidence_field``: correctness and confidence fields of generation
+    ``methods``: multiple-choice confidence methods (default: one per task, module doc). ``metric`` / ``confidence_field``: correctness and confidence fields of generation
     tasks. ``filter``: which filter's samples to read when a task logged several. ``tasks``:
     the tasks to read (default: every task of every run).
     """
     for method in methods or ():
         if method not in MC_METRIC:
-            raise ValueError(f"unknown lm-eval method {method!r}; known: {sorted(MC_METRIC)}")
+            raise ValueError(f"{path}: unknown lm-eval method {method!r}; known: {sorted(MC_METRIC)}")
     rows: list[dict] = []
     sources: list[str] = []
+    unread: dict[str, set] = {}
     for results_path, only_task in _runs(Path(path)):
         results = _read_json(results_path)
         label = checkpoint or _model_name(results, results_path)
@@ -73,7 +78,8 @@ def read_lm_eval(path: str | Path, *, checkpoint: str | None = None,
             if not samples_path.is_file():
                 raise ValueError(f"{results_path}: task {task!r} has no {samples_path.name} beside it; "
                                  "run lm_eval with --log_samples")
-            reader = _task_reader(cfg, results_path, task, methods, metric, confidence_field)
+            reader = _task_reader(cfg, results_path, task, methods, metric, confidence_field,
+                                  unread.setdefault(task, set()))
             for where, sample in _samples(samples_path, filter):
                 for method, correct, conf in reader(sample, where):
                     rows.append({"item": str(_field(sample, "doc_id", where)), "checkpoint": label,
@@ -82,7 +88,10 @@ def read_lm_eval(path: str | Path, *, checkpoint: str | None = None,
                     sources.append(where)
     if not rows:
         raise ValueError(f"{path}: no lm-eval samples found" + (f" of tasks {list(tasks)}" if tasks else ""))
-    return plain_frame(rows, sources)
+    out = plain_frame(rows, sources, path)
+    out.attrs["notes"] = [f"task {task}: read one method of the several it logged; not read: {', '.join(sorted(ms))} "
+                          "(choose with methods=, --methods)" for task, ms in unread.items() if ms]
+    return out
 
 
 def _runs(path: Path) -> list[tuple[Path, str | None]]:
@@ -149,7 +158,7 @@ def _binary(sample: dict, name: str, where: str) -> int:
     return int(value)
 
 
-def _task_reader(cfg, results_path: Path, task: str, methods, metric: str, confidence_field):
+def _task_reader(cfg, results_path: Path, task: str, methods, metric: str, confidence_field, unread: set):
     """-> function (sample, where) -> [(method, correct, confidence)] for one task."""
     where_cfg = f"{results_path}: configs.{task}"
     if not isinstance(cfg, dict) or "output_type" not in cfg:
@@ -159,7 +168,7 @@ def _task_reader(cfg, results_path: Path, task: str, methods, metric: str, confi
         if "target_delimiter" not in cfg:
             raise ValueError(f"{where_cfg}: field 'target_delimiter' is missing")
         delimiter = str(cfg["target_delimiter"])
-        return lambda sample, where: _choice_records(sample, where, methods, delimiter)
+        return lambda sample, where: _choice_records(sample, where, methods, delimiter, unread)
     if kind == "generate_until":
         if confidence_field is None:
             raise ValueError(f"{where_cfg}: a generation task logs no confidence; pass confidence_field "
@@ -182,7 +191,7 @@ def _probability(value, name: str, where: str) -> float:
     return p
 
 
-def _choice_records(sample: dict, where: str, methods, delimiter: str) -> list[tuple[str, int, float]]:
+def _choice_records(sample: dict, where: str, methods, delimiter: str, unread: set) -> list[tuple[str, int, float]]:
     if "acc_mutual_info" in sample:
         raise ValueError(f"{where}: acc_mutual_info tasks (unconditional likelihoods logged beside "
                          "the options') are not read")
@@ -197,9 +206,11 @@ def _choice_records(sample: dict, where: str, methods, delimiter: str) -> list[t
                        dtype=float)
     gold = _gold(sample.get("target"), [o[len(delimiter):] if o.startswith(delimiter) else o
                                         for o in options])
-    chosen_methods = methods or [m for m, name in MC_METRIC.items() if name in sample]
-    if not chosen_methods:
+    logged = [m for m, name in MC_METRIC.items() if name in sample]
+    if not methods and not logged:
         raise ValueError(f"{where}: neither 'acc' nor 'acc_norm' is logged (fields: {sorted(sample)})")
+    chosen_methods = methods or logged[:1]
+    unread.update(m for m in logged if m not in chosen_methods)
     out = []
     for method in chosen_methods:
         name = MC_METRIC[method]

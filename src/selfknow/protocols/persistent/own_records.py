@@ -87,17 +87,21 @@ def render_tables(results: dict[str, Result], methods: dict[str, list[str]], set
 
 
 def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *, fmt: str = "auto",
-                    label: str = "", progress: Callable[[str], None] | None = None) -> dict:
-    """Evaluate the records at `path` and write to `outdir`: `metrics.csv` (every point
-    metric), `replicates.npz` (the bootstrap replicates, "<dataset>|<normaliser>|<method>|<metric>"),
-    `contrast_sets.csv`, the tables of `render_tables` (CSV, Markdown, LaTeX, HTML) and
-    `reliability[_<dataset>].png`. Returns a summary."""
+                    label: str = "", progress: Callable[[str], None] | None = None,
+                    read_options: dict | None = None) -> dict:
+    """Evaluate the records at `path` (read by `read_records` in format `fmt` with
+    `read_options`: methods, checkpoints, confidence_field and a reader's own) and write to
+    `outdir`: `metrics.csv` (every point metric), `replicates.npz` (the bootstrap replicates,
+    "<dataset>|<normaliser>|<method>|<metric>"), `contrast_sets.csv`, the tables of
+    `render_tables` (CSV, Markdown, LaTeX, HTML) and `reliability[_<dataset>].png`. Returns a
+    summary, with the reader's notes."""
     from selfknow.report.figures import reliability_grid
     from selfknow.report.tables import write_table
 
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
-    records = read_records(path, fmt)
+    records = read_records(path, fmt, **(read_options or {}))
+    notes = records.attrs["notes"]
     say(f"read {len(records)} records from {path}")
     by_dataset = record_arrays(records)
     results: dict[str, Result] = {}
@@ -130,7 +134,8 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
         figures.append(png.name)
     say(f"wrote {len(tables)} tables and {len(figures)} reliability diagrams to {out} "
         f"({time.perf_counter() - t0:.1f} s)")
-    return {"records": len(records), "datasets": list(results), "tables": list(tables), "figures": figures}
+    return {"records": len(records), "datasets": list(results), "tables": list(tables), "figures": figures,
+            "notes": notes}
 
 
 def export_records(results: str | Path, *, model: str | None = None, evalset: str = "main",
