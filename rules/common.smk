@@ -66,13 +66,15 @@ def _model_entry(name):
     return next(m for m in config["models"] if m["name"] == name)
 
 
-def model_resources(*spec_getters, runtime, bases=None):
+def model_resources(*spec_getters, runtime, bases=None, scratch_mb=None):
     """The scheduler resources of a job that loads models, for `resources: **model_resources(...)`:
     `spec_getters` are the input functions that hand the job's script its model specs
     (wildcards -> spec, or None when the job does not load that one), `bases` (wildcards -> int)
-    the copies of the first model's base weights it keeps resident. GPUs, memory, partition and
-    GPU type follow from them in one place (selfknow.placement), so a rule that declares what it
-    loads is placed by construction; `runtime` is the rule's wall time in minutes."""
+    the copies of the first model's base weights it keeps resident, `scratch_mb` (wildcards ->
+    int) the node-local disk it writes to $TMPDIR (disk_mb, sbatch --tmp). GPUs, memory,
+    partition and GPU type follow from them in one place (selfknow.placement), so a rule that
+    declares what it loads is placed by construction; `runtime` is the rule's wall time in
+    minutes (or wildcards -> minutes)."""
 
     def loads(wildcards):
         out = []
@@ -88,7 +90,38 @@ def model_resources(*spec_getters, runtime, bases=None):
         slurm_partition=lambda wildcards: placement.partition(placement.job_gpus(loads(wildcards))),
         gpu_model=lambda wildcards: placement.gpu_model(placement.job_gpus(loads(wildcards))),
         runtime=runtime,
+        **({} if scratch_mb is None else {"disk_mb": lambda wildcards: max(scratch_mb(wildcards), 1000),
+                                          "slurm_extra": lambda wildcards: placement.scratch_request(scratch_mb(wildcards))}),
     )
+
+
+def model_weights(*spec_getters):
+    """A params entry, `weights=model_weights(...)` with a rule's model_resources getters:
+    {model: {checkpoint: content fingerprint}} of the local weights (`path:` of the config
+    entry or checkpoint) the job loads, its own checkpoint's where the job has one, so that the
+    job reruns when they change on disk (selfknow.models.fingerprint; cached per file under
+    results/cache/fingerprints). Hub models are pinned by revision and workflow-built ones are
+    inputs: neither is fingerprinted."""
+    from selfknow.models.fingerprint import weights_fingerprint
+
+    def fingerprints(wildcards):
+        out = {}
+        for get in spec_getters:
+            spec = get(wildcards)
+            entry = _model_entry(spec["name"]) if spec is not None else {"source": None}
+            if "source" in entry:
+                continue
+            ckpts = [c for c in entry.get("checkpoints", []) if "path" in c]
+            if "ckpt" in wildcards.keys() and spec["name"] == wildcards.get("model"):
+                ckpts = [c for c in ckpts if c["name"] == wildcards.ckpt]
+            paths = {c["name"]: c["path"] for c in ckpts}
+            if not paths and "path" in entry:
+                paths = {"final": entry["path"]}
+            if paths:
+                out[spec["name"]] = {c: weights_fingerprint(p, f"{R}/cache/fingerprints") for c, p in paths.items()}
+        return out
+
+    return fingerprints
 
 
 def model_files(name):

@@ -9,6 +9,7 @@ rule generate_greedy:
     output:
         f"{R}/generations/{{model}}/{{ckpt}}/greedy/{{dataset}}.parquet",
     params:
+        weights=model_weights(get_model_spec),
         spec=get_model_spec,
         n_shots=config["generation"]["n_shots"],
         n_items=config["generation"]["n_items"],

@@ -11,6 +11,7 @@ rule llm_judge:
     output:
         f"{R}/judgments/llm_judge_audit.parquet",
     params:
+        weights=model_weights(get_judge_spec),
         spec=get_judge_spec,
         n_items=config["judge"]["audit_items"],
         label_modes=config["judge"]["audit_labels"],

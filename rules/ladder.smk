@@ -10,6 +10,7 @@ rule ladder_answers:
     output:
         f"{R}/ladder/sessions/{{model}}/answers.parquet",
     params:
+        weights=model_weights(get_model_spec),
         spec=get_model_spec,
         n_sessions=LAD["n_sessions"],
         alt_sessions=LAD["llm_user_sessions"],
@@ -43,6 +44,7 @@ rule ladder_sessions:
         main=f"{R}/ladder/sessions/{{model}}/main.parquet",
         alt=f"{R}/ladder/sessions/{{model}}/alt_user.parquet",
     params:
+        weights=model_weights(get_ladder_user_spec),
         user_spec=get_ladder_user_spec,
         user=LAD["user"],
         n_sessions=LAD["n_sessions"],
@@ -74,6 +76,7 @@ rule ladder_prompted:
         profiles=f"{R}/ladder/prompted/{{model}}/profiles.parquet",
         query=f"{R}/ladder/prompted/{{model}}/query.parquet",
     params:
+        weights=model_weights(get_ladder_prompted_spec),
         spec=get_ladder_prompted_spec,
         mode=LAD["prompted_mode"],
         max_new_tokens=LAD["prompted_max_new_tokens"],

@@ -17,6 +17,7 @@ rule ladder_crosstask:
     wildcard_constraints:
         suite="|".join(CT_SUITES),
     params:
+        weights=model_weights(get_model_spec, get_crosstask_prompt_spec),
         spec=get_model_spec,
         prompt_spec=get_crosstask_prompt_spec,
         loader=get_crosstask_loader,

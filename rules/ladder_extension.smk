@@ -10,6 +10,7 @@ rule ladder_extension:
     output:
         f"{R}/ladder/extension/{{model}}/records.parquet",
     params:
+        weights=model_weights(get_model_spec),
         spec=get_model_spec,
         datasets=extension_task_setting("dataset"),
         n_items=extension_task_setting("n_items"),

@@ -39,6 +39,7 @@ if "react" in LAD:
             test=f"{R}/ladder/react/{{model}}/{{react_config}}/test.jsonl",
             zero_shot=f"{R}/ladder/react/{{model}}/{{react_config}}/zero_shot.jsonl",
         params:
+            weights=model_weights(get_model_spec),
             spec=get_model_spec,
             setting=get_react_setting,
             per_domain=LAD["react"]["items_per_domain"],

@@ -28,6 +28,7 @@ rule lcae_stage1:
     output:
         f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
     params:
+        weights=model_weights(get_model_spec),
         spec=get_model_spec,
         strategies=LC["strategies"],
         max_new_tokens=LC["max_new_tokens"],
@@ -73,6 +74,7 @@ rule lcae_stage2:
     output:
         f"{R}/lcae/stage2/{{model}}/{{ckpt}}.parquet",
     params:
+        weights=model_weights(get_model_spec),
         spec=get_model_spec,
         conditions=LC["conditions"],
         repeats=LC["repeats"],

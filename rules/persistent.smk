@@ -22,6 +22,7 @@ rule persistent_sc:
         **{f"sc_{s}": f"{R}/persistent/{P_SC_STAGE}/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
         **{f"beams_{s}": f"{R}/persistent/beams/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
     params:
+        weights=model_weights(get_model_spec),
         spec=get_model_spec,
         n_items={"train": PC["n_train"], "test": PC["n_test"]},
         n_shots=PC["n_shots"],
@@ -61,6 +62,7 @@ if JUDGE["correctness"] == "llm":
         output:
             **{f"sc_{s}": f"{R}/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
         params:
+            weights=model_weights(get_persistent_judge_spec),
             judge=get_persistent_judge,
             cache=f"{R}/cache",
         threads: 1
@@ -85,6 +87,7 @@ rule persistent_variant:
         conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
         adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}"),
     params:
+        weights=model_weights(get_model_spec),
         sc=get_variant_sc,
         spec=get_model_spec,
         train_ckpts=get_train_ckpts,
@@ -100,7 +103,8 @@ rule persistent_variant:
     benchmark:
         f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=480, bases=get_variant_bases),
+        **model_resources(get_model_spec, runtime=480, bases=get_variant_bases,
+                           scratch_mb=get_variant_scratch_mb),
     script:
         "../scripts/persistent_variant.py"
 
@@ -175,6 +179,7 @@ rule persistent_gcm_released:
     output:
         conf=f"{R}/persistent/gcm/{{model}}/{{dataset}}/released.parquet",
     params:
+        weights=model_weights(get_gcm_spec),
         sc=get_gcm_sc,
         gcm_spec=get_gcm_spec,
         adapter=lambda wildcards: PC["gcm_adapter"],  # the rule's jobs exist only with one
@@ -202,6 +207,7 @@ rule persistent_gcm:
         conf=f"{R}/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.parquet",
         adapter=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/gcm/seed{{seed}}"),
     params:
+        weights=model_weights(get_gcm_spec),
         sc=get_gcm_sc,
         gcm_spec=get_gcm_spec,
         train_ckpts=get_train_ckpts,

@@ -118,10 +118,9 @@ def _plan(model, variant):
                         with_transfer=bool(P_TRANSFER) and variant in TRANSFER_VARIANTS, pair_mode=P_PAIRS)
 
 
-def get_variant_bases(wildcards):
-    """Copies of the base weights a variant job keeps in host memory: one, except when its
-    multi-checkpoint training parks every view of its widest adapter there (a GPU job whose
-    views fit, `views.views_in_host`; otherwise they wait in scratch files)."""
+def _variant_views(wildcards):
+    """(views of the widest adapter of a variant job, bytes of one view, whether they wait in
+    host memory: `views.views_in_host`)."""
     from selfknow.models.registry import DTYPE_BYTES, model_params
     from selfknow.protocols.persistent.views import views_in_host
 
@@ -130,7 +129,22 @@ def get_variant_bases(wildcards):
     variant = wildcards.variant if hasattr(wildcards, "variant") else "transfer"
     views = max(len(a.views) for a in _plan(wildcards.model, variant).adapters)
     view_bytes = (model_params(spec) or 0) * DTYPE_BYTES[spec["dtype"]]
-    return views if views > 1 and views_in_host(spec["device"], views, view_bytes) else 1
+    return views, view_bytes, views_in_host(spec["device"], views, view_bytes)
+
+
+def get_variant_bases(wildcards):
+    """Copies of the base weights a variant job keeps in host memory: one, except when its
+    multi-checkpoint training parks every view of its widest adapter there (a GPU job whose
+    views fit, `views.views_in_host`; otherwise they wait in scratch files)."""
+    views, _, in_host = _variant_views(wildcards)
+    return views if views > 1 and in_host else 1
+
+
+def get_variant_scratch_mb(wildcards):
+    """Node-local scratch (MB) of a variant job whose views wait in files (`views.FileViews`,
+    in $TMPDIR): every view of its widest adapter, plus a tenth; 0 when they wait in memory."""
+    views, view_bytes, in_host = _variant_views(wildcards)
+    return int(views * view_bytes * 1.1 / 2**20) if views > 1 and not in_host else 0
 
 
 def get_persistent_sc_items(wildcards):

@@ -115,3 +115,36 @@ def test_a_local_judge_puts_its_gpus_on_the_jobs_that_load_it(tmp_path, monkeypa
     assert placed["persistent_judge"] == {("gpu", 1)}
     # olmo3-7b, marin-8b and the GCM backbone: 1; olmo3-32b: 2
     assert placed["persistent_sc"] == {("gpu", 1), ("gpu", 2)}
+
+
+def test_slurm_logs_go_under_the_runs_results(tmp_path):
+    from snakemake.profiles import ProfileConfigFileParser
+
+    (tmp_path / "config.yaml").write_text("results: out\n")
+    (tmp_path / "paper.yaml").write_text("results: /big/paper\n")
+    logdir = lambda *argv: placement.slurm_logdir(["snakemake", *argv], cwd=tmp_path)  # noqa: E731
+    assert logdir("--profile", "slurm") == "out/logs/slurm"  # the default config.yaml
+    assert logdir("all_tables", "--configfile", "paper.yaml") == "/big/paper/logs/slurm"
+    assert logdir("--configfile=paper.yaml", "--config", "seed=2", "results=/s/r") == "/s/r/logs/slurm"
+    assert logdir("--configfile", "config.yaml", "paper.yaml", "-n") == "/big/paper/logs/slurm"
+    assert logdir("--configfile", str(tmp_path / "none.yaml")) == "results/logs/slurm"  # the schema's default
+    with open(REPO / "profiles" / "slurm" / "config.yaml") as f:
+        assert ProfileConfigFileParser().parse(f)["slurm-logdir"].endswith("logs/slurm")
+
+
+def test_multi_checkpoint_jobs_with_views_in_files_ask_for_scratch(tmp_path, monkeypatch):
+    """Olmo 3 32B's views (64 GB each) wait in $TMPDIR files: its variant jobs with several
+    views ask for them all as disk (sbatch --tmp); the 7-8B ones, whose views wait in memory,
+    for none."""
+    for k, v in SITE.items():
+        monkeypatch.setenv(k, v)
+    scratch = {}
+    for job in dag_jobs(REPO / "config" / "paper.yaml", tmp_path / "results", _profile_defaults()):
+        if job.rule.name in ("persistent_variant", "persistent_transfer_variant", "persistent_variance_adapters"):
+            extra = job.resources.get("slurm_extra") or ""
+            mb = int(extra[len("--tmp="):-1]) if extra else 0
+            assert not extra or job.resources["disk_mb"] == mb
+            scratch.setdefault(job.wildcards["model"], set()).add(mb)
+    assert scratch["olmo3-7b"] == {0} and scratch["marin-8b"] == {0}
+    big = max(scratch["olmo3-32b"])
+    assert big >= 4 * 64e9 / 2**20  # four views of 32B parameters in bf16

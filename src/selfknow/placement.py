@@ -21,7 +21,7 @@ run they are unset and the scheduler resources are simply not used.
 from __future__ import annotations
 
 import os
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from selfknow.models.registry import MEM_OVERHEAD_MB, estimate_mem_mb
 
@@ -46,6 +46,43 @@ def partition(gpus: int, environ: Mapping[str, str] = os.environ) -> str | None:
     return (environ.get(GPU_PARTITION_ENV) or cpu) if gpus else cpu
 
 
+def scratch_request(mb: int) -> str:
+    """The sbatch option asking for `mb` MB of node-local scratch ($TMPDIR), for the SLURM
+    plugin's `slurm_extra` (it maps no resource to --tmp); "" for none."""
+    return f"--tmp={mb}M" if mb > 0 else ""
+
+
 def gpu_model(gpus: int, environ: Mapping[str, str] = os.environ) -> str | None:
     """The GPU type a job with `gpus` GPUs asks for (--gpus=TYPE:N); None: any type."""
     return (environ.get(GPU_MODEL_ENV) or None) if gpus else None
+
+
+def slurm_logdir(argv: Sequence[str], cwd: str | os.PathLike = ".") -> str:
+    """`<results>/logs/slurm` of the run `argv` (a `snakemake` command line) starts, for the
+    profile's `slurm-logdir`: `results` from `--config results=...`, else from the last
+    `--configfile` that sets it, else from the default config.yaml (`cwd`'s), else the schema's
+    default; so SLURM's logs sit beside the run's own logs wherever `results:` points."""
+    import yaml
+
+    files, overrides, current = [], {}, None
+    for arg in argv[1:]:
+        if arg.startswith("-"):
+            key, _, value = arg.partition("=")
+            current = {"--configfile": files, "--configfiles": files, "--config": "config"}.get(key)
+            if value and current is not None:
+                files.append(value) if current is files else overrides.update([value.split("=", 1)])
+            continue
+        if current is files:
+            files.append(arg)
+        elif current == "config" and "=" in arg:
+            overrides.update([arg.split("=", 1)])
+    results = overrides.get("results")
+    for f in reversed(files or [os.path.join(cwd, "config.yaml")]):
+        if results is not None:
+            break
+        try:
+            with open(os.path.join(cwd, f), encoding="utf-8") as fh:
+                results = (yaml.safe_load(fh) or {}).get("results")
+        except OSError:
+            continue
+    return os.path.join(str(results or "results"), "logs", "slurm")

@@ -101,7 +101,7 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
     records = read_records(path, fmt, **(read_options or {}))
-    notes = records.attrs["notes"]
+    reader_notes = records.attrs["notes"]
     say(f"read {len(records)} records from {path}")
     by_dataset = record_arrays(records)
     results: dict[str, Result] = {}
@@ -135,7 +135,7 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
     say(f"wrote {len(tables)} tables and {len(figures)} reliability diagrams to {out} "
         f"({time.perf_counter() - t0:.1f} s)")
     return {"records": len(records), "datasets": list(results), "tables": list(tables), "figures": figures,
-            "notes": notes}
+            "notes": reader_notes}
 
 
 def export_records(results: str | Path, *, model: str | None = None, evalset: str = "main",
