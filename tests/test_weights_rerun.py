@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 
-import pandas as pd
 import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
 from model_fixtures import build_tiny_gpt2
 from selfknow.models.fingerprint import weights_fingerprint
-from selfknow.records import write_parquet
+from test_plan import _write_items
 
 
 def test_fingerprint_follows_content_and_reads_a_file_once(tmp_path, monkeypatch):
@@ -37,13 +36,7 @@ def test_fingerprint_follows_content_and_reads_a_file_once(tmp_path, monkeypatch
 def local_model_config(tmp_path):
     """An LCAE config on 3 items with one local hf model (a tiny GPT-2 at a `path:`)."""
     results = tmp_path / "results"
-    for split, n in (("train", 2), ("test", 3)):
-        write_parquet(pd.DataFrame({
-            "item_id": [f"{split}{i}" for i in range(n)], "dataset": "mc", "domain": "x",
-            "question": [f"what did the dog eat {i}?" for i in range(n)],
-            "choices": [["the bone", "the mat", "the song", "the cat"]] * n,
-            "answer": ["A"] * n, "aliases": [[] for _ in range(n)], "split": split}),
-            results / "items" / "mc" / f"{split}.parquet")
+    _write_items(results, "mc", 2, 3, mcq=True)
     model = build_tiny_gpt2(tmp_path / "tiny")
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({

@@ -82,6 +82,15 @@ def request_key(request: dict) -> str:
     return sha256_text(canonical_json({"cache_format": CACHE_FORMAT, **request}))
 
 
+def model_files(root: str | os.PathLike) -> list[tuple[str, Path]]:
+    """(name relative to `root`, path) of every regular file under `root` (or `root` itself, a
+    file), sorted, but for hidden and temporary ones ("." names), which are not the model."""
+    root = Path(root)
+    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
+    named = [(p.name if p == root else p.relative_to(root).as_posix(), p) for p in files]
+    return [(rel, p) for rel, p in named if not (rel.startswith(".") or "/." in rel)]
+
+
 def hash_files(root: str | os.PathLike, *, sample_bytes: int | None = None) -> str:
     """Content hash of every regular file under `root` (names relative to it, sorted).
 
@@ -89,13 +98,8 @@ def hash_files(root: str | os.PathLike, *, sample_bytes: int | None = None) -> s
     first and last `sample_bytes` only: a cheap fingerprint for multi-GB local model dirs, where
     retraining changes every tensor. Adapter weights are always hashed in full.
     """
-    root = Path(root)
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     h = hashlib.sha256()
-    for p in files:
-        rel = p.name if p == root else p.relative_to(root).as_posix()
-        if rel.startswith(".") or "/." in rel:  # temporary / hidden files are not the model
-            continue
+    for rel, p in model_files(root):
         size = p.stat().st_size
         h.update(f"{rel}\0{size}\0".encode())
         with open(p, "rb") as f:

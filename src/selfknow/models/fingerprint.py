@@ -6,6 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from selfknow.models.cache import model_files
 from selfknow.records import write_text
 
 
@@ -14,13 +15,8 @@ def weights_fingerprint(path: str | os.PathLike, cache_dir: str | os.PathLike) -
     relative to `path`, its size and the sha256 of its full content. Each file's content digest
     is cached in `cache_dir` under its (absolute path, size, mtime), so a multi-GB checkpoint
     is read once, and read again only when a file of it is rewritten."""
-    root = Path(path)
-    files = [root] if root.is_file() else sorted(p for p in root.rglob("*") if p.is_file())
     h = hashlib.sha256()
-    for p in files:
-        rel = p.name if p == root else p.relative_to(root).as_posix()
-        if rel.startswith(".") or "/." in rel:  # temporary / hidden files are not the model
-            continue
+    for rel, p in model_files(path):
         st = p.stat()
         h.update(f"{rel}\0{st.st_size}\0{_file_digest(p, st, Path(cache_dir))}\0".encode())
     return h.hexdigest()
