@@ -95,6 +95,40 @@ def model_resources(*spec_getters, runtime, bases=None, scratch_mb=None):
     )
 
 
+_RUNTIMES = {}
+
+
+def planned_runtime(stage, default):
+    """`runtime=` of a rule whose jobs the plan counts under `stage`: wildcards -> the job's
+    minutes from the plan (`selfknow plan` writes {R}/plan/runtimes.json, the plan's wall time
+    with a margin: selfknow.plan.runtime_limits), at least `default`, which also serves a job
+    the file does not list (no plan made yet, or one of another config: docs/slurm.md) and a
+    job of an API model answering at once, whose time its rate limits decide, not the plan."""
+    import json
+    import os
+
+    def minutes(wildcards):
+        if "limits" not in _RUNTIMES:
+            path = f"{R}/plan/runtimes.json"
+            _RUNTIMES["limits"] = {}
+            if os.path.exists(path):
+                with open(path, encoding="utf-8") as f:
+                    _RUNTIMES["limits"] = json.load(f)
+        return max(default, _RUNTIMES["limits"].get(placement.runtime_key(stage, dict(wildcards.items())), default))
+
+    return minutes
+
+
+def judge_runtime(stage, default):
+    """`runtime=` of a job of the LLM judge: a batched API judge waits up to its
+    `batch_max_wait_s` for a batch (past the 24 h completion window; a rerun resumes the batch
+    after that), plus 30 minutes; any other judge as `planned_runtime`."""
+    spec = _model_entry(config["judge"]["llm_judge"])
+    if spec["backend"] == "openai" and spec["batch"]:
+        return int(spec["batch_max_wait_s"] // 60) + 30
+    return planned_runtime(stage, default)
+
+
 def model_weights(*spec_getters):
     """A params entry, `weights=model_weights(...)` with a rule's model_resources getters:
     {model: {checkpoint: content fingerprint}} of the local weights (`path:` of the config

@@ -24,6 +24,6 @@ rule generate_greedy:
     benchmark:
         f"{R}/benchmarks/generate/{{model}}/{{ckpt}}/greedy/{{dataset}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=480),
+        **model_resources(get_model_spec, runtime=planned_runtime("generate", 480)),
     script:
         "../scripts/generate_greedy.py"

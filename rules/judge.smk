@@ -25,7 +25,7 @@ rule llm_judge:
     benchmark:
         f"{R}/benchmarks/judge/llm_judge.tsv"
     resources:
-        **model_resources(get_judge_spec, runtime=240),
+        **model_resources(get_judge_spec, runtime=judge_runtime("judge_audit", 240)),
     script:
         "../scripts/llm_judge.py"
 

@@ -29,7 +29,7 @@ rule ladder_answers:
     benchmark:
         f"{R}/benchmarks/ladder/answers/{{model}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=120),
+        **model_resources(get_model_spec, runtime=planned_runtime("ladder_answers", 120)),
     script:
         "../scripts/ladder_answers.py"
 
@@ -63,7 +63,7 @@ rule ladder_sessions:
     benchmark:
         f"{R}/benchmarks/ladder/sessions/{{model}}.tsv"
     resources:
-        **model_resources(get_ladder_user_spec, runtime=120),
+        **model_resources(get_ladder_user_spec, runtime=planned_runtime("ladder_user", 120)),
     script:
         "../scripts/ladder_sessions.py"
 
@@ -93,7 +93,7 @@ rule ladder_prompted:
     benchmark:
         f"{R}/benchmarks/ladder/prompted/{{model}}.tsv"
     resources:
-        **model_resources(get_ladder_prompted_spec, runtime=120),
+        **model_resources(get_ladder_prompted_spec, runtime=planned_runtime("ladder_prompted", 120)),
     script:
         "../scripts/ladder_prompted.py"
 

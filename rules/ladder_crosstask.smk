@@ -37,7 +37,7 @@ rule ladder_crosstask:
     benchmark:
         f"{R}/benchmarks/ladder/crosstask/{{suite}}/{{model}}.tsv"
     resources:
-        **model_resources(get_model_spec, get_crosstask_prompt_spec, runtime=120),
+        **model_resources(get_model_spec, get_crosstask_prompt_spec, runtime=planned_runtime("ladder_crosstask", 120)),
     script:
         "../scripts/ladder_crosstask.py"
 

@@ -28,7 +28,7 @@ rule ladder_extension:
     benchmark:
         f"{R}/benchmarks/ladder/extension/{{model}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=120),
+        **model_resources(get_model_spec, runtime=planned_runtime("ladder_extension", 120)),
     script:
         "../scripts/ladder_extension.py"
 

@@ -56,6 +56,6 @@ if "react" in LAD:
         benchmark:
             f"{R}/benchmarks/ladder/react/{{model}}/{{react_config}}.tsv"
         resources:
-            **model_resources(get_model_spec, runtime=120),
+            **model_resources(get_model_spec, runtime=planned_runtime("ladder_react", 120)),
         script:
             "../scripts/ladder_react.py"

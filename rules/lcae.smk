@@ -41,7 +41,7 @@ rule lcae_stage1:
     benchmark:
         f"{R}/benchmarks/lcae/stage1/{{model}}/{{ckpt}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=480),
+        **model_resources(get_model_spec, runtime=planned_runtime("lcae_stage1", 480)),
     script:
         "../scripts/lcae_stage1.py"
 
@@ -92,7 +92,7 @@ rule lcae_stage2:
     benchmark:
         f"{R}/benchmarks/lcae/stage2/{{model}}/{{ckpt}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=480),
+        **model_resources(get_model_spec, runtime=planned_runtime("lcae_stage2", 480)),
     script:
         "../scripts/lcae_stage2.py"
 

@@ -43,7 +43,7 @@ rule persistent_sc:
     benchmark:
         f"{R}/benchmarks/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=240),
+        **model_resources(get_model_spec, runtime=planned_runtime("persistent_sc", 240)),
     script:
         "../scripts/persistent_sc.py"
 
@@ -73,7 +73,7 @@ if JUDGE["correctness"] == "llm":
         benchmark:
             f"{R}/benchmarks/persistent/judge/{{model}}/{{ckpt}}/{{dataset}}.tsv"
         resources:
-            **model_resources(get_persistent_judge_spec, runtime=persistent_judge_runtime()),
+            **model_resources(get_persistent_judge_spec, runtime=judge_runtime("persistent_judge", 240)),
             api_batches=persistent_judge_batches(),
         script:
             "../scripts/persistent_judge.py"
@@ -103,7 +103,7 @@ rule persistent_variant:
     benchmark:
         f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.tsv"
     resources:
-        **model_resources(get_model_spec, runtime=480, bases=get_variant_bases,
+        **model_resources(get_model_spec, runtime=planned_runtime("persistent_variants", 480), bases=get_variant_bases,
                            scratch_mb=get_variant_scratch_mb),
     script:
         "../scripts/persistent_variant.py"
@@ -194,7 +194,7 @@ rule persistent_gcm_released:
     benchmark:
         f"{R}/benchmarks/persistent/gcm/{{model}}/{{dataset}}/released.tsv"
     resources:
-        **model_resources(get_gcm_spec, runtime=240),
+        **model_resources(get_gcm_spec, runtime=planned_runtime("persistent_gcm", 240)),
     script:
         "../scripts/persistent_gcm_released.py"
 
@@ -222,7 +222,7 @@ rule persistent_gcm:
     benchmark:
         f"{R}/benchmarks/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.tsv"
     resources:
-        **model_resources(get_gcm_spec, runtime=240),
+        **model_resources(get_gcm_spec, runtime=planned_runtime("persistent_gcm", 240)),
     script:
         "../scripts/persistent_gcm.py"
 

@@ -180,13 +180,6 @@ def persistent_judge_batches():
     return int(spec["backend"] == "openai" and spec["batch"])
 
 
-def persistent_judge_runtime():
-    """Minutes: a batched judge waits up to `batch_max_wait_s` for its batch (a rerun resumes
-    it after that), the others label within the rule's usual 4 hours."""
-    spec = _model_entry(config["judge"]["llm_judge"])
-    return int(spec["batch_max_wait_s"] // 60) + 30 if persistent_judge_batches() else 240
-
-
 def get_variant_sc(wildcards):
     """The SC tables one variant job reads: train answers of its data checkpoints, test
     answers of the checkpoints it scores, and the transfer dataset's for Table 18."""

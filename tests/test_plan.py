@@ -234,6 +234,31 @@ def test_cli_plan_prints_table_and_csv(lcae_config, tmp_path, capsys):
     assert pd.read_csv(tmp_path / "plan.csv")["requests"].sum() == 6 + 6 + 27 + 6 + 12 + 60
 
 
+def test_plan_writes_each_jobs_time_limit_from_its_hours(lcae_config, tmp_path):
+    """Each LCAE job's time limit is its wall time by the plan (the model's device-hours over its
+    GPUs: one job per model and stage here) x RUNTIME_MARGIN + RUNTIME_STARTUP_MIN; an API model
+    answering at once adds no planned time, a batched one its completion window."""
+    import json
+    import math
+
+    from selfknow.placement import runtime_key
+    from selfknow.plan import RUNTIME_MARGIN, RUNTIME_STARTUP_MIN, job_hours
+
+    limits = tmp_path / "runtimes.json"
+    df, _ = make_plan(lcae_config, runtimes=limits)
+    got = json.loads(limits.read_text())
+    assert len(got) == 6
+    for model, gpus in (("chat", 2), ("api", 1)):
+        for stage in ("lcae_stage1", "lcae_stage2"):
+            hours = _row(df, model, stage)["device_hours"]
+            wall = 0 if model == "api" else 60 * hours / gpus
+            assert got[runtime_key(stage, {"model": model, "ckpt": "final"})] == \
+                math.ceil(wall * RUNTIME_MARGIN + RUNTIME_STARTUP_MIN)
+    assert _row(df, "chat", "lcae_stage1")["device_hours"] > 0
+    cfg = {"models": [{"name": "batched", "backend": "openai", "batch": True, "batch_completion_window": "24h"}]}
+    assert job_hours(cfg, {"batched": (3, 0)}, {"batched": (4, 500)}) == 24
+
+
 def test_cli_plan_bad_config(tmp_path, capsys):
     path = tmp_path / "cfg.yaml"
     path.write_text("seed: 1\nmodels: []\n")

@@ -233,6 +233,8 @@ def _configure_plan(p: argparse.ArgumentParser) -> None:
     p.add_argument("--results", type=Path, help="results directory whose finished jobs count as cached "
                                                 "(default: the config's `results`)")
     p.add_argument("--csv", type=Path, help="also write the plan, one row per model and stage, here")
+    p.add_argument("--runtimes", type=Path, help="where to write each job's time limit from the plan, which the "
+                   "rules' SLURM runtime takes (default: <results>/plan/runtimes.json)")
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -243,11 +245,13 @@ def run_plan(args: argparse.Namespace) -> int:
     from selfknow.records import write_csv
 
     cfg = load_config(args.config)
-    df, datasets = make_plan(args.config, args.target, args.results)
+    runtimes = args.runtimes or Path(args.results or cfg["results"]) / "plan" / "runtimes.json"
+    df, datasets = make_plan(args.config, args.target, args.results, runtimes=runtimes)
     if args.csv:
         write_csv(df, args.csv)
     print(render_plan(df, datasets), end="")
     print("\n" + render_prices(cfg, df), end="")
+    print(f"plan: job time limits -> {runtimes}", file=sys.stderr)
     return 0
 
 

@@ -67,6 +67,8 @@ class DagJob:
     files: tuple[str, ...]
     #: whether the rule runs nothing (a target rule such as all_tables)
     norun: bool
+    #: the scheduler resources Snakemake gives the job (runtime in minutes, mem_mb, gpu, ...)
+    resources: Mapping[str, Any] = None
 
     @property
     def done(self) -> bool:
@@ -78,14 +80,15 @@ def _named(namedlist) -> dict[str, Any]:
 
 
 def workflow_jobs(configfile: str | Path, target: str = "all_tables", *, results: str | Path | None = None,
-                  root: Path = WORKFLOW_ROOT) -> list[DagJob]:
-    """Every job of `target` for `configfile` (`snakemake_dag` with `forceall`), in a stable
-    order: by rule, then wildcards."""
-    with snakemake_dag(configfile, target, results=results, root=root) as jobs:
+                  root: Path = WORKFLOW_ROOT, default_resources: list[str] | None = None) -> list[DagJob]:
+    """Every job of `target` for `configfile` (`snakemake_dag` with `forceall` and
+    `default_resources`), in a stable order: by rule, then wildcards."""
+    with snakemake_dag(configfile, target, results=results, root=root, default_resources=default_resources) as jobs:
         out = [DagJob(rule=j.rule.name, wildcards=dict(j.wildcards_dict), params=_named(j.params),
                       inputs={k: list(v) if isinstance(v, list) else [v] for k, v in _named(j.input).items()},
                       outputs={k: os.path.abspath(v) for k, v in _named(j.output).items()},
                       files=tuple(os.path.abspath(f) for f in j.output),
-                      norun=j.rule.norun)
+                      norun=j.rule.norun,
+                      resources={k: v for k, v in j.resources.items() if not k.startswith("_")})
                for j in jobs]
     return sorted(out, key=lambda j: (j.rule, sorted(j.wildcards.items())))

@@ -57,6 +57,12 @@ def gpu_model(gpus: int, environ: Mapping[str, str] = os.environ) -> str | None:
     return (environ.get(GPU_MODEL_ENV) or None) if gpus else None
 
 
+def runtime_key(stage: str, wildcards: Mapping[str, str]) -> str:
+    """The key of a job's time limit in the plan's runtimes file (`selfknow.plan.runtime_limits`,
+    read by rules/common.smk, planned_runtime): its plan stage and wildcards."""
+    return f"{stage}|" + "|".join(f"{k}={v}" for k, v in sorted(wildcards.items()))
+
+
 def slurm_logdir(argv: Sequence[str], cwd: str | os.PathLike = ".") -> str:
     """`<results>/logs/slurm` of the run `argv` (a `snakemake` command line) starts, for the
     profile's `slurm-logdir`: `results` from `--config results=...`, else from the last

@@ -62,6 +62,7 @@ from selfknow.dag import WORKFLOW_ROOT, DagJob, workflow_jobs
 from selfknow.models.base import LM, Beam, CallStats, Generation
 from selfknow.models.openai_api import request_options
 from selfknow.models.registry import backend_class
+from selfknow.placement import runtime_key
 from selfknow.plan_items import Items, placeholder_items
 from selfknow.protocols.ladder.answering import make_answer_fn
 from selfknow.protocols.ladder.crosstask import answer_suite, sample_suite
@@ -132,6 +133,15 @@ class Ledger:
 
     def note(self, model: str, stage: str, text: str) -> None:
         self.rows[model, stage].basis.add(text)
+
+    def snapshot(self) -> dict[str, tuple[int, int]]:
+        """Model -> (jobs, device work in tokens) so far: two snapshots around one job's
+        counting give what that job asks of each model (`job_hours`)."""
+        out: dict[str, tuple[int, int]] = {}
+        for (model, _), r in self.rows.items():
+            jobs, work = out.get(model, (0, 0))
+            out[model] = (jobs + r.jobs, work + r.prompt_tokens + r.completion_tokens + TRAIN_PASSES * r.train_tokens)
+        return out
 
 
 def tokens(text: str) -> int:
@@ -224,6 +234,8 @@ class Planner:
         self.seed = cfg["seed"]
         self._samples: dict[tuple[str, str], Sample] = {}
         self._pools: dict[str, pd.DataFrame] = {}
+        #: (job, hours it runs by the plan: `job_hours`), in counting order
+        self.job_hours: list[tuple[DagJob, float]] = []
 
     def lm(self, model: str, ckpt: str, stage: str, job: DagJob) -> PlanLM:
         """A recording model for `job`, counted as one job of (model, stage)."""
@@ -243,7 +255,9 @@ class Planner:
         order = list(COUNTERS)
         try:
             for job in sorted((j for j in jobs if j.rule in COUNTERS), key=lambda j: order.index(j.rule)):
+                before = self.ledger.snapshot()
                 COUNTERS[job.rule].count(self, job)
+                self.job_hours.append((job, job_hours(self.cfg, before, self.ledger.snapshot())))
         finally:
             self.items.close()
         return self.ledger
@@ -548,6 +562,59 @@ def judge_reasoning_tokens(spec: dict) -> int:
     return int(opts["reasoning_tokens"]) if opts["reasoning_effort"] not in (None, "none") else 0
 
 
+def job_hours(cfg: dict, before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> float:
+    """The wall hours of one job from `Ledger.snapshot`s around its counting: each local model's
+    work at its `throughput_tok_s` (a model sharded over several GPUs runs at that rate on all of
+    them), a batched API model's completion window per job; an API model answering at once
+    adds nothing (its rate limits decide, not the plan)."""
+    hours = 0.0
+    for model, (jobs, work) in after.items():
+        d_jobs, d_work = jobs - before.get(model, (0, 0))[0], work - before.get(model, (0, 0))[1]
+        if not d_jobs and not d_work:
+            continue
+        spec = model_entry(cfg, model)
+        if spec["backend"] == "hf":
+            hours += d_work / spec["throughput_tok_s"] / 3600
+        elif spec["batch"] and d_jobs:
+            hours += batch_window_hours(spec)
+    return hours
+
+
+#: a job's time limit: the plan's wall time x RUNTIME_MARGIN + RUNTIME_STARTUP_MIN (loading the
+#: model, reading items), at most MAX_RUNTIME_MIN (48 h, a common partition maximum: a job
+#: planned past it is named by `runtime_limits`; generation resumes from what it wrote)
+RUNTIME_MARGIN = 1.5
+RUNTIME_STARTUP_MIN = 30
+MAX_RUNTIME_MIN = 48 * 60
+
+
+def runtime_limits(planner: Planner) -> dict[str, int]:
+    """Minutes of wall time per job (`runtime_key` -> minutes) from the plan's estimate of each
+    counted job; jobs of one stage with the same wildcards (a rule and the rules derived from it)
+    share the longest. Raises PlanError naming the jobs planned past MAX_RUNTIME_MIN."""
+    out: dict[str, int] = {}
+    for job, hours in planner.job_hours:
+        key = runtime_key(COUNTERS[job.rule].stages[0], job.wildcards)
+        out[key] = max(out.get(key, 0), math.ceil(60 * hours * RUNTIME_MARGIN + RUNTIME_STARTUP_MIN))
+    over = sorted(k for k, v in out.items() if v > MAX_RUNTIME_MIN)
+    if over:
+        raise PlanError(f"plan: {len(over)} job(s) need more than {MAX_RUNTIME_MIN} minutes "
+                        f"(selfknow.plan.MAX_RUNTIME_MIN), e.g. {over[0]}: give them fewer items per job")
+    return out
+
+
+def planned_jobs(configfile: str | Path, target: str = "all_tables", results: str | Path | None = None, *,
+                 default_resources: list[str] | None = None,
+                 root: Path = WORKFLOW_ROOT) -> list[tuple[DagJob, float]]:
+    """Every job that makes model requests, with the resources Snakemake gives it
+    (`default_resources` for what a rule does not set, as a profile's), and its wall hours by
+    the plan (`job_hours`)."""
+    planner = Planner(load_config(configfile), workflow_jobs(configfile, target, results=results, root=root,
+                                                            default_resources=default_resources))
+    planner.run()
+    return planner.job_hours
+
+
 def batch_window_hours(spec: dict) -> float:
     """The hours one Batch API job may take (`batch_completion_window`, e.g. "24h")."""
     window = str(spec["batch_completion_window"])
@@ -620,10 +687,16 @@ def plan_frame(cfg: dict, ledger: Ledger) -> pd.DataFrame:
 
 
 def make_plan(configfile: str | Path, target: str = "all_tables", results: str | Path | None = None, *,
-              root: Path = WORKFLOW_ROOT) -> tuple[pd.DataFrame, dict[str, str]]:
+              root: Path = WORKFLOW_ROOT, runtimes: str | Path | None = None) -> tuple[pd.DataFrame, dict[str, str]]:
     """The plan of `target` for the config at `configfile` (`results` overrides its
     `results`) in the workflow at `root`: the `plan_frame` of the jobs Snakemake's DAG holds,
-    and where each dataset's items came from."""
+    and where each dataset's items came from. With `runtimes`, also write each job's time limit
+    there (`runtime_limits`, JSON), which the rules' `runtime` reads (rules/common.smk,
+    planned_runtime)."""
     planner = Planner(load_config(configfile), workflow_jobs(configfile, target, results=results, root=root))
     ledger = planner.run()
+    if runtimes is not None:
+        from selfknow.records import write_json
+
+        write_json(runtime_limits(planner), runtimes)
     return plan_frame(planner.cfg, ledger), dict(planner.items.basis)
