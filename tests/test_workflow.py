@@ -78,3 +78,53 @@ def test_tiny_run_builds_every_table(tiny_run):
 def test_tiny_rerun_runs_nothing(tiny_run):
     proc = snakemake("all_tables", "-n", "--configfile", "config/test.yaml", "--config", f"results={tiny_run}")
     assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+_FAILING_SESSION_RUN = '''
+import pytest
+from conftest import SessionRunFailed
+
+@pytest.fixture(scope="session")
+def tiny_run():
+    raise SessionRunFailed("tiny run", "rule world_train (family=wm-small): boom",
+                           "first line of the log tail\\nlast line of the log tail")
+
+@pytest.mark.parametrize("k", range(4))
+def test_dependant(tiny_run, k):
+    pass
+
+def test_independent():
+    pass
+'''
+
+
+def test_a_failed_session_run_is_one_error_and_its_dependants_skip_with_the_cause(tmp_path):
+    """A failed shared run errors once, with its cause and log tail; its other dependants skip
+    naming the cause; the session fails (CI never goes green by skipping)."""
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('repo_conftest', {str(REPO / 'tests' / 'conftest.py')!r})\n"
+        "repo = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(repo)\n"
+        "SessionRunFailed, pytest_runtest_makereport = repo.SessionRunFailed, repo.pytest_runtest_makereport\n")
+    (tmp_path / "test_x.py").write_text(_FAILING_SESSION_RUN)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out
+    assert "1 passed, 3 skipped, 1 error" in out, out
+    assert out.count("last line of the log tail") == 1, out
+    assert out.count("\nthe tiny run failed: rule world_train (family=wm-small): boom\n") == 1, out
+    assert "test_x.py:10: skipped because the tiny run failed: rule world_train (family=wm-small): boom" in out, out
+
+
+def test_failure_cause_names_the_failed_rule_and_its_log(tmp_path):
+    from conftest import failure_cause
+
+    log = tmp_path / "world_train.log"
+    log.write_text("loading\nValueError: seq_len 192 exceeds the corpus\n\n")
+    output = (f"Select jobs to execute...\nError in rule world_train:\n    message: None\n    jobid: 4\n"
+              f"    output: results/world/models/wm-small\n    log: {log} (check log file(s) for error details)\n"
+              f"    wildcards: family=wm-small\nShutting down, this might take some time.\n")
+    assert failure_cause(output) == "rule world_train (family=wm-small): ValueError: seq_len 192 exceeds the corpus"
+    assert failure_cause("Building DAG of jobs...\nMissingInputException: no rule makes x\n") == \
+        "MissingInputException: no rule makes x"
