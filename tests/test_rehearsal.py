@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -23,7 +24,8 @@ from selfknow.stages.items import build_items
 from selfknow.stages.judge import judge_candidates
 from selfknow.models import load_lm
 from selfknow.rehearsal import data, hub
-from selfknow.rehearsal.harness import api_endpoint, build_stand_ins, environment, load_config
+from selfknow.rehearsal.harness import (api_endpoint, build_stand_ins, environment, load_config, resolved_config,
+                                       start_server)
 from selfknow.rehearsal.server import StandInServer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -485,6 +487,79 @@ def test_lcae_stand_in_hedges_and_runs_past_the_budget_and_both_are_counted(serv
 def test_api_endpoint_is_one_local_server(configs):
     port, models, reasoning = api_endpoint(configs[1])
     assert port == 18431 and "gpt-5.4" in reasoning and "qwen-max" in models and "qwen-max" not in reasoning
+
+
+def test_a_second_rehearsal_serves_on_a_free_port_named_in_its_resolved_config(configs):
+    """Two rehearsals on one machine: the second server cannot have the config's port, so it
+    takes a free one, and the config its Snakemake reads points every API model there."""
+    from selfknow.config import validate_config
+
+    first = start_server(configs[1])
+    try:
+        second = start_server(configs[1])
+        try:
+            assert first.url != second.url
+            for s in (first, second):
+                with urllib.request.urlopen(s.url + "/models", timeout=10) as r:
+                    assert "qwen-max" in {m["id"] for m in json.loads(r.read())["data"]}
+            cfg = validate_config(resolved_config([ROOT / f for f in REHEARSAL], api_endpoint(configs[1])[0],
+                                                  second.url))
+            api = [m for m in cfg["models"] if m["backend"] == "openai"]
+            assert api and {m["base_url"] for m in api} == {second.url}
+            # nothing else changes
+            assert [{k: v for k, v in m.items() if k != "base_url"} for m in cfg["models"]] == \
+                [{k: v for k, v in m.items() if k != "base_url"} for m in configs[1]["models"]]
+        finally:
+            second.close()
+    finally:
+        first.close()
+
+
+_SLEEPER = """
+rule all_tables:
+    params:
+        pid=r"{pid}",
+    shell:
+        "echo $$ > {{params.pid}}.tmp && mv {{params.pid}}.tmp {{params.pid}} && exec sleep 600"
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_rehearse_stopped_by_a_signal_stops_snakemake_its_jobs_and_the_server(tmp_path, signum):
+    """`selfknow rehearse` stopped as `timeout` (SIGTERM) or Ctrl-C (SIGINT) stops it leaves
+    nothing running: the job Snakemake started, Snakemake and the stand-in server end with it.
+    The job here is a sleep standing in for the workflow (`-- --snakefile`)."""
+    pid = tmp_path / "job.pid"
+    (tmp_path / "Snakefile").write_text(_SLEEPER.format(pid=pid))
+    cmd = [sys.executable, "-m", "selfknow.cli", "rehearse", "--results", str(tmp_path / "results"), "--",
+           "--snakefile", str(tmp_path / "Snakefile"), "--directory", str(tmp_path)]
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=f)
+    try:
+        deadline = time.monotonic() + 600  # a first call builds the stand-ins
+        while not pid.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert pid.exists(), err.read_text()[-3000:]
+        job = int(pid.read_text())
+        url, resolved = re.search(r"stand-in API server on (\S+); config (\S+)", err.read_text()).groups()
+        assert _alive(job) and Path(resolved).exists()
+        proc.send_signal(signum)
+        assert proc.wait(timeout=120) == 128 + signum, err.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not _alive(job), "the job Snakemake started outlived the rehearsal"
+    assert not Path(resolved).exists()
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(url + "/models", timeout=5)
 
 
 # ---- end to end -------------------------------------------------------------------------

@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -99,25 +102,136 @@ def environment(config: dict, cache: Path) -> dict:
     return env
 
 
+def resolved_config(configfiles, port: int, url: str) -> dict:
+    """The config of `configfiles` merged as Snakemake merges them, unvalidated (so that
+    Snakemake validates it as it would the files), with every base_url on 127.0.0.1:`port`
+    pointing at the stand-in server's `url` instead."""
+    from snakemake.utils import update_config
+
+    cfg: dict = {}
+    for f in configfiles:
+        with open(f, encoding="utf-8") as fh:
+            update_config(cfg, yaml.safe_load(fh))
+
+    def point(obj):
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                if key == "base_url" and isinstance(value, str):
+                    parts = urlsplit(value)
+                    if (parts.hostname, parts.port) == ("127.0.0.1", port):
+                        obj[key] = url
+                else:
+                    point(value)
+        elif isinstance(obj, list):
+            for value in obj:
+                point(value)
+
+    point(cfg)
+    return cfg
+
+
+def start_server(config: dict) -> StandInServer:
+    """The stand-in server for the config's API models: on the port of their base_url when it
+    is free (a rerun then sends every job the params it had, so Snakemake reruns none for a new
+    URL), else on a free port, so that two rehearsals run side by side."""
+    port, models, reasoning = api_endpoint(config)
+    try:
+        return StandInServer(models, reasoning, port=port, providers=api_providers(config))
+    except OSError:
+        return StandInServer(models, reasoning, port=0, providers=api_providers(config))
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT reached the rehearsal."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` is still running. Zombies do not count: a container's
+    init may never reap them, and they hold nothing."""
+    if not Path("/proc/self/stat").exists():
+        try:
+            os.killpg(pgid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # the process ended while we looked
+        if group == str(pgid) and state != "Z":
+            return True
+    return False
+
+
+def stop_group(proc: subprocess.Popen, signum: int, grace_s: float = 30.0) -> None:
+    """Send `signum` to the process group `proc` leads (Snakemake and every job it started),
+    wait up to `grace_s` for all of them to end, then kill what is left."""
+    for sig, wait_s in ((signum, grace_s), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None and not _group_alive(proc.pid):
+                return
+            time.sleep(0.2)
+    proc.wait(10)
+
+
+def run_stoppable(cmd: list[str], env: dict) -> int:
+    """Run `cmd` in its own process group and return its exit status; on SIGTERM or SIGINT,
+    stop the whole group (what Snakemake started too) and return 128 + the signal number."""
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    proc = None
+    try:
+        proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+        return proc.wait()
+    except Stopped as err:
+        for s in previous:  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(s, signal.SIG_IGN)
+        if proc is not None:
+            stop_group(proc, err.signum)
+        return 128 + err.signum
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def rehearse(*, results: str | None, cores: int, configfiles=CONFIGFILES, snakemake_args=()) -> int:
     """Run the rehearsal in the current directory (the workflow's root); Snakemake's exit
-    status."""
+    status, or 128 + the signal number when SIGTERM or SIGINT stopped it (Snakemake, its jobs
+    and the server stopped with it)."""
     if not Path("Snakefile").exists():
         raise FileNotFoundError("run `selfknow rehearse` in the workflow's root (no Snakefile here)")
     config = load_config(configfiles)
     cache = build_stand_ins(config)
-    port, models, reasoning = api_endpoint(config)
-    # the target first: --configfile and --config take every value after them
-    cmd = [sys.executable, "-m", "snakemake", "all_tables", *snakemake_args, "--profile", "profiles/local",
-           "--cores", str(cores), "--configfile", *configfiles]
-    if results:
-        cmd += ["--config", f"results={results}"]
+    port = api_endpoint(config)[0]
+    server = start_server(config)
+    resolved = None
     try:
-        server = StandInServer(models, reasoning, port=port, providers=api_providers(config))
-    except OSError as err:
-        raise ValueError(f"cannot start the stand-in API server on 127.0.0.1:{port} "
-                         f"(the port of config/rehearsal.yaml's base_url): {err}") from None
-    try:
-        return subprocess.run(cmd, env=environment(config, cache), check=False).returncode
+        # the server's URL in the config Snakemake reads: a rehearsal beside another one runs
+        # on another port
+        fd, name = tempfile.mkstemp(prefix="config-", suffix=".yaml", dir=STAND_INS)
+        resolved = Path(name)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yaml.safe_dump(resolved_config(configfiles, port, server.url), f, sort_keys=False)
+        print(f"rehearse: stand-in API server on {server.url}; config {resolved}", file=sys.stderr, flush=True)
+        # the target first: --configfile and --config take every value after them
+        cmd = [sys.executable, "-m", "snakemake", "all_tables", *snakemake_args, "--profile", "profiles/local",
+               "--cores", str(cores), "--configfile", str(resolved)]
+        if results:
+            cmd += ["--config", f"results={results}"]
+        return run_stoppable(cmd, environment(config, cache))
     finally:
         server.close()
+        if resolved is not None:
+            resolved.unlink(missing_ok=True)
