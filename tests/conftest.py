@@ -1,5 +1,6 @@
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,9 +38,28 @@ def run_snakemake(*args: str, cwd: Path = REPO, timeout: float | None = None) ->
     return proc
 
 
+def copy_results(results: Path, dest: Path, copy: tuple[str, ...] = ()) -> Path:
+    """A copy of a results directory with every file's and directory's mtime kept. Files are
+    hard links, which share the file (and its mtime) without copying half a gigabyte of models:
+    deleting a name in the copy leaves the original alone, and Snakemake deletes a job's
+    outputs and logs before it runs the job. Files under the subdirectories `copy` are real
+    copies (what a job may write in place, e.g. benchmark files)."""
+    def link_or_copy(src, dst):
+        if Path(src).relative_to(results).parts[0] not in copy:
+            try:
+                os.link(src, dst)
+                return dst
+            except OSError:
+                pass
+        return shutil.copy2(src, dst)
+
+    shutil.copytree(results, dest, symlinks=True, copy_function=link_or_copy)
+    return dest
+
+
 # -- session runs that many tests share ----------------------------------------------------------
 # A session fixture that raises has pytest repeat its traceback in every dependant. A shared run
-# that fails instead skips its dependants with a one-line cause (`dependants_skip`); the first
+# that fails instead skips its dependants with a one-line cause (`SessionRunFailed`); the first
 # dependant is turned into an error that shows the cause and the run's log tail
 # (pytest_runtest_makereport below), so a failed run still fails the session, once.
 

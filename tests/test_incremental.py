@@ -23,7 +23,6 @@ to date before anything is deleted.
 """
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from collections import Counter
@@ -34,7 +33,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, run_snakemake
+from conftest import REPO, copy_results, run_snakemake
 from selfknow.config import ConfigError, validate_config
 from selfknow.report import tables as report_tables
 
@@ -139,22 +138,6 @@ def tiny_config() -> dict:
 def write_config(cfg: dict, path: Path) -> Path:
     path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
     return path
-
-
-def _link_or_copy(src, dst):
-    """Hard links share the file (and its mtime) without copying half a gigabyte of models;
-    deleting a name in the copy leaves the original alone."""
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
-    return dst
-
-
-def copy_results(results: Path, dest: Path) -> Path:
-    """A copy of a results directory with every file's and directory's mtime kept."""
-    shutil.copytree(results, dest, symlinks=True, copy_function=_link_or_copy)
-    return dest
 
 
 @pytest.fixture(scope="module")

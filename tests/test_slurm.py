@@ -8,9 +8,14 @@ slurm-wlm and munge when missing) and stops it at the end. Two workflows go thro
   through sbatch (job ids in Snakemake's output, in squeue and `scontrol show job`, and in the
   job's own environment), that the requested CPUs/memory/time reached SLURM, that no GPU was
   asked for when the rule's `gpu` is 0, and that the outputs equal a local run's;
-- the project's tiny config (config/test.yaml): the tables equal a local run's.
+- the project's tiny config (config/test.yaml), on a copy of the session's local tiny run: the
+  jobs that make a few of its outputs (`FORCE`) and every job downstream of them go through
+  sbatch, answer every model call from the local run's model-call cache, and give the local
+  run's tables and outputs. SELFKNOW_SLURM_FULL=1 runs the whole DAG through
+  SLURM instead (about 11 minutes on an idle machine, against 2-3).
 
-Without root or apt-get the cluster cannot be made and these tests skip, except in CI
+One local cluster runs at a time (it owns /etc/slurm/slurm.conf and its ports): two test
+sessions on one machine take turns through a file lock. Without root or apt-get the cluster cannot be made and these tests skip, except in CI
 (CI=true), where that is an error.
 """
 
@@ -32,12 +37,20 @@ from typing import Iterator
 import pandas as pd
 import pytest
 import yaml
+from filelock import FileLock, Timeout
+
+from conftest import SessionRunFailed, copy_results, failure_cause, log_tail
+from test_incremental import dry_run, parse_dry_run
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm_local.sh"
 PROFILE = REPO / "profiles" / "slurm"
 TINY_CONFIG = REPO / "config" / "test.yaml"
 IN_CI = os.environ.get("CI", "").lower() == "true"
+#: held while a test session uses the local cluster: one cluster per machine
+CLUSTER_LOCK = Path(tempfile.gettempdir()) / "selfknow-slurm-cluster.lock"
+#: how long a session waits for another one's cluster tests (theirs take minutes)
+CLUSTER_LOCK_TIMEOUT_S = 3600
 
 # "Job 3 has been submitted with SLURM jobid 17 (log: ...)." (plugin 2.x, run_job)
 SUBMITTED = re.compile(r"Job (\d+) has been submitted with SLURM jobid (\d+)")
@@ -91,7 +104,7 @@ def _key_values(line: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+(?::\w+)?)=(\S*)", line))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def work_dir():
     """Scratch space outside pytest's basetemp: concurrent pytest sessions of the same user
     prune each other's old basetemp dirs, which would pull the cluster's spool from under it."""
@@ -100,19 +113,35 @@ def work_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def slurm_cluster() -> Iterator[Cluster]:
     """The local cluster of scripts/slurm_local.sh (its default state dir, or $SLURM_LOCAL_DIR).
 
     Only one local cluster can run at a time (it owns /etc/slurm/slurm.conf, which srun inside
-    a job reads), so a cluster the user already started is used as it is and left running;
-    otherwise the fixture starts one and stops it at the end, checking that no daemon is left.
+    a job reads, and its ports), so a test session holds CLUSTER_LOCK from start to stop and
+    another session waits for it; a cluster the user already started is used as it is and left
+    running; otherwise the fixture starts one and stops it after this module's tests, checking
+    that no daemon is left.
     """
     reason = _cannot_run_slurm()
     if reason:
         if IN_CI:
-            pytest.fail(f"CI must run the SLURM tests, but: {reason}")
+            raise SessionRunFailed("local SLURM cluster", f"CI must run the SLURM tests, but {reason}", "")
         pytest.skip(reason)
+    lock = FileLock(CLUSTER_LOCK, timeout=CLUSTER_LOCK_TIMEOUT_S)
+    try:
+        lock.acquire()
+    except Timeout:
+        pytest.fail(f"another test session has held the local SLURM cluster ({CLUSTER_LOCK}) for over "
+                    f"{CLUSTER_LOCK_TIMEOUT_S} s")
+    try:
+        yield from _cluster()
+    finally:
+        lock.release()
+
+
+def _cluster() -> Iterator[Cluster]:
+    """Start the cluster unless it runs, yield it, stop it if this started it."""
     state = Path(os.environ.get("SLURM_LOCAL_DIR", "/tmp/selfknow-slurm"))
     env = dict(os.environ, SLURM_LOCAL_DIR=str(state), SLURM_CONF=str(state / "slurm.conf"))
     script = ["bash", str(SCRIPT)]
@@ -122,7 +151,8 @@ def slurm_cluster() -> Iterator[Cluster]:
     if started.returncode != 0:
         if not was_running:
             subprocess.run([*script, "stop"], env=env, capture_output=True, timeout=120)
-        pytest.fail(f"scripts/slurm_local.sh start failed:\n{started.stdout}\n{started.stderr}")
+        out = started.stdout + started.stderr
+        raise SessionRunFailed("local SLURM cluster", failure_cause(out), f"$ scripts/slurm_local.sh start\n{log_tail(out)}")
     cluster = Cluster(state=state, env=env, start_seconds=time.monotonic() - t0)
     daemons = {name: int((state / f"{name}.pid").read_text()) for name in ("munged", "slurmctld", "slurmd")}
     try:
@@ -420,51 +450,99 @@ def test_design_command_from_repo_root():
         assert "runtime=" in resources and "mem_mb=" in resources, (rule, resources)
 
 
+#: Outputs of the local tiny run (paths under its results) that the SLURM run rebuilds
+#: (`--forcerun`), with every job downstream of them: greedy generation on a world model, the
+#: LLM judge on the converted SmolLM2, a LADDER score, the LCAE Stage 3 fit, and the tables and
+#: figures of every paper that read them, including the world evolution table, the judge audit,
+#: a local rule on the submitting host (the LADDER appendix) and the knowledge card.
+FORCE = ("generations/wm-small", "ladder/scores/wm-small/sessions.parquet", "lcae/stage3.parquet",
+         "tables/persistent/table1.csv")
+FULL = os.environ.get("SELFKNOW_SLURM_FULL") == "1"
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
 @pytest.mark.skipif(not TINY_CONFIG.exists(), reason="config/test.yaml (the tiny config) does not exist yet")
 def test_tiny_config_on_slurm_equals_local(slurm_cluster, work_dir, tiny_run):
-    """The tiny config through `--profile profiles/slurm` gives the same tables as a local run
-    (the session's shared local run of the tiny config): the same files, rows and text, and
-    numbers equal up to float rounding."""
-    results = {"local": (tiny_run, "")}
+    """The tiny config through `--profile profiles/slurm` gives the same outputs as the local
+    run: on a copy of the session's local tiny run, the jobs that make FORCE and every job
+    downstream (or, SELFKNOW_SLURM_FULL=1, the whole DAG from nothing but the local run's
+    model-call cache) run, exactly the jobs a dry run lists, those off the local rules through
+    sbatch, each COMPLETED; no model call is made anew (the local run's cache answers all);
+    the rebuilt outputs equal the local ones (numbers up to float rounding) and every table
+    does."""
     out = work_dir / "tiny" / "slurm"
+    results = out / "results"
     out.mkdir(parents=True)
+    if FULL:
+        shutil.copytree(tiny_run / "cache", results / "cache")
+        options = ["--forceall"]
+    else:
+        copy_results(tiny_run, results, copy=("logs", "benchmarks"))
+        options = ["--forcerun", *(str(results / f) for rel in FORCE for f in _files(results, rel))]
+    cached = {p.name for p in (results / "cache").rglob("*.json")}
+    expected = dry_run(TINY_CONFIG, results, *options)
+    if not FULL:
+        # the variety the comment of FORCE promises
+        assert {"generate_greedy", "llm_judge", "ladder_score", "lcae_stage3", "persistent_table1",
+                "world_evolution_table", "judge_audit_table", "ladder_tables", "ladder_appendix", "lcae_tables",
+                "knowledge_card"} <= {j.rule for j in expected}
+
     args = ["--snakefile", str(REPO / "Snakefile"), "--configfile", str(TINY_CONFIG),
-            "--config", f"results={out / 'results'}", "--profile", str(PROFILE), *_fast_polling()]
+            "--config", f"results={results}", "--profile", str(PROFILE), *_fast_polling()]
     t0 = time.monotonic()
-    proc = _snakemake(*args, "all_tables", cwd=out, env=slurm_cluster.env, timeout=3600)
+    proc = _snakemake(*args, "all_tables", *options, cwd=out, env=slurm_cluster.env, timeout=3600)
     slurm_cluster.timings["tiny config slurm run"] = time.monotonic() - t0
-    results["slurm"] = (out / "results", proc.stdout + proc.stderr)
+    log = proc.stdout + proc.stderr
 
-    submitted = SUBMITTED.findall(results["slurm"][1])
-    assert submitted, "no job of the tiny config went through sbatch"
+    # exactly the jobs of the dry run ran; the profile submits all but the local rules'
+    assert parse_dry_run(log, results) == expected
+    submitted = SUBMITTED.findall(log)
+    assert submitted and len(submitted) == len(re.findall(r"^rule \S+:$", log, re.M)), log[-4000:]
     for _, sid in submitted:
-        assert slurm_cluster.show_job(sid)["JobState"] == "COMPLETED"
+        info = slurm_cluster.show_job(sid)
+        assert info["JobState"] == "COMPLETED", info
+    assert dry_run(TINY_CONFIG, results) == set(), "the SLURM run left jobs to do"
+    assert {p.name for p in (results / "cache").rglob("*.json")} == cached, "a model call missed the cache"
 
-    local_tables = results["local"][0] / "tables"
-    slurm_tables = results["slurm"][0] / "tables"
+    rebuilt = sorted({o for j in expected for o in j.outputs})
+    _assert_same_outputs(tiny_run, results, rebuilt)
+
+
+def _files(root: Path, rel: str) -> list[str]:
+    p = root / rel
+    return [rel] if p.is_file() else sorted(str(f.relative_to(root)) for f in p.rglob("*") if f.is_file())
+
+
+def _assert_same_outputs(local: Path, slurm: Path, outputs: list[str]) -> None:
+    """Every table of both runs, and every rebuilt file (`outputs`, under the results
+    directories) that holds data, equal: the same files, rows and text, numbers equal up to
+    float rounding. Provenance sidecars, logs and figures carry run times and are left out."""
     def tables(root: Path) -> list[str]:
-        # The tables themselves; provenance sidecars carry run times and so differ.
-        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.suffix in (".csv", ".md"))
+        return sorted(str(p.relative_to(root)) for p in (root / "tables").rglob("*") if p.suffix in (".csv", ".md"))
 
-    names = tables(local_tables)
+    names = tables(local)
     assert names, "the local run made no tables"
-    assert names == tables(slurm_tables)
-    _, mismatch, errors = filecmp.cmpfiles(local_tables, slurm_tables, names, shallow=False)
-    assert not errors, f"unreadable tables: {errors}"
+    assert names == tables(slurm)
+    data = sorted({f for rel in outputs for f in _files(local, rel) if Path(f).suffix in (".parquet", ".csv", ".md")})
+    assert {f for f in data if f.startswith("tables/")} <= set(names)
+    for f in sorted(set(names) | set(data)):
+        assert (slurm / f).is_file(), f"the SLURM run did not rebuild {f}"
+    _, mismatch, errors = filecmp.cmpfiles(local, slurm, sorted(set(names) | set(data)), shallow=False)
+    assert not errors, f"unreadable outputs: {errors}"
     # A model call is cached by whichever job asks first (LADDER, LCAE and generation share
     # cloze scores), and batched float arithmetic differs in the last bits with the batch it
     # ran in; SLURM runs jobs in another order than a local run, so numbers may differ there.
-    differing = [n for n in mismatch if n.endswith(".csv")]
+    differing = [n for n in mismatch if n.endswith((".csv", ".parquet"))]
     for name in differing:
-        _assert_same_table(local_tables / name, slurm_tables / name)
+        _assert_same_table(local / name, slurm / name)
     rendered = {n for n in mismatch if n.endswith(".md")}
-    assert rendered <= {n[:-4] + ".md" for n in differing}, \
+    assert rendered <= {n[:-4] + ".md" for n in differing if n.endswith(".csv")}, \
         f"rendered tables differ although their CSVs are identical: {sorted(rendered)}"
 
 
 def _assert_same_table(a: Path, b: Path) -> None:
     """Same columns, rows and text cells; numeric cells equal to float32 rounding (1e-6)."""
-    pd.testing.assert_frame_equal(pd.read_csv(a), pd.read_csv(b), check_dtype=False, check_exact=False,
+    read = pd.read_parquet if a.suffix == ".parquet" else pd.read_csv
+    pd.testing.assert_frame_equal(read(a), read(b), check_dtype=False, check_exact=False,
                                   rtol=1e-6, atol=1e-9, obj=a.name)
