@@ -107,7 +107,8 @@ def test_a_failed_session_run_is_one_error_and_its_dependants_skip_with_the_caus
         "repo = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(repo)\n"
         "SessionRunFailed, pytest_runtest_makereport = repo.SessionRunFailed, repo.pytest_runtest_makereport\n")
     (tmp_path / "test_x.py").write_text(_FAILING_SESSION_RUN)
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "-q", str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-rs", "-p", "no:cacheprovider", "-q",
+                           "--basetemp", str(tmp_path / "basetemp"), str(tmp_path / "test_x.py")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
