@@ -3,7 +3,8 @@ self-contained HTML page for the Snakemake report (which shows HTML inline but o
 Markdown only as downloads).
 
 Significance marks follow the papers: the best entry in bold, entries not significantly worse
-than it underlined. Marks come as a frame of "best" / "tie" / "" aligned with the values.
+than it underlined, an entry tied with the best both. Marks come as a frame of "best" / "tie" /
+"best+tie" / "" aligned with the values (`stats.persistent.significance`).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from selfknow.records import write_csv, write_text
+from selfknow.stats.persistent.significance import BOLD, UNDERLINED
 
 
 #: Decimals of floats in the rendered tables (Markdown, LaTeX, HTML; the CSV keeps full
@@ -47,7 +49,8 @@ def to_markdown(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: i
         for c in cols:
             s = _fmt(row[c], digits)
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
-            cells.append(f"**{s}**" if m == "best" else f"<u>{s}</u>" if m == "tie" else s)
+            s = f"**{s}**" if m in BOLD else s
+            cells.append(f"<u>{s}</u>" if m in UNDERLINED else s)
         lines.append("| " + " | ".join(cells) + " |")
     if notes:
         lines += ["", notes]
@@ -66,7 +69,8 @@ def to_latex(df: pd.DataFrame, *, title: str = "", digits: int | None = None, ma
         for c in cols:
             s = esc(_fmt(row[c], digits))
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
-            cells.append(r"\textbf{" + s + "}" if m == "best" else r"\underline{" + s + "}" if m == "tie" else s)
+            s = r"\textbf{" + s + "}" if m in BOLD else s
+            cells.append(r"\underline{" + s + "}" if m in UNDERLINED else s)
         out.append(" & ".join(cells) + r" \\")
     out += [r"\bottomrule", r"\end{tabular}"]
     if title:
@@ -111,7 +115,8 @@ def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int |
         for c in cols:
             s = html.escape(_fmt(row[c], digits))
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
-            s = f"<strong>{s}</strong>" if m == "best" else f"<u>{s}</u>" if m == "tie" else s
+            s = f"<strong>{s}</strong>" if m in BOLD else s
+            s = f"<u>{s}</u>" if m in UNDERLINED else s
             cells.append(f"<td{cls(c)}>{s}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table>")
