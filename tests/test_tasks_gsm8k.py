@@ -92,6 +92,6 @@ def test_rows_become_items(tmp_path):
 
 
 def test_a_solution_without_its_final_number_names_the_row():
-    with pytest.raises(ItemError, match="fixture: row 1: the answer has no '#### <number>' line"):
+    with pytest.raises(ItemError, match="fixture: row 2: the answer has no '#### <number>' line"):
         gsm8k.process([{"question": "q", "answer": "#### 3"}, {"question": "q", "answer": "3"}], "gsm8k",
                       "fixture", "test")

@@ -17,7 +17,7 @@ import re
 
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, at, frame, make_item, read_rows, require_fields
 
 _NUMBER = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 _REFERENCE = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
@@ -55,7 +55,7 @@ def process(rows: list[dict], name: str, where: str, split: str) -> pd.DataFrame
     for i, r in enumerate(rows):
         number = reference_number(r["answer"])
         if not number:
-            raise ItemError(f"{where}: row {i}: the answer has no '#### <number>' line")
+            raise ItemError(f"{at(where, i)}: the answer has no '#### <number>' line")
         items.append(make_item(f"{split}-{i}", name, "gsm8k", r["question"], None, number, [number], split))
     return frame(items)
 
