@@ -216,6 +216,14 @@ def test_authors_failed_call_policy_keeps_the_error_as_the_reply(run, monkeypatc
     assert (specs[-1]["timeout_s"], specs[-1]["max_retries"]) == (120, 5)
 
 
+def test_the_answers_part_counts_failed_answer_calls(run):
+    """The score job's `answers` part (the LADDER `answers` table) counts the turns recorded
+    with answer_status "error" beside the unparsed ones: none here."""
+    answers = pd.read_parquet(run["tmp"] / "answers.parquet")
+    assert {"unparsed_answers", "failed_answer_calls"} <= set(answers.columns)
+    assert answers["failed_answer_calls"].tolist() == [0]
+
+
 def test_the_two_jobs_record_what_one_process_records(run, monkeypatch_module, tmp_path):
     """The workflow splits a session's answering (the model's job) from the simulated user's
     replies (the user's job); the records are those of `run_sessions`, which runs both halves

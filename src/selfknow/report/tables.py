@@ -124,7 +124,8 @@ def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int |
         if para:
             out.append(f'<p class="notes">{html.escape(para)}</p>')
     if marks is not None:
-        out.append('<p class="notes">Bold: best; underlined: not significantly worse than the best.</p>')
+        out.append('<p class="notes">Bold: best; underlined: not significantly worse than the best '
+                   '(both: tied with the best).</p>')
     if provenance:
         from selfknow.report.provenance import summary_lines
 

@@ -492,6 +492,7 @@ def score_job(turns_path: str, alt_turns_path: str, profiles_path: str, query_pa
     res["answers"] = pd.DataFrame([{
         "model": model, "n_turns": len(turns), "n_sessions": turns["session_id"].nunique(),
         "n_items": turns["item_id"].nunique(), "unparsed_answers": int((status == "unparsed").sum()),
+        "failed_answer_calls": int((status == "error").sum()),
         "label_coverage": float(dec["decoded_label"].notna().mean()),
         **{k: am[k] for k in ("accuracy", "ECE", "AUROC", "HR", "norm_HR", "conf_gap")},
         **{f"pooled_CBF_{e}": float(v) for e, v in zip(pooled_obs["estimator"], pooled_obs["CBF"])},

@@ -41,7 +41,7 @@ NOTES = ("Contrast sets: the questions one evaluation checkpoint answers right a
          "the pairs of at least {min_contrast} questions ({pairs}). Full-set AUC and Brier pool the evaluation "
          "checkpoints' answers, SmoothECE is averaged over checkpoints; methods with several seeds average each "
          "metric over seeds. Bold: best in its block (a dataset); underlined: not significantly worse on {n_boot} "
-         "paired class-stratified bootstrap replicates (one-sided 95 %, §A.8). ")
+         "paired class-stratified bootstrap replicates (one-sided 95 %, §A.8); a method tied with the best is both. ")
 
 
 @dataclass(frozen=True)
