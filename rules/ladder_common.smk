@@ -68,7 +68,8 @@ def get_ladder_tiers(wildcards):
 
 #: a chat model's answer settings (answers_job's `answering`)
 LADDER_ANSWERING = {"format": LAD["answer_format"], "temperature": LAD["answer_temperature"],
-                    "max_new_tokens": LAD["answer_max_new_tokens"], "per_turn": LAD["answer_per_turn"]}
+                    "max_new_tokens": LAD["answer_max_new_tokens"], "per_turn": LAD["answer_per_turn"],
+                    "failed_call": LAD["failed_answer_call"]}
 
 
 def ladder_score_outputs():

@@ -248,6 +248,8 @@ rule persistent_metrics:
         seed=PC["bootstrap_seed"],
         equivalence=PC["equivalence"],
         normalisation=PC["answer_normalisation"],
+        clamp=PC["confidence_clamp"],
+        bt_max_iter=PC["bt_max_iter"],
     threads: 1
     conda:
         "../envs/selfknow.yaml"

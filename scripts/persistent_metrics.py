@@ -8,4 +8,5 @@ with job_log(snakemake.log[0], f"persistent_metrics {w.model} {w.dataset} {w.eva
                                list(snakemake.input.gcm), out.metrics, out.replicates, out.contrast, out.records,
                                evalset=w.evalset,
                                min_contrast=p.min_contrast, n_boot=p.n_boot, n_boot_ece=p.n_boot_ece, seed=p.seed,
-                               equivalence=p.equivalence, normalisation=p.normalisation))
+                               equivalence=p.equivalence, normalisation=p.normalisation,
+                               clamp=p.clamp, bt_max_iter=p.bt_max_iter))

@@ -130,8 +130,24 @@ def test_jsonl_line_that_is_not_an_object_names_file_and_line(tmp_path, line, me
 ])
 def test_mmlu_malformed_field_names_file_row_and_field(tmp_path, field, value, message):
     f = _jsonl(tmp_path / "test.jsonl", [MMLU_ROW, {**MMLU_ROW, field: value}])
-    with pytest.raises(ItemError, match=re.escape(f"{f}: row 1: {message}")):
+    with pytest.raises(ItemError, match=re.escape(f"mmlu: {f}: line 2: {message}")):
         load_source("mmlu", {**MMLU_SPEC, "path": str(f)})
+
+
+def test_read_and_field_errors_name_the_row_alike(tmp_path):
+    """A field error names the row as a read error does: the dataset, the file and its line
+    (1-based, blank lines counted) for JSON lines; a parquet row 1-based."""
+    f = _jsonl(tmp_path / "test.jsonl", [MMLU_ROW, "", "{not json", MMLU_ROW])
+    with pytest.raises(ItemError, match=re.escape(f"mmlu: {f}: line 3: invalid JSON")):
+        load_source("mmlu", {**MMLU_SPEC, "path": str(f)})
+    _jsonl(f, [MMLU_ROW, "", "", {**MMLU_ROW, "answer": "B"}])
+    with pytest.raises(ItemError, match=re.escape(f"mmlu: {f}: line 4: field 'answer' must be int")):
+        load_source("mmlu", {**MMLU_SPEC, "path": str(f)})
+    f.unlink()
+    pq = tmp_path / "test.parquet"
+    pd.DataFrame([MMLU_ROW, {**MMLU_ROW, "choices": ["a", "b"]}]).to_parquet(pq)
+    with pytest.raises(ItemError, match=re.escape(f"mmlu: {pq}: row 2: expected 4 choices, got 2")):
+        load_source("mmlu", {**MMLU_SPEC, "path": str(tmp_path)})
 
 
 @pytest.mark.parametrize("content", ["", "\n\n"])
@@ -154,19 +170,19 @@ def test_empty_parquet_says_it_has_no_rows(tmp_path):
 
 
 @pytest.mark.parametrize("loader, row, message", [
-    ("gsm8k", {"question": None, "answer": "#### 4"}, "row 0: missing field(s) ['question']"),
-    ("gsm8k", {"question": {"text": "Q?"}, "answer": "#### 4"}, "row 0: field 'question' must be str, got dict"),
-    ("gsm8k", {"question": "Q?", "answer": 4}, "row 0: field 'answer' must be str, got int '4'"),
+    ("gsm8k", {"question": None, "answer": "#### 4"}, "line 1: missing field(s) ['question']"),
+    ("gsm8k", {"question": {"text": "Q?"}, "answer": "#### 4"}, "line 1: field 'question' must be str, got dict"),
+    ("gsm8k", {"question": "Q?", "answer": 4}, "line 1: field 'answer' must be str, got int '4'"),
     ("medxpertqa", {"id": "m1", "question": 7, "options": {"A": "x"}, "label": "A", "medical_task": "t"},
-     "row 0: field 'question' must be str, got int '7'"),
+     "line 1: field 'question' must be str, got int '7'"),
     ("medxpertqa", {"id": "m1", "question": "Q?", "options": ["x"], "label": "A", "medical_task": "t"},
-     "row 0: field 'options' must be dict, got list"),
-    ("bbh", {"input": 3, "target": "(A)"}, "row 0: field 'input' must be str, got int '3'"),
+     "line 1: field 'options' must be dict, got list"),
+    ("bbh", {"input": 3, "target": "(A)"}, "line 1: field 'input' must be str, got int '3'"),
 ])
 def test_task_loaders_name_file_row_and_field(tmp_path, loader, row, message):
     f = _jsonl(tmp_path / "test.jsonl", [row])
     spec = {"loader": loader, "path": str(f), "config_name": "navigate"}
-    with pytest.raises(ItemError, match=re.escape(f"{f}: {message}")):
+    with pytest.raises(ItemError, match=re.escape(f"{loader}: {f}: {message}")):
         load_source(loader, spec)
 
 

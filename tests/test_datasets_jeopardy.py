@@ -119,7 +119,7 @@ def test_malformed_clue_rule(question, malformed):
 def test_missing_field_names_the_row():
     rows = hub_rows()
     del rows[3]["continuation"]
-    with pytest.raises(ItemError, match=r"fixture: row 3: missing field\(s\) \['continuation'\]"):
+    with pytest.raises(ItemError, match=r"fixture: row 4: missing field\(s\) \['continuation'\]"):
         jeopardy.process(rows, "jeopardy", SPEC, "fixture")
 
 

@@ -25,5 +25,5 @@ def test_answer_choices_cut_and_options_in_letter_order(tmp_path):
 
 
 def test_label_outside_the_options_names_the_row():
-    with pytest.raises(ItemError, match=r"fixture: row 0 \(id 'Text-0'\): label 'D' is not one of \['A', 'B', 'C'\]"):
+    with pytest.raises(ItemError, match=r"fixture: row 1 \(id 'Text-0'\): label 'D' is not one of \['A', 'B', 'C'\]"):
         medxpertqa.process([{**ROW, "label": "D"}], "med", "fixture")

@@ -37,7 +37,7 @@ def test_subject_shorter_than_the_range_is_an_error():
         mmlu.process(_rows("anatomy", 5) + _rows("astronomy", 3), "mmlu", SPEC, "fixture")
     bad = _rows("anatomy", 5) + _rows("astronomy", 5)
     bad[3]["choices"] = ["a", "b"]
-    with pytest.raises(ItemError, match="fixture: row 3: expected 4 choices, got 2"):
+    with pytest.raises(ItemError, match="fixture: row 4: expected 4 choices, got 2"):
         mmlu.process(bad, "mmlu", SPEC, "fixture")
 
 

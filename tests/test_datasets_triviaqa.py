@@ -68,7 +68,7 @@ def test_icl_beyond_the_reserved_head_is_an_error():
 def test_malformed_answer_names_the_split_and_row():
     rows = hub_rows(VAL_SHUFFLED)
     rows[2]["answer"] = "Paris"
-    with pytest.raises(ItemError, match=r"val: row 2: 'answer' must be an object with a 'value'"):
+    with pytest.raises(ItemError, match=r"val: row 3: 'answer' must be an object with a 'value'"):
         triviaqa.process(rows, hub_rows(TRAIN_SHUFFLED), "tqa", SPEC, ("val", "train"))
 
 

@@ -262,5 +262,6 @@ def test_parse_shown_reads_paper_notations():
     assert parse_shown("2,000") == (2000.0, 0.0)
     assert parse_shown("80%") == (0.8, 0.0)
     assert parse_shown("8.73M") == (8.73e6, 5000.0)
+    assert parse_shown("1e-6") == (1e-6, 0.0)
     with pytest.raises(ValueError, match="cannot read"):
         parse_shown("about ten")

@@ -104,9 +104,9 @@ def test_react_records_and_zero_shot_file(tmp_path):
 
 
 @pytest.mark.parametrize("row, message", [
-    ({"model": "m", "config": "react", "domain": "A", "p_hat": 1.5}, r"row 1: p_hat must be a number in \[0, 1\]"),
-    ({"model": "m", "config": "react", "domain": "A", "p_hat": 0.2}, r"row 1: a second estimate for model 'm'"),
-    ({"model": "m", "config": "react", "p_hat": 0.2}, r"row 1: missing field\(s\) \['domain'\]"),
+    ({"model": "m", "config": "react", "domain": "A", "p_hat": 1.5}, r"zero-shot profiles: \S+zero_shot.jsonl: line 2: p_hat must be a number in \[0, 1\]"),
+    ({"model": "m", "config": "react", "domain": "A", "p_hat": 0.2}, r"zero-shot profiles: \S+zero_shot.jsonl: line 2: a second estimate for model 'm'"),
+    ({"model": "m", "config": "react", "p_hat": 0.2}, r"zero-shot profiles: \S+zero_shot.jsonl: line 2: missing field\(s\) \['domain'\]"),
 ])
 def test_malformed_zero_shot_rows_are_named(tmp_path, row, message):
     (tmp_path / "test.jsonl").write_text(json.dumps(_trajectory(0, "A", True)) + "\n")

@@ -174,6 +174,56 @@ def test_answers_job_chat_model_answers_each_turn_with_given_tiers(run, monkeypa
         two_jobs(tmp_path, spec, **{**kw, "answering": None})
 
 
+def test_authors_failed_call_policy_keeps_the_error_as_the_reply(run, monkeypatch_module, tmp_path):
+    """`ladder.failed_answer_call: authors`: an openai-backend answerer gets the authors' one
+    30 s try, and a call that fails is recorded as their runner records it (the "[ERROR: ...]"
+    reply read by their parser: no answer, confidence 0.5), marked "error"; "fail" fails the job."""
+    from selfknow.models.http_retry import RequestFailed
+
+    items = run["items"]
+    write_parquet(items, tmp_path / "items.parquet")
+
+    class Flaky(ScriptedLM):
+        def generate(self, prompts, **kw):  # a third of the questions time out
+            if any(ladder_fixtures.stable_hash(p) % 3 == 0 for p in prompts):
+                raise RequestFailed("model 'chat': POST /chat/completions request 0 failed after "
+                                    "1 attempt(s): ReadTimeout: timed out")
+            return super().generate(prompts, **kw)
+
+    lm = Flaky(lambda p: "Answer: B\nConfidence: 62", model_id="chat")
+    specs = []
+    monkeypatch_module.setattr(J, "load_lm", lambda spec, ck=None, cache_dir=None: specs.append(spec) or lm)
+    doms = sorted(items["domain"].unique())
+    tiers = {"strong": doms[:2], "mid": doms[2:4], "weak": doms[4:]}
+    answering = {"format": "authors", "temperature": 0.3, "max_new_tokens": 200, "per_turn": True,
+                 "failed_call": "authors"}
+    spec = {"name": "chat", "backend": "openai", "chat": True, "timeout_s": 120, "max_retries": 5}
+    out = J.answers_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "answers.parquet"),
+                        n_sessions=3, alt_sessions=0, n_turns=10, items_per_domain=4, seed=1,
+                        parts_dir=str(tmp_path / "parts"), cache_dir=None, answering=answering, tiers=tiers)
+    assert (specs[-1]["timeout_s"], specs[-1]["max_retries"]) == (30.0, 0)
+    ans = pd.read_parquet(tmp_path / "answers.parquet")
+    err = ans["answer_status"] == "error"
+    assert 0 < err.sum() < len(ans) and out["failed_answer_calls"] == int(err.sum())
+    assert ans.loc[err, "answer"].isna().all() and (ans.loc[err, "confidence"] == 0.5).all()
+    assert not ans.loc[err, "correct"].astype(bool).any()
+    assert ((ans.loc[~err, "answer"] == "B") & (ans.loc[~err, "confidence"] == 0.62)).all()
+    with pytest.raises(RequestFailed, match="ReadTimeout"):
+        J.answers_job(str(tmp_path / "items.parquet"), spec, str(tmp_path / "answers2.parquet"),
+                      n_sessions=3, alt_sessions=0, n_turns=10, items_per_domain=4, seed=1,
+                      parts_dir=str(tmp_path / "parts2"), cache_dir=None,
+                      answering={**answering, "failed_call": "fail"}, tiers=tiers)
+    assert (specs[-1]["timeout_s"], specs[-1]["max_retries"]) == (120, 5)
+
+
+def test_the_answers_part_counts_failed_answer_calls(run):
+    """The score job's `answers` part (the LADDER `answers` table) counts the turns recorded
+    with answer_status "error" beside the unparsed ones: none here."""
+    answers = pd.read_parquet(run["tmp"] / "answers.parquet")
+    assert {"unparsed_answers", "failed_answer_calls"} <= set(answers.columns)
+    assert answers["failed_answer_calls"].tolist() == [0]
+
+
 def test_the_two_jobs_record_what_one_process_records(run, monkeypatch_module, tmp_path):
     """The workflow splits a session's answering (the model's job) from the simulated user's
     replies (the user's job); the records are those of `run_sessions`, which runs both halves

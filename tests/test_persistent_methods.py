@@ -29,7 +29,10 @@ def beams(*pairs):
 
 
 class PairEquivalence(Equivalence):
-    """Equivalent iff the unordered pair of lower-cased strings is listed."""
+    """Equivalent iff the unordered pair of lower-cased strings is listed (a verdict on the
+    case-folded forms, so one member of each stage-1 group speaks for all)."""
+
+    reads_forms_only = True
 
     def __init__(self, pairs):
         self.pairs = {frozenset((a.lower(), b.lower())) for a, b in pairs}
@@ -82,6 +85,80 @@ def test_sc_equivalence_merges_remaining_groups_transitively():
     assert set(groups[0].members) == {"Big Apple", "NYC", "nyc", "New York City"}
     # the model is asked about stage-1 groups only: 4 groups -> 6 pairs
     assert eq.calls == 6
+
+
+class RawPairNLI(Equivalence):
+    """An NLI stand-in on the raw texts under the authors' normaliser: entailment in both
+    directions iff the unordered raw pair is listed; counts the pairs it is asked."""
+
+    normalise = staticmethod(lowercase_no_periods)
+
+    def __init__(self, pairs):
+        self.pairs = {frozenset(p) for p in pairs}
+        self.asked = []
+
+    def equivalent(self, question, a, b):
+        self.asked.append((a, b))
+        return frozenset((a, b)) in self.pairs
+
+
+def authors_groups(answers, weights, nli_pairs):
+    """Reference: the authors' `group_answers` (conset/gen_cands.py) re-stated beam by beam:
+    drop empty answers, union every pair of beams whose lowercase_no_periods forms are equal
+    or whose raw pair NLI entails both ways; groups as sets of beam indices with summed weight."""
+    keep = [i for i, a in enumerate(answers) if a.strip()]
+    parent = {i: i for i in keep}
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for x, i in enumerate(keep):
+        for j in keep[x + 1:]:
+            a, b = answers[i], answers[j]
+            if lowercase_no_periods(a) == lowercase_no_periods(b) or frozenset((a, b)) in nli_pairs:
+                parent[find(i)] = find(j)
+    groups = {}
+    for i in keep:
+        groups.setdefault(find(i), set()).add(i)
+    return sorted((round(sum(weights[i] for i in g), 12), frozenset(answers[i] for i in g))
+                  for g in groups.values())
+
+
+def test_paper_grouping_is_the_authors_lowercase_forms_then_pairwise_nli():
+    answers = ["The Beatles", "Beatles", "Paris, France", "Paris France", "The", "?", "...", ".",
+               "NYC", "nyc", "Big Apple", ""]
+    weights = np.array([0.2, 0.1, 0.12, 0.08, 0.05, 0.05, 0.04, 0.04, 0.1, 0.1, 0.07, 0.05])
+    nli_pairs = {frozenset(("Big Apple", "nyc"))}  # NLI entails with "nyc", not with "NYC"
+    eq = RawPairNLI(nli_pairs)
+    got = SC.group_answers("q", answers, weights, eq)
+    assert sorted((round(g.probability, 12), frozenset(g.members)) for g in got) == \
+        authors_groups(answers, weights, nli_pairs)
+    by_member = {m: g for g in got for m in g.members}
+    # the paper config: no SQuAD merges, and "The", "?", "..." are answers ("..." = ".")
+    assert by_member["The Beatles"] is not by_member["Beatles"]
+    assert by_member["Paris, France"] is not by_member["Paris France"]
+    assert by_member["The"].members == ("The",) and by_member["?"].members == ("?",)
+    assert set(by_member["..."].members) == {"...", "."}
+    # NLI is asked about every pair of distinct texts: "Big Apple" joins "NYC"/"nyc" by "nyc"
+    assert set(by_member["Big Apple"].members) == {"NYC", "nyc", "Big Apple"}
+    assert ("nyc", "Big Apple") in eq.asked and ("NYC", "Big Apple") in eq.asked
+    assert "" not in by_member and sum(g.probability for g in got) == pytest.approx(0.95)
+
+    # the offline default (SQuAD forms, model-free matcher): the SQuAD merges, and "The",
+    # "?", "...", "." are no answers
+    default = {frozenset(g.members) for g in SC.group_answers("q", answers, weights, NormalisedMatch())}
+    assert {frozenset({"The Beatles", "Beatles"}), frozenset({"Paris, France", "Paris France"}),
+            frozenset({"NYC", "nyc"}), frozenset({"Big Apple"})} == default
+
+
+def test_paper_surrogate_matches_on_the_authors_forms():
+    groups = [SC.AnswerGroup(("Beatles",), 0.6), SC.AnswerGroup(("the beatles.",), 0.3)]
+    assert SC.surrogate_confidence("q", "The Beatles", groups, RawPairNLI([])) == pytest.approx(0.3)
+    assert SC.surrogate_confidence("q", "The Beatles", groups, NormalisedMatch()) == pytest.approx(0.9)
+    assert SC.surrogate_confidence("q", "...", [SC.AnswerGroup((".",), 0.2)], RawPairNLI([])) == \
+        pytest.approx(0.2)
 
 
 def test_sc_frame_and_candidates():

@@ -75,7 +75,7 @@ def test_malformed_copy_names_the_key_file_row_and_field(setup):
     path = setup["datasets"]["mmlu"]["path"]
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps({**MMLU, "answer": "B"}) + "\n")
-    assert preflight(setup) == [f"datasets.mmlu.path: {path}: row 2: field 'answer' must be int, got str 'B'"]
+    assert preflight(setup) == [f"datasets.mmlu.path: mmlu: {path}: line 3: field 'answer' must be int, got str 'B'"]
 
 
 def test_server_down_names_each_model_once(setup, server):

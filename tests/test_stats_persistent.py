@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import relplot
+import torch
 from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
@@ -13,7 +14,7 @@ from selfknow.stats.persistent.bootstrap import (bootstrap_persistent, component
                                                  draw_block, replicate_counts, replicate_rngs,
                                                  select_from_sequence)
 from selfknow.stats.persistent.bt_normalise import fit_bt_normaliser
-from selfknow.stats.persistent.contrast import (METRICS, contrast_pairs, delta_metrics, eq1_normalise,
+from selfknow.stats.persistent.contrast import (METRICS, Normalisation, contrast_pairs, delta_metrics, eq1_normalise,
                                                 persistent_metrics, pivot_long)
 from selfknow.stats.persistent.significance import significance_marks, table_marks
 from selfknow.stats.smooth_ece import smooth_ece, smooth_ece_batch, smooth_ece_sigma, smooth_ece_width
@@ -301,6 +302,84 @@ def test_bt_recovers_eq1_when_eq1_is_true():
     np.testing.assert_allclose(bt.h(grid), np.log(grid / (1 - grid)), atol=0.35)
 
 
+def _authors_condition(p1, p2):
+    """Reference: the authors' `condition_pair_confidences` (conset/evaluation.py, btl_term
+    "odds") re-stated in torch float32: clamp, numerators, division."""
+    a = torch.tensor(p1, dtype=torch.float64).float().clamp(1e-6, 1 - 1e-6)
+    b = torch.tensor(p2, dtype=torch.float64).float().clamp(1e-6, 1 - 1e-6)
+    n1, n2 = a * (1 - b), (1 - a) * b
+    return (n1 / (n1 + n2)).double().numpy(), (n2 / (n1 + n2)).double().numpy()
+
+
+def test_eq1_with_the_authors_clamp_is_their_float32_arithmetic():
+    p1 = np.array([1.0, 0.0, 0.0, 1.0, 0.3, 0.8, 1e-9, 0.999999999, 0.62])
+    p2 = np.array([0.3, 0.0, 1.0, 1.0, 0.3, 0.4, 0.5, 0.5, 0.9999995])
+    q1, q2 = eq1_normalise(p1, p2, clamp=1e-6)
+    r1, r2 = _authors_condition(p1, p2)
+    np.testing.assert_array_equal(q1, r1)
+    np.testing.assert_array_equal(q2, r2)
+    # hand values: 1 vs 0.3 -> (1 - 1e-6)(0.7) / ((1 - 1e-6)(0.7) + 1e-6 (0.3)) = 1 - 4.29e-7;
+    # exact 0 / 1 pairs become 1e-6-scale; both 0, both 1 -> 1/2
+    assert abs(q1[0] - (1 - 0.3e-6 / 0.7)) < 1e-7 and q1[0] < 1
+    assert 0 < q1[2] < 2e-12 and q1[1] == q1[3] == 0.5
+    exact, _ = eq1_normalise(p1, p2)
+    assert exact[0] == 1.0 and exact[2] == 0.0
+    np.testing.assert_allclose(q1[4:], exact[4:], atol=2e-6)
+
+
+def test_the_authors_clamp_moves_contrast_auc_on_exact_zero_one_confidences():
+    """Exact 0/1 confidences tie under the exact formula (every q is 0 or 1); the clamp splits
+    the ties by the other checkpoint's confidence, so the pooled contrast AUC moves."""
+    correct = np.array([[1, 0, 1, 0], [0, 1, 0, 1]], dtype=float)
+    conf = np.array([[1.0, 1.0, 0.7, 0.2], [0.3, 0.6, 1.0, 0.0]])
+    exact = persistent_metrics(conf, correct)
+    authors = persistent_metrics(conf, correct, normaliser=Normalisation("eq1", clamp=1e-6))
+    q_early, q_late = _authors_condition(conf[0], conf[1])
+    q = np.concatenate([q_early, q_late])
+    y = np.concatenate([correct[0], correct[1]])
+    assert authors["contrast_auc"] == pytest.approx(roc_auc_score(y, q), abs=1e-12)
+    # exact: q_early = [1, 1, 0, 1], q_late = [0, 0, 1, 0]; positives [1, 0, 0, 0] against
+    # negatives [1, 1, 0, 1]: (1 + 3 ties / 2 + 3 ties / 2) / 16 = 0.25. Clamped: the positive
+    # 1 - 4.3e-7 beats all four negatives, each 1e-6-scale positive beats the 4.3e-7
+    # negative only: 7 / 16
+    assert exact["contrast_auc"] == pytest.approx(0.25) and authors["contrast_auc"] == pytest.approx(7 / 16)
+    assert authors["delta0"] == exact["delta0"]  # Δ0 reads the raw confidences
+
+
+def test_bt_at_the_authors_iterations_reaches_the_optimum_where_50_stop_short():
+    """An informative contrast set (steep true h): at the paper's 50 L-BFGS-B iterations the
+    fit stops unconverged, its normalised confidences 2e-2 from the optimum; at the authors'
+    500 (gtol 1e-9, ftol 1e-12) it converges. Optimality is certified independently of the
+    fit's design matrix: KKT conditions of the increments from finite differences of
+    `BTNormaliser.nll` (zero gradient on free increments, non-negative on bounded ones)."""
+    from selfknow.stats.persistent.bt_normalise import MAX_ITER, BTNormaliser
+
+    rng = np.random.default_rng(3)
+    p1, p2 = rng.uniform(size=1500), rng.uniform(size=1500)
+    true_h = lambda p: 6 * np.tanh(10 * (p - 0.5))  # noqa: E731
+    y = (rng.uniform(size=1500) < 1 / (1 + np.exp(-(true_h(p1) - true_h(p2))))).astype(float)
+
+    def kkt(bt):
+        inc, e = np.diff(bt.values), 1e-6
+        nll = lambda x: BTNormaliser(bt.knots, np.concatenate([[0.0], np.cumsum(x)])).nll(p1, p2, y)  # noqa: E731
+        g = np.array([(nll(inc + e * d) - nll(inc - e * d)) / (2 * e) for d in np.eye(inc.size)])
+        free = inc > 1e-8
+        return np.abs(g[free]).max(), g[~free].min() if (~free).any() else 0.0
+
+    short, full = fit_bt_normaliser(p1, p2, y, max_iter=50), fit_bt_normaliser(p1, p2, y)
+    assert MAX_ITER == 500 and full.converged and full.n_iter < MAX_ITER
+    assert not short.converged and short.n_iter == 50
+    free_grad, bound_grad = kkt(full)
+    assert free_grad < 1e-6 and bound_grad > -1e-6
+    assert kkt(short)[0] > 1e-5
+    gap = np.abs(short(p1, p2)[0] - full(p1, p2)[0]).max()
+    assert 1e-2 < gap < 5e-2
+    assert short.nll(p1, p2, y) > full.nll(p1, p2, y) + 5e-5
+    # the schema's default is the authors' number
+    from selfknow.schema import defaults
+    assert defaults("persistent")["bt_max_iter"] == MAX_ITER
+
+
 def test_persistent_metrics_with_fitted_normaliser_keeps_delta0():
     conf, correct = _toy()
     m_eq1 = persistent_metrics(conf, correct)
@@ -493,12 +572,22 @@ def test_significance_marks_constructed_case():
             "D": base + 0.0}
     point = {"A": 0.80, "B": 0.75, "C": 0.799, "D": 0.800004, "E": float("nan")}
     marks = significance_marks(point, reps, higher_is_better=True)
-    assert marks == {"A": "best", "B": "", "C": "tie", "D": "best", "E": ""}
+    # D is the best; A, tied with it within 1e-5 and not significantly worse, is bold and
+    # underlined, as in the authors' tables (conset/latex.py)
+    assert marks == {"A": "best+tie", "B": "", "C": "tie", "D": "best", "E": ""}
     # lower is better: the sign flips
     low = significance_marks({"A": 0.2, "B": 0.25, "C": 0.201},
                              {"A": -base, "B": -base + 0.05 + rng.normal(0, 0.005, 10_000),
                               "C": -base + 0.001 + rng.normal(0, 0.01, 10_000)}, higher_is_better=False)
     assert low == {"A": "best", "B": "", "C": "tie"}
+    # a tied best prints bold and underlined in every format, as the authors' LaTeX
+    import pandas as pd
+    from selfknow.report import tables as T
+    df, mk = pd.DataFrame({"m": [0.8, 0.8, 0.7, 0.5]}), pd.DataFrame({"m": ["best", "best+tie", "tie", ""]})
+    assert r"\underline{\textbf{0.800}}" in T.to_latex(df, marks=mk, digits=3)
+    assert "| <u>**0.800**</u> |" in T.to_markdown(df, marks=mk, digits=3)
+    assert "<u><strong>0.800</strong></u>" in T.to_html(df, marks=mk, digits=3)
+    assert "| **0.800** |" in T.to_markdown(df, marks=mk, digits=3) and "| <u>0.700</u> |" in T.to_markdown(df, marks=mk, digits=3)
     tbl = table_marks({"A": {"full_ece": 0.2}, "B": {"full_ece": 0.25}},
                       {"A": {"full_ece": -base}, "B": {"full_ece": -base + 0.05}})
     assert tbl == {"A": {"full_ece": "best"}, "B": {"full_ece": ""}}

@@ -83,5 +83,5 @@ def test_rows_of_one_task_become_items(tmp_path):
     items = bbh.load("bbh_snarks", {"path": str(path), "config_name": "snarks"})
     assert list(items.item_id) == ["snarks-0", "snarks-1"] and list(items.answer) == ["(A)", "(B)"]
     assert set(items.domain) == {"snarks"}
-    with pytest.raises(ItemError, match=r"fixture: row 0: target 'A' of the multiple-choice task snarks"):
+    with pytest.raises(ItemError, match=r"fixture: row 1: target 'A' of the multiple-choice task snarks"):
         bbh.process([{"input": "q", "target": "A"}], "bbh", "snarks", "fixture")

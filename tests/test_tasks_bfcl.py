@@ -116,7 +116,7 @@ def test_rows_become_items(tmp_path):
                       "[calculate_triangle_area(base=10, height=5)]") == \
         ([{"calculate_triangle_area": {"base": 10, "height": 5}}], True, None)
     a.write_text(json.dumps({"id": "simple_1", "ground_truth": AREA_TRUTH}) + "\n")
-    with pytest.raises(ItemError, match=r"simple.jsonl: row 0: no possible answer for id 'simple_0'"):
+    with pytest.raises(ItemError, match=r"bfcl_simple: \S+simple.jsonl: line 1: no possible answer for id 'simple_0'"):
         bfcl.load("bfcl_simple", {"path": str(q), "possible_answer_path": str(a), "category": "simple"})
 
 

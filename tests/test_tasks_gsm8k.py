@@ -65,6 +65,26 @@ def test_reference_and_exact_string_comparison():
     assert gsm8k.score("no number here", reference) == (None, False)
 
 
+@pytest.mark.parametrize("solution", ["She has 6 * 3 = <<6*3=18>>18 eggs.\n#### 18", "#### $1,072.", "#### -3",
+                                      "#### 18.00"])
+def test_the_reference_is_cleaned_as_lm_eval_cleans_it(solution):
+    """lm-eval's gsm8k scores flexible-extract with `exact_match`, whose `regexes_to_ignore`
+    (",", "\\$", "(?s).*#### ", "\\.$") apply to the reference (the whole hub answer) as to the
+    prediction (lm_eval/api/metrics.py `exact_match_hf_evaluate`): our cleaned reference gives
+    its verdict for every response of OFFICIAL and for the reference's own number."""
+    from lm_eval.api.metrics import exact_match_hf_evaluate
+    from lm_eval.filters.extraction import RegexFilter
+
+    flexible = RegexFilter(regex_pattern=r"(-?[$0-9.,]{2,})|(-?[0-9]+)", group_select=-1)
+    ignore = [",", "\\$", "(?s).*#### ", "\\.$"]
+    reference = gsm8k.reference_number(solution)
+    for response, _ in OFFICIAL + [(solution.split("#### ")[-1], None)]:
+        (extracted,), = flexible.apply([[response]], [{}])
+        official = exact_match_hf_evaluate([extracted], [solution], regexes_to_ignore=ignore,
+                                           ignore_case=True)["exact_match"]
+        assert gsm8k.score(response, reference)[1] is bool(official), (response, solution)
+
+
 def test_rows_become_items(tmp_path):
     (tmp_path / "test.jsonl").write_text(json.dumps({"question": "2+2?", "answer": "2+2=4\n#### 4"}) + "\n")
     items = gsm8k.load("gsm8k", {"path": str(tmp_path)}, "test")
@@ -72,6 +92,6 @@ def test_rows_become_items(tmp_path):
 
 
 def test_a_solution_without_its_final_number_names_the_row():
-    with pytest.raises(ItemError, match="fixture: row 1: the answer has no '#### <number>' line"):
+    with pytest.raises(ItemError, match="fixture: row 2: the answer has no '#### <number>' line"):
         gsm8k.process([{"question": "q", "answer": "#### 3"}, {"question": "q", "answer": "3"}], "gsm8k",
                       "fixture", "test")

@@ -70,7 +70,7 @@ def test_rows_become_items_without_na_padding(tmp_path):
 
 
 def test_an_answer_that_disagrees_with_its_index_names_the_row():
-    with pytest.raises(ItemError, match=r"fixture: row 1: answer 'C' and answer_index 1 disagree"):
+    with pytest.raises(ItemError, match=r"fixture: row 2: answer 'C' and answer_index 1 disagree"):
         mmlu_pro.process([_row(), _row(answer="C")], "mmlu_pro", "fixture", "test")
-    with pytest.raises(ItemError, match=r"fixture: row 0: missing field\(s\) \['category'\]"):
+    with pytest.raises(ItemError, match=r"fixture: row 1: missing field\(s\) \['category'\]"):
         mmlu_pro.process([{k: v for k, v in _row().items() if k != "category"}], "mmlu_pro", "fixture", "test")

@@ -29,13 +29,13 @@ def test_the_score_is_the_recorded_success(tmp_path):
 
 
 @pytest.mark.parametrize("change, message", [
-    (dict(success="yes"), r"row 1 \(id 'q1'\): success must be true or false"),
-    (dict(steps=[]), r"row 1 \(id 'q1'\): steps must be a non-empty list"),
-    (dict(steps=[{"thought": "t", "action": "a"}]), r"row 1 \(id 'q1'\): step 0 must have the keys"),
+    (dict(success="yes"), r"row 2 \(id 'q1'\): success must be true or false"),
+    (dict(steps=[]), r"row 2 \(id 'q1'\): steps must be a non-empty list"),
+    (dict(steps=[{"thought": "t", "action": "a"}]), r"row 2 \(id 'q1'\): step 0 must have the keys"),
     (dict(steps=[{"thought": "t", "action": "a", "observation": None},
                  {"thought": "t", "action": "finish[x]", "observation": None}]),
      r"step 0: observation must be a string \(null only on the last step\)"),
-    (dict(id="q0"), r"row 1 \(id 'q0'\): duplicate trajectory for model 'm', config 'zs'"),
+    (dict(id="q0"), r"row 2 \(id 'q0'\): duplicate trajectory for model 'm', config 'zs'"),
 ])
 def test_malformed_records_are_named(change, message):
     with pytest.raises(ItemError, match=message):

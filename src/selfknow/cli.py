@@ -392,7 +392,8 @@ def run_persistent_eval(args: argparse.Namespace) -> int:
     # the schema's derived default of bootstrap_ece_replicates: bootstrap_replicates
     n_ece = pc.get("bootstrap_ece_replicates", n_boot) if args.bootstrap_ece is None else args.bootstrap_ece
     settings = Settings(pc["min_contrast"] if args.min_contrast is None else args.min_contrast, n_boot, n_ece,
-                        pc["bootstrap_seed"] if args.seed is None else args.seed)
+                        pc["bootstrap_seed"] if args.seed is None else args.seed, pc["confidence_clamp"],
+                        pc["bt_max_iter"])
     start = time.perf_counter()
 
     def progress(message: str) -> None:

@@ -383,8 +383,8 @@ _SCALE = {"": 1.0, "K": 1e3, "k": 1e3, "M": 1e6, "%": 0.01, "\\%": 0.01}
 
 
 def parse_shown(text: str) -> tuple[float, float]:
-    """A number as a paper or a config writes it (10^4, 2· 10^-5, 5K, 8.73M, 80%, 2,000,
-    three) and half a unit of its last written digit: the value it may stand for lies within
+    """A number as a paper, a config or code writes it (10^4, 2· 10^-5, 1e-6, 5K, 8.73M, 80%,
+    2,000, three) and half a unit of its last written digit: the value it may stand for lies within
     that of the number."""
     t = text.strip().replace(",", "")
     if t.lower() in _WORDS:
@@ -392,6 +392,8 @@ def parse_shown(text: str) -> tuple[float, float]:
     if m := re.fullmatch(r"(?:(\d+(?:\.\d+)?)\s*[\u22c5\u00b7\u00d7*x]\s*)?(\d+)\s*\^\s*\{?(-?\d+)\}?", t):
         mant = float(m.group(1)) if m.group(1) else 1.0
         return mant * float(m.group(2)) ** int(m.group(3)), 0.0
+    if re.fullmatch(r"\d+(?:\.\d+)?[eE]-?\d+", t):  # code's float literal: exact
+        return float(t), 0.0
     m = re.fullmatch(r"(\d+(?:\.(\d+))?)\s*(K|k|M|\\?%)?", t)
     if not m:
         raise ValueError(f"cannot read {text!r} as a number")

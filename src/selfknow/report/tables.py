@@ -3,7 +3,8 @@ self-contained HTML page for the Snakemake report (which shows HTML inline but o
 Markdown only as downloads).
 
 Significance marks follow the papers: the best entry in bold, entries not significantly worse
-than it underlined. Marks come as a frame of "best" / "tie" / "" aligned with the values.
+than it underlined, an entry tied with the best both. Marks come as a frame of "best" / "tie" /
+"best+tie" / "" aligned with the values (`stats.persistent.significance`).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.records import write_csv, write_text
+from selfknow.stats.persistent.significance import BOLD, UNDERLINED
 
 
 #: Decimals of floats in the rendered tables (Markdown, LaTeX, HTML; the CSV keeps full
@@ -86,7 +88,8 @@ def to_markdown(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: i
         cells = []
         for c, s in zip(cols, row):
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
-            cells.append(f"**{s}**" if m == "best" else f"<u>{s}</u>" if m == "tie" else s)
+            s = f"**{s}**" if m in BOLD else s
+            cells.append(f"<u>{s}</u>" if m in UNDERLINED else s)
         lines.append("| " + " | ".join(cells) + " |")
     if notes:
         lines += ["", notes]
@@ -105,7 +108,8 @@ def to_latex(df: pd.DataFrame, *, title: str = "", digits: int | None = None, ma
         for c, s in zip(cols, row):
             s = esc(s)
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
-            cells.append(r"\textbf{" + s + "}" if m == "best" else r"\underline{" + s + "}" if m == "tie" else s)
+            s = r"\textbf{" + s + "}" if m in BOLD else s
+            cells.append(r"\underline{" + s + "}" if m in UNDERLINED else s)
         out.append(" & ".join(cells) + r" \\")
     out += [r"\bottomrule", r"\end{tabular}"]
     if title:
@@ -152,7 +156,8 @@ def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int |
         for c, s in zip(cols, row):
             s = html.escape(s)
             m = "" if marks is None or c not in marks.columns else marks.iloc[i][c]
-            s = f"<strong>{s}</strong>" if m == "best" else f"<u>{s}</u>" if m == "tie" else s
+            s = f"<strong>{s}</strong>" if m in BOLD else s
+            s = f"<u>{s}</u>" if m in UNDERLINED else s
             cells.append(f"<td{cls(c)}>{s}</td>")
         out.append("<tr>" + "".join(cells) + "</tr>")
     out.append("</tbody></table></div>")
@@ -160,7 +165,8 @@ def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int |
         if para:
             out.append(f'<p class="notes">{html.escape(para)}</p>')
     if marks is not None:
-        out.append('<p class="notes">Bold: best; underlined: not significantly worse than the best.</p>')
+        out.append('<p class="notes">Bold: best; underlined: not significantly worse than the best '
+                   '(both: tied with the best).</p>')
     if provenance:
         from selfknow.report.provenance import summary_lines
 

@@ -12,6 +12,11 @@ The answering model sees ONLY the current question (no history, no feedback). Me
     (`parse_answer_reply`).
   A reply with no recoverable option letter gets answer None (scored wrong downstream, as the
   authors' parser does) and is counted in `answer_status`, never dropped.
+* a failed answer call (`ladder.failed_answer_call`): "fail" fails the job after the backend's
+  retries; "authors" does what the authors' runner does (`call_api` in
+  yin1245/selfbound code/baselines/capbound_session_api.py: one try with a 30 s timeout, the
+  text "[ERROR: ...]" returned as the reply and parsed as any reply, so answer None and
+  confidence 0.5), with `answer_status` "error" on those records.
 
 Also home of the prompt-file loader and the tolerant JSON/number parsing that the prompted
 levels (`prompted.py`) share.
@@ -32,12 +37,17 @@ import pandas as pd
 
 from selfknow.stages.mcq import chosen_letter, option_probabilities
 from selfknow.models.base import LM
+from selfknow.models.http_retry import RequestFailed
 
 PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 LETTERS = "ABCDEFGHIJ"
 #: Confidence recorded when a reply states no usable confidence (the authors' runner uses 0.5).
 DEFAULT_CONFIDENCE = 0.5
 ANSWER_COLUMNS = ["item_id", "answer", "confidence", "answer_status", "answer_raw"]
+#: `ladder.failed_answer_call` values (module docstring)
+FAILED_CALL_POLICIES = ("fail", "authors")
+#: the authors' runner's request timeout (`call_api`: `requests.post(..., timeout=30)`)
+AUTHORS_TIMEOUT_S = 30.0
 
 
 # ----------------------------------------------------------------------------- prompt files
@@ -263,12 +273,14 @@ def answer_by_cloze(lm: LM, items: pd.DataFrame, sample_index: int = 0,
 def answer_by_prompt(lm: LM, items: pd.DataFrame, sample_index: int = 0, *,
                      answer_format: str = "json", max_new_tokens: int = 64,
                      temperature: float = 0.0, chat: bool = True,
-                     batch_size: int = 16) -> pd.DataFrame:
+                     batch_size: int = 16, failed_call: str = "fail") -> pd.DataFrame:
     """Answer each MCQ item with the prompt and parser of `answer_format` (ANSWER_FORMATS).
     `sample_index` tells draws apart where the answer may vary (temperature > 0 or a hosted
     API): a fresh call per session turn passes the session's index. The model entry's
     `token_budgets.ladder_answer` overrides `max_new_tokens`. Unparsable replies keep answer
-    None and status "unparsed" (counted, scored wrong)."""
+    None and status "unparsed" (counted, scored wrong). A call that fails after the backend's
+    retries fails the job, or with `failed_call="authors"` is recorded as the authors' runner
+    records it (module docstring), status "error"."""
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"unknown ladder.answer_format {answer_format!r}; known: {sorted(ANSWER_FORMATS)}")
     name, parse = ANSWER_FORMATS[answer_format]
@@ -276,16 +288,35 @@ def answer_by_prompt(lm: LM, items: pd.DataFrame, sample_index: int = 0, *,
     recs = items.to_dict("records")
     prompts = [tmpl.substitute(question=r["question"], choices=format_choices(_choices(r)))
                for r in recs]
+    if failed_call not in FAILED_CALL_POLICIES:
+        raise ValueError(f"unknown ladder.failed_answer_call {failed_call!r}; known: {list(FAILED_CALL_POLICIES)}")
+
+    def ask(batch: list[str]) -> list[str]:
+        return [g.text for g in lm.generate(batch, max_new_tokens=lm.budget("ladder_answer", max_new_tokens),
+                                            chat=chat, temperature=temperature, sample_index=sample_index)]
+
     texts: list[str] = []
+    failed: list[bool] = []
     for s in range(0, len(prompts), batch_size):
-        gens = lm.generate(prompts[s:s + batch_size], max_new_tokens=lm.budget("ladder_answer", max_new_tokens),
-                           chat=chat, temperature=temperature, sample_index=sample_index)
-        texts.extend(g.text for g in gens)
+        batch = prompts[s:s + batch_size]
+        try:
+            texts += ask(batch)
+            failed += [False] * len(batch)
+        except RequestFailed:
+            if failed_call == "fail":
+                raise
+            for p in batch:  # the batch's answered prompts come back from the call cache
+                try:
+                    texts += ask([p])
+                    failed.append(False)
+                except RequestFailed as err:
+                    texts.append(f"[ERROR: {err}]")
+                    failed.append(True)
     out = []
-    for r, t in zip(recs, texts):
+    for r, t, err in zip(recs, texts, failed):
         pa = parse(t, len(_choices(r)))
         out.append({"item_id": r["item_id"], "answer": pa.answer, "confidence": pa.confidence,
-                    "answer_status": pa.status, "answer_raw": t})
+                    "answer_status": "error" if err else pa.status, "answer_raw": t})
     return pd.DataFrame(out, columns=ANSWER_COLUMNS)
 
 

@@ -25,7 +25,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, at, read_rows, require_fields
 
 from . import controls as C
 from .estimators import Stream, fit_estimator
@@ -130,9 +130,9 @@ def react_records(name: str, spec: dict) -> tuple[pd.DataFrame, pd.DataFrame | N
     for i, r in enumerate(rows):
         p, key = r["p_hat"], (r.get("model"), r.get("config"), r["domain"])
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
-            raise ItemError(f"{where}: row {i}: p_hat must be a number in [0, 1], got {p!r}")
+            raise ItemError(f"{at(where, i)}: p_hat must be a number in [0, 1], got {p!r}")
         if key in seen:
-            raise ItemError(f"{where}: row {i}: a second estimate for model {key[0]!r}, config {key[1]!r}, "
+            raise ItemError(f"{at(where, i)}: a second estimate for model {key[0]!r}, config {key[1]!r}, "
                             f"subject {key[2]!r}")
         seen.add(key)
     zero_shot = pd.DataFrame([{"model": r.get("model"), "config": r.get("config"), "domain": r["domain"],

@@ -36,7 +36,7 @@ from selfknow.records import read_parquet, write_json, write_parquet
 
 from . import controls as C
 from .aggregate import OFFLINE_ESTIMATORS, score_pooled, score_sessions, with_decoded_labels
-from .answering import make_answer_fn
+from .answering import AUTHORS_TIMEOUT_S, FAILED_CALL_POLICIES, make_answer_fn
 from .bootstrap import paired_cluster_bootstrap, session_bootstrap
 from .catalog import SCORE_PARTS
 from .estimators import Stream, fit_estimator, resolve
@@ -98,16 +98,21 @@ def answers_job(items_path: str, spec: dict, out: str, *, n_sessions: int, alt_s
 
     items_path: the MCQ test items; the pool is `items_per_domain` per domain, seeded.
     answering: a chat model's `ladder` answer settings {format, temperature, max_new_tokens,
-    per_turn} (a base LM answers by cloze, once per item). tiers: {strong, mid, weak:
+    per_turn, failed_call} (a base LM answers by cloze, once per item); `failed_call`
+    "authors" sends an openai-backend model's answer calls with the authors' one 30 s try. tiers: {strong, mid, weak:
     [domains]} (the authors' profile), else from the pool's answers."""
     pool = _pool(items_path, items_per_domain, seed)
+    failed_call = (answering or {}).get("failed_call", FAILED_CALL_POLICIES[0])
+    if failed_call == "authors" and spec["backend"] == "openai":
+        spec = {**spec, "timeout_s": AUTHORS_TIMEOUT_S, "max_retries": 0}  # their one 30 s try
     lm = load_lm(spec, None, cache_dir=cache_dir)
     if is_chat(spec):
         if answering is None:
             raise ValueError(f"model '{spec['name']}' is a chat model: pass the ladder answer settings")
         mode, per_turn = answering["format"], bool(answering["per_turn"])
         answer_fn = make_answer_fn(lm, mode, temperature=float(answering["temperature"]),
-                                   max_new_tokens=int(answering["max_new_tokens"]))
+                                   max_new_tokens=int(answering["max_new_tokens"]),
+                                   failed_call=failed_call)
     else:
         mode, per_turn, answer_fn = "cloze", False, make_answer_fn(lm, "cloze")
     tier_of = None if tiers is None else {d: t for t in ("strong", "mid", "weak") for d in tiers[t]}
@@ -126,6 +131,7 @@ def answers_job(items_path: str, spec: dict, out: str, *, n_sessions: int, alt_s
     return {"pool": len(pool), "answer_mode": mode, "per_turn": per_turn, "sessions": n,
             "accuracy": round(float(main["correct"].astype(bool).mean()), 4) if len(main) else None,
             "unparsed_answers": int((main["answer_status"] == "unparsed").sum()),
+            "failed_answer_calls": int((answered["answer_status"] == "error").sum()),
             "model_calls": lm.stats.misses, "cache_hits": lm.stats.hits}
 
 
@@ -486,6 +492,7 @@ def score_job(turns_path: str, alt_turns_path: str, profiles_path: str, query_pa
     res["answers"] = pd.DataFrame([{
         "model": model, "n_turns": len(turns), "n_sessions": turns["session_id"].nunique(),
         "n_items": turns["item_id"].nunique(), "unparsed_answers": int((status == "unparsed").sum()),
+        "failed_answer_calls": int((status == "error").sum()),
         "label_coverage": float(dec["decoded_label"].notna().mean()),
         **{k: am[k] for k in ("accuracy", "ECE", "AUROC", "HR", "norm_HR", "conf_gap")},
         **{f"pooled_CBF_{e}": float(v) for e, v in zip(pooled_obs["estimator"], pooled_obs["CBF"])},

@@ -39,6 +39,16 @@ NORMALISERS: dict[str, Callable[[str | None], str]] = {
 }
 
 
+def is_answer(text: str | None, normalise: Callable[[str | None], str]) -> bool:
+    """Whether a beam's text is an answer to group: not when its first line is empty (the
+    authors' `if ans:` in conset/gen_cands.py `group_answers`), nor, under SQuAD normalisation
+    (the offline default), when it is articles and punctuation only ("The", "?"). Under the
+    authors' rule "..." is an answer, equal to "." and compared with the rest by NLI."""
+    if not (isinstance(text, str) and text.lstrip().split("\n", 1)[0].strip()):
+        return False
+    return normalise is not normalise_answer or bool(normalise_answer(text))
+
+
 def get_normaliser(name: str) -> Callable[[str | None], str]:
     try:
         return NORMALISERS[name]
@@ -50,6 +60,12 @@ class Equivalence(abc.ABC):
     """Decides whether two short answers to one question denote the same answer."""
 
     name: str = "abstract"
+    #: the normaliser under which equal answers are the same answer without asking
+    normalise: Callable[[str | None], str] = staticmethod(normalise_answer)
+    #: True when the verdict depends only on the two answers' normalised forms, so grouping
+    #: may ask about one member of each set of equal forms; a model reading the raw text
+    #: (NLI) is asked about every pair of distinct texts, as the authors' pairwise NLI is
+    reads_forms_only: bool = False
 
     @abc.abstractmethod
     def equivalent(self, question: str, a: str, b: str) -> bool:
@@ -91,6 +107,7 @@ class NormalisedMatch(Equivalence):
     """
 
     name = "normalised"
+    reads_forms_only = True
 
     def __init__(self, containment: bool = True, designators: frozenset[str] = DESIGNATORS,
                  normalise: Callable[[str | None], str] = normalise_answer):
@@ -186,10 +203,9 @@ class NLIEquivalence(Equivalence):
         result: list[bool | None] = [None] * len(pairs)
         todo: list[int] = []
         for i, (a, b) in enumerate(pairs):
-            na, nb = self.normalise(a), self.normalise(b)
-            if not na or not nb:
+            if not (is_answer(a, self.normalise) and is_answer(b, self.normalise)):
                 result[i] = False
-            elif na == nb:
+            elif self.normalise(a) == self.normalise(b):
                 result[i] = True
             elif (question, a, b) in self._memo:
                 result[i] = self._memo[(question, a, b)]

@@ -148,13 +148,16 @@ def _confidences(df: pd.DataFrame, source: str, ds: str) -> Confidences:
 # metrics
 # ----------------------------------------------------------------------------------------------
 def evaluate(conf: Confidences, *, min_contrast: int, n_boot: int, n_boot_ece: int, seed: int,
-             bt_methods: Sequence[str] | None = None) -> Result:
+             bt_methods: Sequence[str] | None = None, clamp: float | None = None,
+             bt_max_iter: int | None = None) -> Result:
     """The contrast-set sizes, the metrics of every method (`compute_metrics`; the fitted
-    normalisation for `bt_methods`, default every method) and their bootstrap replicates."""
+    normalisation for `bt_methods`, default every method; `clamp`, `bt_max_iter` as there)
+    and their bootstrap replicates."""
     sizes = contrast_size_frame(conf.correct, conf.checkpoints, min_contrast)
     points, reps, pairs = compute_metrics(conf.correct, conf.methods, min_contrast=min_contrast, n_boot=n_boot,
                                           n_boot_ece=n_boot_ece, seed=seed,
-                                          bt_methods=list(conf.methods) if bt_methods is None else bt_methods)
+                                          bt_methods=list(conf.methods) if bt_methods is None else bt_methods,
+                                          clamp=clamp, bt_max_iter=bt_max_iter)
     points["n_seeds"] = points["method"].map({m: c.shape[0] for m, c in conf.methods.items()})
     points["n_items"] = conf.items.size
     points["n_pairs"] = len(pairs)

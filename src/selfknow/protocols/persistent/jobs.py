@@ -580,11 +580,13 @@ def assemble_main_methods(eval_ckpts: Sequence[str], train_ckpts: Sequence[str],
 def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths: Mapping[ScInput, str],
                 variant_paths: Sequence[str], gcm_paths: Sequence[str], out_metrics: str,
                 out_replicates: str, out_contrast: str, out_records: str, *, evalset: str, min_contrast: int,
-                n_boot: int, n_boot_ece: int, seed: int, equivalence: str, normalisation: str) -> dict:
+                n_boot: int, n_boot_ece: int, seed: int, equivalence: str, normalisation: str,
+                clamp: float | None, bt_max_iter: int) -> dict:
     """Metrics of every method for one (model, training dataset, evaluation set): the main
     dataset's test split (`evalset="main"`) or the transfer dataset (both of its splits);
     `sc_paths` as in `variant_job`. The assembled confidences are written as plain records
-    (`out_records`) and evaluated by `evaluate.evaluate`, as `selfknow persistent-eval` does."""
+    (`out_records`) and evaluated by `evaluate.evaluate`, as `selfknow persistent-eval` does;
+    `clamp`, `bt_max_iter`: config `persistent.confidence_clamp`, `bt_max_iter`."""
     t0 = time.time()
     ev, tr = list(eval_ckpts), list(train_ckpts)
     sc = {k: read_sc(p) for k, p in sc_paths.items()}
@@ -601,7 +603,7 @@ def metrics_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_paths:
     write_parquet(records, out_records)
     (conf,) = record_arrays(records).values()
     res = evaluate(conf, min_contrast=min_contrast, n_boot=n_boot, n_boot_ece=n_boot_ece, seed=seed,
-                   bt_methods=C.fitted_methods())
+                   bt_methods=C.fitted_methods(), clamp=clamp, bt_max_iter=bt_max_iter)
     write_parquet(res.contrast, out_contrast)
     write_parquet(res.points, out_metrics)
     with atomic_path(out_replicates) as tmp:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from selfknow.stats.isotonic import fit_isotonic
 from selfknow.stats.persistent.bootstrap import bootstrap_persistent
-from selfknow.stats.persistent.contrast import METRICS, contrast_pairs, persistent_metrics
+from selfknow.stats.persistent.contrast import METRICS, Normalisation, contrast_pairs, persistent_metrics
 
 from . import catalog as C
 from .baselines import copy_confidences
@@ -92,26 +92,29 @@ def contrast_size_frame(y: np.ndarray, ckpts: Sequence[str], min_contrast: int) 
 
 
 def compute_metrics(y: np.ndarray, methods: Mapping[str, np.ndarray], *, min_contrast: int, n_boot: int,
-                    n_boot_ece: int, seed: int, bt_methods: Sequence[str] | None = None
+                    n_boot_ece: int, seed: int, bt_methods: Sequence[str] | None = None,
+                    clamp: float | None = None, bt_max_iter: int | None = None
                     ) -> tuple[pd.DataFrame, dict[str, np.ndarray], list]:
     """Point metrics (long: normaliser, method, metric, value) for Eq. 1 (every method) and the
     fitted §B.1 normalisation (`bt_methods`, default the catalog's `fitted_methods`), and
     paired bootstrap replicates ("<normaliser>|<method>|<metric>" -> (B,)): the non-ECE
     metrics with `n_boot` replicates, the two ECE metrics with the first `n_boot_ece` of the
-    same replicate sequence (0: none)."""
+    same replicate sequence (0: none). `clamp` and `bt_max_iter`: config
+    `persistent.confidence_clamp` and `bt_max_iter` (`contrast.Normalisation`)."""
     bt_methods = C.fitted_methods() if bt_methods is None else bt_methods
     pairs = contrast_pairs(y, min_size=min_contrast)
     ece = ("contrast_ece", "full_ece")
     rows, reps = [], {}
     for norm, names in (("eq1", list(methods)), ("bt", [m for m in bt_methods if m in methods])):
         sub = {m: methods[m] for m in names}
+        how = Normalisation(norm, clamp, bt_max_iter)
         for m, c in sub.items():
-            for metric, v in persistent_metrics(c, y, pairs, normaliser=norm).items():
+            for metric, v in persistent_metrics(c, y, pairs, normaliser=how).items():
                 rows.append({"normaliser": norm, "method": m, "metric": metric, "value": v})
         for metrics, b in (([m for m in METRICS if m not in ece], n_boot), (list(ece), n_boot_ece)):
             if b <= 0 or not sub:
                 continue
-            out = bootstrap_persistent(sub, y, pairs, n_boot=b, seed=seed, normaliser=norm, metrics=metrics)
+            out = bootstrap_persistent(sub, y, pairs, n_boot=b, seed=seed, normaliser=how, metrics=metrics)
             for m, d in out.items():
                 for metric, arr in d.items():
                     reps[f"{norm}|{m}|{metric}"] = arr.astype(np.float32)

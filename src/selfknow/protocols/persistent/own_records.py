@@ -41,18 +41,21 @@ NOTES = ("Contrast sets: the questions one evaluation checkpoint answers right a
          "the pairs of at least {min_contrast} questions ({pairs}). Full-set AUC and Brier pool the evaluation "
          "checkpoints' answers, SmoothECE is averaged over checkpoints; methods with several seeds average each "
          "metric over seeds. Bold: best in its block (a dataset); underlined: not significantly worse on {n_boot} "
-         "paired class-stratified bootstrap replicates (one-sided 95 %, §A.8). ")
+         "paired class-stratified bootstrap replicates (one-sided 95 %, §A.8); a method tied with the best is both. ")
 
 
 @dataclass(frozen=True)
 class Settings:
     """The evaluation's settings (config keys `persistent.min_contrast`,
-    `bootstrap_replicates`, `bootstrap_ece_replicates`, `bootstrap_seed`)."""
+    `bootstrap_replicates`, `bootstrap_ece_replicates`, `bootstrap_seed`,
+    `confidence_clamp`, `bt_max_iter`)."""
 
     min_contrast: int
     n_boot: int
     n_boot_ece: int
     seed: int
+    clamp: float | None
+    bt_max_iter: int
 
 
 def _slug(name: str) -> str:
@@ -109,7 +112,8 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
         say(f"{d or 'records'}: {len(conf.checkpoints)} evaluation checkpoints x {conf.items.size} questions, "
             f"{len(conf.methods)} methods; metrics and {settings.n_boot} bootstrap replicates")
         results[d] = evaluate(conf, min_contrast=settings.min_contrast, n_boot=settings.n_boot,
-                              n_boot_ece=settings.n_boot_ece, seed=settings.seed)
+                              n_boot_ece=settings.n_boot_ece, seed=settings.seed, clamp=settings.clamp,
+                              bt_max_iter=settings.bt_max_iter)
         say(f"{d or 'records'}: {len(results[d].pairs)} contrast sets used "
             f"({time.perf_counter() - t0:.1f} s)")
     methods = {d: list(c.methods) for d, c in by_dataset.items()}

@@ -6,8 +6,9 @@ log-probabilities. Each beam is weighted by its sequence probability *normalised
 returned beams* (a softmax of the beam log-probabilities, as the authors' `gen_cands.py`
 does with `sequences_scores` at length penalty 0). Beams whose answer is empty are dropped
 from the groups but keep their share of the normalisation, so a question whose beams are
-mostly empty gets a low confidence. Equivalent answers are grouped (exact normalised match
-first, then the pluggable `Equivalence` between the remaining groups, closed transitively);
+mostly empty gets a low confidence. Equivalent answers are grouped (equal forms under the
+equivalence's normaliser first, then the pluggable `Equivalence` between the remaining
+groups, closed transitively);
 a group's probability is the sum of its beams' weights. The prediction is the top group's
 highest-probability member, the SC confidence that group's probability.
 """
@@ -22,7 +23,7 @@ import pandas as pd
 from selfknow.stages.judge import normalise_answer
 from selfknow.models.base import Beam
 
-from .equivalence import Equivalence
+from .equivalence import Equivalence, is_answer
 
 
 @dataclass(frozen=True)
@@ -62,24 +63,28 @@ def beam_weights(logprobs: Sequence[float]) -> np.ndarray:
 
 def group_answers(question: str, answers: Sequence[str], weights: Sequence[float],
                   equivalence: Equivalence | None) -> list[AnswerGroup]:
-    """Group `answers` (already cleaned; empty ones are skipped) with their `weights`.
+    """Group `answers` (already cleaned) with their `weights`, as the authors'
+    `group_answers` (conset/gen_cands.py) does under the equivalence's normaliser.
 
-    Stage 1 merges answers with equal `normalise_answer` forms. Stage 2 asks `equivalence`
-    about every pair of stage-1 groups (by their best member) and merges connected components
-    (union-find), as the authors do with pairwise NLI. Groups come back by decreasing
-    probability; ties keep first-appearance order. Members inside a group are ordered by
-    decreasing weight (first appearance breaks ties).
+    Beams that are no answer (`equivalence.is_answer`: empty; under SQuAD normalisation
+    also articles and punctuation only) are skipped. Stage 1 merges answers with equal
+    normalised forms (`equivalence.normalise`, SQuAD's when `equivalence` is None). Stage 2
+    asks `equivalence` about every pair of stage-1 groups and merges connected components
+    (union-find), as the authors do with pairwise NLI: an equivalence that reads the forms
+    only is asked about each group's best member, any other (NLI) about every pair of distinct
+    member texts, a pair of groups merging when one of them holds. Groups come back by
+    decreasing probability; ties keep first-appearance order. Members inside a group are
+    ordered by decreasing weight (first appearance breaks ties).
     """
     w = np.asarray(weights, dtype=float)
     if len(answers) != w.size:
         raise ValueError(f"{len(answers)} answers but {w.size} weights")
+    normalise = equivalence.normalise if equivalence is not None else normalise_answer
     order: dict[str, list[int]] = {}  # normalised form -> indices, in first-appearance order
     for i, a in enumerate(answers):
-        key = normalise_answer(a)
-        if key:
-            order.setdefault(key, []).append(i)
+        if is_answer(a, normalise):
+            order.setdefault(normalise(a), []).append(i)
     stage1 = list(order.values())
-    best = [max(idx, key=lambda i: (w[i], -i)) for idx in stage1]
 
     parent = list(range(len(stage1)))
 
@@ -90,10 +95,14 @@ def group_answers(question: str, answers: Sequence[str], weights: Sequence[float
         return x
 
     if equivalence is not None and len(stage1) > 1:
-        pairs = [(i, j) for i in range(len(stage1)) for j in range(i + 1, len(stage1))]
-        verdicts = equivalence.equivalent_many(
-            question, [(answers[best[i]], answers[best[j]]) for i, j in pairs])
-        for (i, j), same in zip(pairs, verdicts):
+        if equivalence.reads_forms_only:
+            texts = [[answers[max(idx, key=lambda i: (w[i], -i))]] for idx in stage1]
+        else:
+            texts = [list(dict.fromkeys(answers[i] for i in idx)) for idx in stage1]
+        asked = [(i, j, a, b) for i in range(len(stage1)) for j in range(i + 1, len(stage1))
+                 for a in texts[i] for b in texts[j]]
+        verdicts = equivalence.equivalent_many(question, [(a, b) for _, _, a, b in asked])
+        for (i, j, _, _), same in zip(asked, verdicts):
             if same:
                 ri, rj = find(i), find(j)
                 if ri != rj:
@@ -178,14 +187,16 @@ def surrogate_confidence(question: str, answer: str, surrogate_groups: Sequence[
                          equivalence: Equivalence | None) -> float:
     """SC surrogate (§A.6): the surrogate checkpoint's summed probability over its candidate
     groups equivalent to `answer` (0 if none). A group matches when any member equals `answer`
-    after normalisation or `equivalence` says so; a new answer can bridge several groups,
+    after the equivalence's normalisation or `equivalence` says so (conset/sc_surrogate.py); a new answer can bridge several groups,
     whose masses then add (as in the authors' sc_surrogate.py)."""
-    key = normalise_answer(clean_answer(answer))
-    if not key:
+    normalise = equivalence.normalise if equivalence is not None else normalise_answer
+    answer = clean_answer(answer)
+    if not is_answer(answer, normalise):
         return 0.0
+    key = normalise(answer)
     total = 0.0
     for g in surrogate_groups:
-        if any(normalise_answer(m) == key for m in g.members):
+        if any(normalise(m) == key for m in g.members):
             total += g.probability
             continue
         if equivalence is not None and any(

@@ -272,7 +272,8 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
              f"checkpoint then averaged; trained methods averaged over {_seed_phrase(seeds)}. Bold: best in its block; "
-             "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8). "
+             "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8); "
+             "a method tied with the best is both. "
              + chance_check(rows, cols, files, normaliser=t.normaliser))
     for g in GCM_METHODS:
         if any(r.method == g for r in rows):

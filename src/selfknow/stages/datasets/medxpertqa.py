@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from .source import frame, ItemError, make_item, read_rows, require_fields
+from .source import ItemError, at, frame, make_item, read_rows, require_fields
 
 _ANSWER_CHOICES = re.compile(r"\s*Answer Choices:.*\Z", re.DOTALL)
 
@@ -24,10 +24,10 @@ def process(rows: list[dict], name: str, where: str) -> pd.DataFrame:
         opts = {k: v for k, v in dict(r["options"]).items() if v is not None}
         letters = sorted(opts)
         if r["label"] not in opts:
-            raise ItemError(f"{where}: row {i} (id {r['id']!r}): label {r['label']!r} is not one of {letters}")
+            raise ItemError(f"{at(where, i)} (id {r['id']!r}): label {r['label']!r} is not one of {letters}")
         question = _ANSWER_CHOICES.sub("", r["question"]).strip()
         if not question:
-            raise ItemError(f"{where}: row {i} (id {r['id']!r}): empty question once the answer choices are cut")
+            raise ItemError(f"{at(where, i)} (id {r['id']!r}): empty question once the answer choices are cut")
         items.append(make_item(r["id"], name, r["medical_task"], question,
                                [opts[k] for k in letters], r["label"], [r["label"]], "test"))
     return frame(items)

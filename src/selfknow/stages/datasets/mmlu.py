@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from .source import frame, ItemError, make_item, read_rows, require_fields
+from .source import ItemError, at, frame, make_item, read_rows, require_fields
 
 LETTERS = "ABCD"
 
@@ -27,10 +27,10 @@ def process(rows: list[dict], name: str, spec: dict, where: str) -> pd.DataFrame
             continue
         choices = list(r["choices"])
         if len(choices) != 4:
-            raise ItemError(f"{where}: row {i}: expected 4 choices, got {len(choices)}")
+            raise ItemError(f"{at(where, i)}: expected 4 choices, got {len(choices)}")
         answer = int(r["answer"])
         if not 0 <= answer < 4:
-            raise ItemError(f"{where}: row {i}: answer index {answer} is not 0-3")
+            raise ItemError(f"{at(where, i)}: answer index {answer} is not 0-3")
         letter = LETTERS[answer]
         items.append(make_item(f"{subject}-{k}", name, subject, r["question"], choices, letter, [letter], "test"))
     short = sorted(s for s in subjects if position.get(s, -1) + 1 < stop)

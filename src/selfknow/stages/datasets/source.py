@@ -26,8 +26,30 @@ def frame(items: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(items, columns=ITEM_COLUMNS)
 
 
-def read_rows(name: str, spec: dict, split: str) -> tuple[list[dict], str]:
-    """The rows of one split, as dicts in the hub's row schema, and where they came from.
+class Where(str):
+    """Where a split's rows came from, "<dataset>: <file or hub split>", printed as that, and
+    how a row is named in an error (`at`): "line N" of a JSON-lines file (its line number,
+    blank lines counted, as the read errors give it), else "row N" (1-based)."""
+
+    lines: tuple[int, ...] | None
+
+    def __new__(cls, text: str, lines: Sequence[int] | None = None) -> "Where":
+        where = super().__new__(cls, text)
+        where.lines = None if lines is None else tuple(lines)
+        return where
+
+
+def at(where: str, i: int) -> str:
+    """`where` and the name of its row at position `i` (0-based in the rows read): "…: line 7"
+    for a JSON-lines `Where`, else "…: row i + 1"."""
+    if isinstance(where, Where) and where.lines is not None:
+        return f"{where}: line {where.lines[i]}"
+    return f"{where}: row {i + 1}"
+
+
+def read_rows(name: str, spec: dict, split: str) -> tuple[list[dict], Where]:
+    """The rows of one split, as dicts in the hub's row schema, and where they came from
+    (`Where`, prefixed with the dataset's name as every loader error is).
 
     With `path`: a parquet or JSONL file (when the loader reads one split) or a directory
     holding `<split>.parquet` or `<split>.jsonl`. Otherwise `datasets.load_dataset(hub_id,
@@ -39,13 +61,13 @@ def read_rows(name: str, spec: dict, split: str) -> tuple[list[dict], str]:
         import datasets  # lazy: only paper-scale configs read the hub (pip install -e '.[paper]')
 
         ds = datasets.load_dataset(spec["hub_id"], spec["config_name"], split=split, revision=spec["revision"])
-        rows, where = list(ds), f"{spec['hub_id']}@{spec['revision']} ({spec['config_name']}, {split})"
+        rows, where = list(ds), Where(f"{name}: {spec['hub_id']}@{spec['revision']} ({spec['config_name']}, {split})")
     if not rows:
-        raise ItemError(f"{name}: {where}: no rows")
+        raise ItemError(f"{where}: no rows")
     return rows, where
 
 
-def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], str]:
+def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], Where]:
     if path.is_dir():
         found = [path / f"{split}{ext}" for ext in (".parquet", ".jsonl") if (path / f"{split}{ext}").exists()]
         if not found:
@@ -56,38 +78,40 @@ def _read_local(name: str, path: Path, split: str) -> tuple[list[dict], str]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist(), str(path)
+        return pq.read_table(path).to_pylist(), Where(f"{name}: {path}")
     if path.suffix != ".jsonl":
         raise ItemError(f"{name}: {path}: expected a .parquet or .jsonl file")
-    return read_json_lines(name, path), str(path)
+    return read_json_lines(name, path)
 
 
-def read_json_lines(name: str, path: Path) -> list[dict]:
-    """The rows of a JSON-lines file whatever its suffix (BFCL names its JSON lines .json)."""
+def read_json_lines(name: str, path: Path) -> tuple[list[dict], Where]:
+    """The rows of a JSON-lines file whatever its suffix (BFCL names its JSON lines .json),
+    and their `Where` (rows named by line)."""
     try:
-        return [row for _, row in json_lines(path)]
+        numbered = json_lines(path)
     except ValueError as err:
         raise ItemError(f"{name}: {err}") from None
+    return [row for _, row in numbered], Where(f"{name}: {path}", [n for n, _ in numbered])
 
 
 def require_fields(rows: list[dict], fields: Sequence[str] | Mapping[str, type | tuple[type, ...]],
                    where: str) -> None:
-    """Raise naming the first row that is not an object, lacks one of `fields`, or (when
-    `fields` maps each name to its type(s)) holds a value of another type in one; a bool is
-    no int here (JSON's true is no index)."""
+    """Raise naming the first row (`at`) that is not an object, lacks one of `fields`, or
+    (when `fields` maps each name to its type(s)) holds a value of another type in one; a
+    bool is no int here (JSON's true is no index)."""
     types = fields if isinstance(fields, Mapping) else {}
     for i, r in enumerate(rows):
         if not isinstance(r, Mapping):
-            raise ItemError(f"{where}: row {i}: expected an object, got {type(r).__name__}")
+            raise ItemError(f"{at(where, i)}: expected an object, got {type(r).__name__}")
         missing = [k for k in fields if k not in r or r[k] is None]
         if missing:
-            raise ItemError(f"{where}: row {i}: missing field(s) {missing}")
+            raise ItemError(f"{at(where, i)}: missing field(s) {missing}")
         for k, want in types.items():
             v = r[k]
             want = want if isinstance(want, tuple) else (want,)
             if not isinstance(v, want) or isinstance(v, bool) and int in want and bool not in want:
                 names = " or ".join(t.__name__ for t in want)
-                raise ItemError(f"{where}: row {i}: field {k!r} must be {names}, got "
+                raise ItemError(f"{at(where, i)}: field {k!r} must be {names}, got "
                                 f"{type(v).__name__} {str(v)[:40]!r}")
 
 

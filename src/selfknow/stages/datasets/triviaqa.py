@@ -13,7 +13,7 @@ import logging
 
 import pandas as pd
 
-from .source import frame, ItemError, dedup_stripped, hf_shuffle_order, make_item, read_rows, require_fields, take_range
+from .source import ItemError, at, dedup_stripped, frame, hf_shuffle_order, make_item, read_rows, require_fields, take_range
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def _shuffled_unique(rows: list[dict], seed: int, where: str) -> list[dict]:
     require_fields(rows, {"question_id": str, "question": str, "answer": object}, where)
     for i, r in enumerate(rows):
         if not isinstance(r["answer"], dict) or "value" not in r["answer"]:
-            raise ItemError(f"{where}: row {i}: 'answer' must be an object with a 'value'")
+            raise ItemError(f"{at(where, i)}: 'answer' must be an object with a 'value'")
     shuffled = [rows[i] for i in hf_shuffle_order(len(rows), seed)]
     return [shuffled[i] for i in dedup_stripped(r["question"] for r in shuffled)]
 

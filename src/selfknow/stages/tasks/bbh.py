@@ -20,7 +20,7 @@ import re
 
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, at, frame, make_item, read_rows, require_fields
 
 # The answer form of each of the 27 tasks' targets: an option "(A)"; a label (True/False,
 # Yes/No, valid/invalid); an integer; a sequence of words; a sequence of brackets.
@@ -102,7 +102,7 @@ def process(rows: list[dict], name: str, task: str, where: str) -> pd.DataFrame:
     for i, r in enumerate(rows):
         target = str(r["target"]).strip()
         if form == "choice" and not _OPTION.fullmatch(target):
-            raise ItemError(f"{where}: row {i}: target {target!r} of the multiple-choice task {task} is not '(X)'")
+            raise ItemError(f"{at(where, i)}: target {target!r} of the multiple-choice task {task} is not '(X)'")
         items.append(make_item(f"{task}-{i}", name, task, r["input"], None, target, [target], "test"))
     return frame(items)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, frame, make_item, read_json_lines, require_fields
+from selfknow.stages.datasets.source import ItemError, at, frame, make_item, read_json_lines, require_fields
 
 PYTHON_TYPES = {"string": str, "integer": int, "float": float, "boolean": bool, "array": list, "tuple": list,
                 "dict": dict, "any": str}
@@ -225,21 +225,23 @@ def score(functions: list[dict], ground_truth: list[dict], category: str,
     return calls, error is None, error
 
 
-def process(questions: list[dict], answers: list[dict], name: str, category: str, where: str) -> pd.DataFrame:
+def process(questions: list[dict], answers: list[dict], name: str, category: str, where: str,
+            answers_where: str | None = None) -> pd.DataFrame:
     """Items of one category: question = its user messages, answer = the possible answers (JSON),
     with the function documents and possible answers as JSON columns `functions` and
-    `ground_truth`; questions and answers are paired by id."""
+    `ground_truth`; questions and answers are paired by id. `where` / `answers_where`: the
+    two files (`source.Where`)."""
     require_fields(questions, ("id", "question", "function"), where)
-    require_fields(answers, ("id", "ground_truth"), f"{where} (possible answers)")
+    require_fields(answers, ("id", "ground_truth"), answers_where or f"{where} (possible answers)")
     truth = {a["id"]: a["ground_truth"] for a in answers}
     items, functions, grounds = [], [], []
     for i, q in enumerate(questions):
         if q["id"] not in truth:
-            raise ItemError(f"{where}: row {i}: no possible answer for id {q['id']!r}")
+            raise ItemError(f"{at(where, i)}: no possible answer for id {q['id']!r}")
         turns = q["question"]
         user = [m["content"] for turn in turns for m in turn if m.get("role") == "user"]
         if not user:
-            raise ItemError(f"{where}: row {i}: no user message")
+            raise ItemError(f"{at(where, i)}: no user message")
         ground = json.dumps(truth[q["id"]], sort_keys=True)
         items.append(make_item(q["id"], name, category, "\n".join(user), None, ground, [], "test"))
         functions.append(json.dumps(q["function"], sort_keys=True))
@@ -275,6 +277,6 @@ def load(name: str, spec: dict) -> pd.DataFrame:
     for path in (questions_path, answers_path):
         if not path.is_file():
             raise ItemError(f"{name}: local copy {path} does not exist")
-    questions = read_json_lines(name, questions_path)
-    answers = read_json_lines(name, answers_path)
-    return process(questions, answers, name, spec["category"], str(questions_path))
+    questions, where = read_json_lines(name, questions_path)
+    answers, answers_where = read_json_lines(name, answers_path)
+    return process(questions, answers, name, spec["category"], where, answers_where)

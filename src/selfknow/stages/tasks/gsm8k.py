@@ -4,6 +4,10 @@ Scored as lm-evaluation-harness's `gsm8k` task scores it with its "flexible-extr
 the prediction is the last match of `(-?[$0-9.,]{2,})|(-?[0-9]+)` in the response, the
 reference is what follows "#### " in the hub's answer, and both lose commas, dollar signs and
 a final period before an exact string comparison (so "18.00" does not match "18", as there).
+The reference is cleaned too because lm-eval cleans it: its `exact_match` applies the task's
+`regexes_to_ignore` (",", "\\$", "(?s).*#### ", "\\.$") to the reference, the whole hub answer,
+as to the prediction (`lm_eval.api.metrics.exact_match_hf_evaluate`; tests/test_tasks_gsm8k.py
+checks the two against each other).
 
 Hub row schema: question, answer (a worked solution ending in "#### <number>").
 """
@@ -13,7 +17,7 @@ import re
 
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, at, frame, make_item, read_rows, require_fields
 
 _NUMBER = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")
 _REFERENCE = re.compile(r"####\s*(.+?)\s*$", re.DOTALL)
@@ -51,7 +55,7 @@ def process(rows: list[dict], name: str, where: str, split: str) -> pd.DataFrame
     for i, r in enumerate(rows):
         number = reference_number(r["answer"])
         if not number:
-            raise ItemError(f"{where}: row {i}: the answer has no '#### <number>' line")
+            raise ItemError(f"{at(where, i)}: the answer has no '#### <number>' line")
         items.append(make_item(f"{split}-{i}", name, "gsm8k", r["question"], None, number, [number], split))
     return frame(items)
 

@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, frame, make_item, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, at, frame, make_item, read_rows, require_fields
 
 LETTERS = "ABCDEFGHIJ"
 
@@ -47,10 +47,10 @@ def process(rows: list[dict], name: str, where: str, split: str) -> pd.DataFrame
     for i, r in enumerate(rows):
         options = [o for o in r["options"] if o != "N/A"]
         if not 1 <= len(options) <= len(LETTERS):
-            raise ItemError(f"{where}: row {i}: expected 1-10 options, got {len(options)}")
+            raise ItemError(f"{at(where, i)}: expected 1-10 options, got {len(options)}")
         index = int(r["answer_index"])
         if not 0 <= index < len(options) or LETTERS[index] != r["answer"]:
-            raise ItemError(f"{where}: row {i}: answer {r['answer']!r} and answer_index {index} disagree "
+            raise ItemError(f"{at(where, i)}: answer {r['answer']!r} and answer_index {index} disagree "
                             f"or point past the {len(options)} options")
         items.append(make_item(r["question_id"], name, r["category"], r["question"], options, r["answer"],
                                [r["answer"]], split))

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from selfknow.stages.datasets.source import ItemError, read_rows, require_fields
+from selfknow.stages.datasets.source import ItemError, at, read_rows, require_fields
 from selfknow.records import ITEM_COLUMNS
 
 STEP_KEYS = ("thought", "action", "observation")
@@ -39,7 +39,7 @@ def process(rows: list[dict], name: str, where: str) -> pd.DataFrame:
     require_fields(rows, ("id", "domain", "question", "steps", "success"), where)
     out, seen = [], set()
     for i, r in enumerate(rows):
-        row_where = f"{where}: row {i} (id {r['id']!r})"
+        row_where = f"{at(where, i)} (id {r['id']!r})"
         if not isinstance(r["success"], bool):
             raise ItemError(f"{row_where}: success must be true or false, got {r['success']!r}")
         key = (r.get("model"), r.get("config"), str(r["id"]))

@@ -55,17 +55,27 @@ HIGHER_IS_BETTER = {"delta0_b": True, "delta0": True, "delta_b": True, "delta": 
                     "full_auc": True, "full_brier": False, "full_ece": False}
 
 PairNormaliser = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
-Normaliser = Union[str, PairNormaliser]
+Normaliser = Union[str, "Normalisation", PairNormaliser]
 
 
-def eq1_normalise(p1, p2) -> tuple[np.ndarray, np.ndarray]:
+def authors_clamp(p, eps: float) -> np.ndarray:
+    """Confidences as the persistent authors condition them (conset/evaluation.py,
+    `condition_pair_confidences`: ``confs.float().clamp(1e-6, 1 - 1e-6)``): cast to float32,
+    then clipped to [eps, 1 - eps] with both bounds in float32 (1 - 1e-6 is 0.99999899...)."""
+    lo, hi = np.float32(eps), np.float32(1) - np.float32(eps)
+    return np.clip(np.asarray(p, dtype=np.float32), lo, hi)
+
+
+def eq1_normalise(p1, p2, clamp: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Eq. 1: condition two checkpoints' confidences on exactly one being correct.
 
     p1' = p1 (1 - p2) / Z, p2' = p2 (1 - p1) / Z, Z = p1 (1 - p2) + p2 (1 - p1).
-    Z = 0 only when p1 = p2 = 0 or p1 = p2 = 1; both answers are then equally supported and
-    we return 0.5 / 0.5 (the limit along p1 = p2, and what the authors' code gets after
-    clamping confidences to [1e-6, 1 - 1e-6]; elsewhere we use the exact formula, which differs
-    from that clamp by at most ~1e-6).
+    ``clamp=None``: the exact formula in float64; Z = 0 only when p1 = p2 = 0 or p1 = p2 = 1,
+    both answers are then equally supported and we return 0.5 / 0.5 (the limit along p1 = p2).
+    ``clamp=eps``: as the authors compute it (config `persistent.confidence_clamp`):
+    `authors_clamp`, then the formula in float32 arithmetic; it differs from the exact one by
+    ~1e-6 except where a confidence is exactly 0 or 1 (0 vs 0.3: exactly 0 / 1 here,
+    1e-6-scale there, which moves the AUC of tied answers).
     """
     a = np.asarray(p1, dtype=float)
     b = np.asarray(p2, dtype=float)
@@ -75,6 +85,11 @@ def eq1_normalise(p1, p2) -> tuple[np.ndarray, np.ndarray]:
         if not np.all((p >= 0) & (p <= 1)):
             bad = int(np.flatnonzero(~((p >= 0) & (p <= 1)))[0])
             raise ValueError(f"{name} must lie in [0, 1]; entry {bad} is {p.ravel()[bad]!r}")
+    if clamp is not None:
+        a, b = authors_clamp(a, clamp), authors_clamp(b, clamp)
+        num1, num2 = a * (1 - b), (1 - a) * b
+        z = num1 + num2
+        return (num1 / z).astype(float), (num2 / z).astype(float)
     num1 = a * (1 - b)
     num2 = b * (1 - a)
     z = num1 + num2
@@ -138,18 +153,45 @@ def contrast_pairs(correct, min_size: int = 1,
     return out
 
 
+@dataclass(frozen=True)
+class Normalisation:
+    """How contrast-set confidences are normalised: ``kind`` "eq1" (Eq. 1) or "bt" (the
+    fitted §B.1 map, ``bt_max_iter`` L-BFGS-B iterations); ``clamp`` None (exact, float64) or
+    the authors' eps (`authors_clamp` before either, float32 results, as theirs). The strings
+    "eq1" / "bt" stand for the exact forms at the default iterations."""
+
+    kind: str = "eq1"
+    clamp: float | None = None
+    bt_max_iter: int | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("eq1", "bt"):
+            raise ValueError(f"normaliser must be 'eq1', 'bt' or a callable, got {self.kind!r}")
+        if self.clamp is not None and not 0 < self.clamp < 0.5:
+            raise ValueError(f"the confidence clamp must lie in (0, 0.5), got {self.clamp!r}")
+
+    def __call__(self, p1, p2, y1) -> tuple[np.ndarray, np.ndarray]:
+        if self.kind == "eq1":
+            return eq1_normalise(p1, p2, self.clamp)
+        from .bt_normalise import MAX_ITER, fit_bt_normaliser
+
+        if self.clamp is not None:
+            p1 = authors_clamp(p1, self.clamp).astype(float)
+            p2 = authors_clamp(p2, self.clamp).astype(float)
+        # §B.1: one map per confidence estimator and contrast set, fitted on its labels.
+        q1, q2 = fit_bt_normaliser(p1, p2, y1, max_iter=self.bt_max_iter or MAX_ITER)(p1, p2)
+        if self.clamp is not None:
+            q1, q2 = q1.astype(np.float32).astype(float), q2.astype(np.float32).astype(float)
+        return q1, q2
+
+
 def _resolve_normaliser(normaliser: Normaliser):
     """-> function (p_early, p_late, y_early) -> (q_early, q_late)."""
+    if isinstance(normaliser, Normalisation):
+        return normaliser
     if callable(normaliser):
         return lambda p1, p2, y1: normaliser(p1, p2)
-    if normaliser == "eq1":
-        return lambda p1, p2, y1: eq1_normalise(p1, p2)
-    if normaliser == "bt":
-        from .bt_normalise import fit_bt_normaliser
-
-        # §B.1: one map per confidence estimator and contrast set, fitted on its labels.
-        return lambda p1, p2, y1: fit_bt_normaliser(p1, p2, y1)(p1, p2)
-    raise ValueError(f"normaliser must be 'eq1', 'bt' or a callable, got {normaliser!r}")
+    return Normalisation(normaliser)
 
 
 @dataclass(frozen=True)
@@ -235,8 +277,9 @@ def persistent_metrics(conf, correct, pairs: Sequence[ContrastPair] | None = Non
 
     ``conf``: (n_ckpt, n_items) or (n_seeds, n_ckpt, n_items); ``correct``: (n_ckpt, n_items).
     ``pairs``: contrast pairs (default: every k < k' with at least ``min_contrast`` questions).
-    ``normaliser``: "eq1" (Eq. 1), "bt" (§B.1, fitted per pair and seed on its labels) or a
-    callable (p_early, p_late) -> (q_early, q_late).
+    ``normaliser``: "eq1" (Eq. 1), "bt" (§B.1, fitted per pair and seed on its labels), a
+    `Normalisation` (either, with the authors' clamp and BT iterations) or a callable
+    (p_early, p_late) -> (q_early, q_late).
     """
     y = _check_correct(correct)
     c = _check_conf(conf, y.shape)

@@ -2,10 +2,13 @@
 
 For one metric column: the best method by point value is bolded (every method within
 ``tie_tol`` of it too: equal printed values, as the authors' ``_is_best`` with abs_tol 1e-5).
-Every other method is compared with the best on the paired bootstrap replicates: with
-d_b = m(best; D^b) - m(method; D^b) (sign flipped where lower is better), the best is
-significantly better at the one-sided 95 % level when the 5 % quantile of d is above 0; a
-method that is not significantly worse is underlined.
+Every other method, a tied one included, is compared with the best (the first on exact
+ties) on the paired bootstrap replicates: with d_b = m(best; D^b) - m(method; D^b) (sign
+flipped where lower is better), the best is significantly better at the one-sided 95 % level
+when the 5 % quantile of d is above 0; a method that is not significantly worse is
+underlined. So a method tied with the best is bold and underlined (BEST_TIE), as in the
+authors' tables (conset/latex.py: ``_fmt(bold=_is_best(...), underline=row_i in underlines)``,
+the underlines from every row but the best's).
 """
 from __future__ import annotations
 
@@ -18,13 +21,18 @@ from .contrast import HIGHER_IS_BETTER
 
 BEST = "best"
 TIE = "tie"
+BEST_TIE = "best+tie"
+#: the marks that print bold / underlined
+BOLD = frozenset({BEST, BEST_TIE})
+UNDERLINED = frozenset({TIE, BEST_TIE})
 
 
 def significance_marks(point: Mapping[str, float], replicates: Mapping[str, np.ndarray], *,
                        higher_is_better: bool, level: float = 0.95,
                        tie_tol: float = 1e-5) -> dict[str, str]:
     """Marks per method for one metric: "best" (bold), "tie" (not significantly worse than
-    the best: underline) or "" — from point values and paired (B,) replicate arrays."""
+    the best: underline), "best+tie" (tied with the best and not significantly worse: both)
+    or "" — from point values and paired (B,) replicate arrays."""
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     finite = {m: float(v) for m, v in point.items() if v is not None and not math.isnan(v)}
@@ -40,7 +48,7 @@ def significance_marks(point: Mapping[str, float], replicates: Mapping[str, np.n
         raise ValueError(f"no bootstrap replicates for the best method {best!r}")
     ref = np.asarray(replicates[best], dtype=float)
     for m in finite:
-        if marks[m] == BEST:
+        if m == best:
             continue
         if m not in replicates:
             raise ValueError(f"no bootstrap replicates for method {m!r}")
@@ -52,7 +60,7 @@ def significance_marks(point: Mapping[str, float], replicates: Mapping[str, np.n
         if diff.size == 0:
             continue
         if not np.quantile(diff, 1 - level) > 0:
-            marks[m] = TIE
+            marks[m] = BEST_TIE if marks[m] == BEST else TIE
     return marks
 
 
