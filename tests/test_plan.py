@@ -242,7 +242,7 @@ def test_plan_writes_each_jobs_time_limit_from_its_hours(lcae_config, tmp_path):
     import math
 
     from selfknow.placement import runtime_key
-    from selfknow.plan import RUNTIME_MARGIN, RUNTIME_STARTUP_MIN, job_hours
+    from selfknow.plan_runtimes import RUNTIME_MARGIN, RUNTIME_STARTUP_MIN, job_hours
 
     limits = tmp_path / "runtimes.json"
     df, _ = make_plan(lcae_config, runtimes=limits)

@@ -10,7 +10,8 @@ import pytest
 
 from conftest import REPO
 from selfknow.placement import runtime_key
-from selfknow.plan import MAX_RUNTIME_MIN, RUNTIME_MARGIN, make_plan, planned_jobs
+from selfknow.plan import make_plan, planned_jobs
+from selfknow.plan_runtimes import MAX_RUNTIME_MIN, RUNTIME_MARGIN
 from test_placement import _profile_defaults, _specs
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}

@@ -64,6 +64,7 @@ from selfknow.models.openai_api import request_options
 from selfknow.models.registry import backend_class
 from selfknow.placement import runtime_key
 from selfknow.plan_items import Items, placeholder_items
+from selfknow.plan_runtimes import MAX_RUNTIME_MIN, RUNTIME_MARGIN, RUNTIME_STARTUP_MIN, batch_window_hours, job_hours
 from selfknow.protocols.ladder.answering import make_answer_fn
 from selfknow.protocols.ladder.crosstask import answer_suite, sample_suite
 from selfknow.protocols.ladder.prompted import lsa_query_confidence, zs_prior
@@ -155,6 +156,15 @@ def _coin(*parts) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
+#: the spread (nats) of PlanLM's placeholder log-likelihoods. Pairwise comparisons do not depend
+#: on it; a branch on an option's probability does (a base LM's DPR route, `route_base`). Spread
+#: over 6 nats, the most likely of four options holds half the probability or more in 78 % of
+#: items, as a trained model's choice is peaked: the route goes Fast on most answers picked by the
+#: same scoring and Slow on about 80 % of the others. (Over 1 nat no option ever reaches half and
+#: every item would count as Slow, twice what the tiny run's base LMs ask.)
+LL_SPREAD = 6.0
+
+
 class PlanLM(LM):
     """An `LM` that records requests in a `Ledger` instead of answering them.
 
@@ -197,7 +207,7 @@ class PlanLM(LM):
     def loglikelihood(self, pairs):
         for ctx, cont in pairs:
             self._record("loglikelihood", (ctx, cont), tokens(ctx + cont), 0)
-        return [-1.0 - _coin(ctx, cont) for ctx, cont in pairs]
+        return [-1.0 - LL_SPREAD * _coin(ctx, cont) for ctx, cont in pairs]
 
     def next_token_logprobs(self, prompts, candidates, *, chat=False):
         for p in prompts:
@@ -491,9 +501,12 @@ class Planner:
         for cond in p["conditions"]:
             for r in range(p["repeats"]):
                 assess(lm, items, standard, cond, error_p, chat=is_chat(p["spec"]), repeat=r, reflection=p["reflection"],
-                       temperature=p["temperature"], max_new_tokens=p["max_new_tokens"])
+                       temperature=p["temperature"], max_new_tokens=p["max_new_tokens"],
+                       base_slow_below=p["base_slow_below"], base_error_p=p["base_error_p"])
         if {"dpr", "ids_dpr"} & set(p["conditions"]):
-            self.ledger.note(w["model"], "lcae_stage2", "DPR routes: about half the items taken as slow")
+            self.ledger.note(w["model"], "lcae_stage2", "DPR routes: about half the items taken as slow"
+                             if is_chat(p["spec"]) else "DPR routes: Slow where the placeholder option "
+                             "probability of the answer is below lcae.base_slow_below (LL_SPREAD)")
 
 
 def _mean_tokens(pool: pd.DataFrame) -> int:
@@ -562,32 +575,6 @@ def judge_reasoning_tokens(spec: dict) -> int:
     return int(opts["reasoning_tokens"]) if opts["reasoning_effort"] not in (None, "none") else 0
 
 
-def job_hours(cfg: dict, before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> float:
-    """The wall hours of one job from `Ledger.snapshot`s around its counting: each local model's
-    work at its `throughput_tok_s` (a model sharded over several GPUs runs at that rate on all of
-    them), a batched API model's completion window per job; an API model answering at once
-    adds nothing (its rate limits decide, not the plan)."""
-    hours = 0.0
-    for model, (jobs, work) in after.items():
-        d_jobs, d_work = jobs - before.get(model, (0, 0))[0], work - before.get(model, (0, 0))[1]
-        if not d_jobs and not d_work:
-            continue
-        spec = model_entry(cfg, model)
-        if spec["backend"] == "hf":
-            hours += d_work / spec["throughput_tok_s"] / 3600
-        elif spec["batch"] and d_jobs:
-            hours += batch_window_hours(spec)
-    return hours
-
-
-#: a job's time limit: the plan's wall time x RUNTIME_MARGIN + RUNTIME_STARTUP_MIN (loading the
-#: model, reading items), at most MAX_RUNTIME_MIN (48 h, a common partition maximum: a job
-#: planned past it is named by `runtime_limits`; generation resumes from what it wrote)
-RUNTIME_MARGIN = 1.5
-RUNTIME_STARTUP_MIN = 30
-MAX_RUNTIME_MIN = 48 * 60
-
-
 def runtime_limits(planner: Planner) -> dict[str, int]:
     """Minutes of wall time per job (`runtime_key` -> minutes) from the plan's estimate of each
     counted job; jobs of one stage with the same wildcards (a rule and the rules derived from it)
@@ -599,7 +586,7 @@ def runtime_limits(planner: Planner) -> dict[str, int]:
     over = sorted(k for k, v in out.items() if v > MAX_RUNTIME_MIN)
     if over:
         raise PlanError(f"plan: {len(over)} job(s) need more than {MAX_RUNTIME_MIN} minutes "
-                        f"(selfknow.plan.MAX_RUNTIME_MIN), e.g. {over[0]}: give them fewer items per job")
+                        f"(selfknow.plan_runtimes.MAX_RUNTIME_MIN), e.g. {over[0]}: give them fewer items per job")
     return out
 
 
@@ -613,14 +600,6 @@ def planned_jobs(configfile: str | Path, target: str = "all_tables", results: st
                                                             default_resources=default_resources))
     planner.run()
     return planner.job_hours
-
-
-def batch_window_hours(spec: dict) -> float:
-    """The hours one Batch API job may take (`batch_completion_window`, e.g. "24h")."""
-    window = str(spec["batch_completion_window"])
-    if not window.endswith("h") or not window[:-1].isdigit():
-        raise ValueError(f"model {spec['name']!r}: batch_completion_window {window!r} is not '<hours>h'")
-    return float(window[:-1])
 
 
 # ----------------------------------------------------------------------------- the report
