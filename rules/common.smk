@@ -99,7 +99,7 @@ _RUNTIMES = {}
 
 
 def planned_runtime(stage, default):
-    """`runtime=` of a rule whose jobs the plan counts under `stage`: wildcards -> the job's
+    """The `runtime=` of the jobs the plan counts under `stage`: wildcards -> the job's
     minutes from the plan (`selfknow plan` writes {R}/plan/runtimes.json, the plan's wall time
     with a margin: selfknow.plan.runtime_limits), at least `default`, which also serves a job
     the file does not list (no plan made yet, or one of another config: docs/slurm.md) and a

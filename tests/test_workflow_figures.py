@@ -55,8 +55,10 @@ RELIABILITY_N = 60 * 3
 RELIABILITY_N_B = 58 * 3
 
 TINY_FIGURES = {
-    # Figure 4, `ladder_plot`: one line per LADDER model (ladder.models: [wm-small])
-    "figures/ladder/figure4.png": {"axes": 1, "series": [["wm-small"]]},
+    # Figure 4, `ladder_plot`: one line per LADDER model (ladder.models: [wm-small]), and one for
+    # its levels scored on fewer sessions (`ladder_frame`: the prompted LSA and GT-SelfStats on
+    # ladder.prompted_sessions 1 of n_sessions 3)
+    "figures/ladder/figure4.png": {"axes": 1, "series": [["wm-small", "wm-small (1 of 3 sessions)"]]},
     # Figure 5, `accuracy_vs_cbf`: one marker series per estimator of ladder.tables.FIG5_ESTIMATORS
     # (ZS and LSA come from ladder.prompted_model), one model-name label per LADDER model
     "figures/ladder/figure5.png": {"axes": 1, "series": [["ZS", "LSA", "Global", "Count", "Bayes-Domain"]],
@@ -218,7 +220,9 @@ def test_the_tiny_figure_table_follows_config_test_yaml():
             "persistent/figure4"} <= _catalog_keys(TINY_FIGURES)
     lad, lc, pc = cfg["ladder"], cfg["lcae"], cfg["persistent"]
     t = {k.split("/", 1)[1]: v for k, v in TINY_FIGURES.items()}
-    assert t["ladder/figure4.png"]["series"] == [lad["models"]]
+    assert t["ladder/figure4.png"]["series"] == [
+        [x for m in lad["models"] for x in (m, f"{m} ({lad['prompted_sessions']} of {lad['n_sessions']} sessions)")]]
+    assert 0 < lad["prompted_sessions"] < lad["n_sessions"]
     assert lad.get("prompted_model") and t["ladder/figure5.png"]["series"] == [FIG5_ESTIMATORS]
     assert t["ladder/figure5.png"]["texts"] == [len(lad["models"])]
     cells = len(lad["models"]) * (len(LEVELS) + 1)  # + the LSA-clean control
@@ -252,8 +256,8 @@ def test_the_figure_check_catches_a_missing_figure_and_a_wrong_series_count(tmp_
                        "cbf": [0.5, 0.6, 0.7, 1.0, 0.8] * 2, "se": [0.01] * 10})
     ladder_plot(df, results / rel, provenance={"config_hash": "h", "config": {}})
     problems = tiny_figure_problems(results)
-    assert any(p.startswith(f"{rel} axes 0") and p.endswith("series ['wm-small', 'wm-base'], expected ['wm-small']")
-               for p in problems), problems
+    wrong = "series ['wm-small', 'wm-base'], expected ['wm-small', 'wm-small (1 of 3 sessions)']"
+    assert any(p.startswith(f"{rel} axes 0") and p.endswith(wrong) for p in problems), problems
     assert "figures/lcae/figure2.png: not built" in problems
     ladder_plot(df[df["model"] == "wm-small"], results / rel)  # no provenance: no summary kept
     (results / rel).with_suffix(".json").unlink()
