@@ -132,8 +132,10 @@ def test_resumable_generation_on_a_full_disk_resumes_after_space_is_freed(tmp_pa
 WORLD = {"seed": 3, "n_domains": 5, "entities_per_domain": 12, "n_phases": 3,
          "intro_probs": [0.6, 0.2, 0.2], "rewrite_rate": 0.3, "rare_rate": 0.3,
          "mcq_practice_per_phase": 20}
+#: 40 steps a phase: enough work after the first checkpoint that the kill (0.09 s after it) still
+#: lands mid-run on an idle machine, where 6 steps a phase finished first
 FAMILY = {"seed": 5, "vocab_size": 320, "n_layer": 1, "n_embd": 16, "n_head": 2, "seq_len": 64,
-          "batch_size": 4, "epochs_per_phase": 20, "max_steps_per_phase": 6, "warmup_steps": 2}
+          "batch_size": 4, "epochs_per_phase": 20, "max_steps_per_phase": 40, "warmup_steps": 2}
 
 
 def _train_cmd(world: Path, out: Path) -> list[str]:
@@ -190,7 +192,8 @@ def test_killed_training_reruns_to_byte_identical_checkpoints(tmp_path):
     assert not [p for p in killed.iterdir() if p.name.startswith(".")]  # no half-saved checkpoint
     la, lb = (pd.read_csv(d / "train_log.csv").drop(columns="seconds") for d in (clean, killed))
     pd.testing.assert_frame_equal(la, lb)
-    assert list(lb["step"]) == list(range(1, 19))  # every step once: none lost, none duplicated
+    # every step once: none lost, none duplicated
+    assert list(lb["step"]) == list(range(1, 3 * FAMILY["max_steps_per_phase"] + 1))
 
 
 # ---- a Snakemake generation job killed mid-way --------------------------------------------------
