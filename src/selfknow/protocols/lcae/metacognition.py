@@ -18,10 +18,10 @@ continuation likelihoods. Their error probability (`lcae.base_error_p`) is the e
 over the digits " 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9
 ("digits"; a prompt the world models never read, so their digit priors answer it), or one
 minus their own option probability of their final answer ("answer": after the IDS signal and
-the reflection where shown; peaked where options differ in length). A base LM cannot be asked to choose its route: it takes Slow where its own option probability of its
-answer is below `lcae.base_slow_below` (`route_base`). The Slow reflection is the model's free
-recall of the question, after which the option is chosen again by cloze scoring (the
-revision). The answer is shown as the chosen option's text after the question, the form
+the reflection where shown; peaked where options differ in length). A base LM cannot be
+asked to choose its route: it takes Slow where its own option probability of its answer is
+below `lcae.base_slow_below` (`route_base`). The Slow reflection is the model's free recall
+of the question, after which the option is chosen again by cloze scoring (the revision). The answer is shown as the chosen option's text after the question, the form
 in which the model learnt its facts (`selfknow.stages.mcq`).
 Both read log-likelihoods of the continuations, so multi-token " 7" or " Slow" work too.
 """
