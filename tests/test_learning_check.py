@@ -5,6 +5,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 
 from selfknow.cli import main
+from selfknow.protocols.persistent.hidden_probe import CS, probe_auc
 from selfknow.protocols.persistent.learning_check import bootstrap_auc, check_estimators, trained_methods
 from selfknow.readers.plain import write_plain
 
@@ -80,3 +81,38 @@ def test_cli_reports_cells_and_strict_exit(tmp_path, capsys):
     assert "0 of 1 (method, dataset, checkpoint) cells pass" in out
     assert pd.read_csv(tmp_path / "cells.csv").loc[0, "n_seeds"] == 3
     assert main(["check-estimators", str(tmp_path / "r.csv"), "--bootstrap", "100", "--strict"]) == 1
+
+
+def test_probe_recovers_a_planted_direction_and_finds_none_in_noise():
+    """Parameter recovery: correctness drawn from a logistic model on one hidden direction; the
+    probe's held-out AUC approaches the true model's, and on pure noise its interval covers 0.5."""
+    rng = np.random.default_rng(7)
+    n, d = 600, 40
+    x = rng.normal(size=(2 * n, d))
+    w = np.zeros(d)
+    w[3] = 1.5
+    y = rng.random(2 * n) < 1 / (1 + np.exp(-x @ w))
+    p, c = probe_auc(x[:n], y[:n], x[n:], seed=0)
+    assert c in CS
+    truth = roc_auc_score(y[n:], x[n:] @ w)
+    assert truth - 0.03 < roc_auc_score(y[n:], p) <= truth + 0.01
+    noise = rng.random(2 * n) < 0.4
+    p, _ = probe_auc(x[:n], noise[:n], x[n:], seed=0)
+    lo, hi = bootstrap_auc(p, noise[n:], 500, 0)
+    assert lo < 0.5 < hi
+
+
+def test_probe_needs_both_classes_in_training():
+    x = np.zeros((10, 3))
+    with pytest.raises(ValueError, match="at least 2 right and 2 wrong"):
+        probe_auc(x, [True] * 9 + [False], x)
+
+
+@pytest.mark.slow
+def test_check_estimators_probe_on_the_tiny_run(tiny_run, capsys):
+    assert main(["check-estimators", str(tiny_run), "--bootstrap", "50", "--probe"]) == 0
+    out = capsys.readouterr().out.split("Logistic probe on the last hidden state")
+    assert len(out) == 2 and "best_estimator_auc" in out[1]
+    probe_rows = [ln for ln in out[1].splitlines() if ln.lstrip().startswith("world_qa_")]
+    cell_pairs = {tuple(ln.split()[:3:2]) for ln in out[0].splitlines() if ln.lstrip().startswith("world_qa_")}
+    assert {tuple(ln.split()[:2]) for ln in probe_rows} == cell_pairs

@@ -451,6 +451,11 @@ def _configure_check_estimators(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="the resampling seed (default 0)")
     p.add_argument("--csv", type=Path, help="also write the cells to this CSV")
     p.add_argument("--strict", action="store_true", help="exit with status 1 when a cell fails")
+    p.add_argument("--probe", action="store_true",
+                   help="also fit a logistic probe on each evaluation checkpoint's last hidden state (a results "
+                        "directory only): is the signal there for the estimators to learn?")
+    p.add_argument("--weights", type=Path,
+                   help="the model's checkpoint directories for --probe (default: <records>/world/models/<model>)")
 
 
 def run_check_estimators(args: argparse.Namespace) -> int:
@@ -471,7 +476,27 @@ def run_check_estimators(args: argparse.Namespace) -> int:
     print(summary_line(cells))
     if args.csv:
         write_csv(cells, args.csv)
+    if args.probe:
+        _print_probe(args, cells)
     return 1 if args.strict and not cells["passed"].all() else 0
+
+
+def _print_probe(args: argparse.Namespace, cells) -> None:
+    from selfknow.protocols.persistent.hidden_probe import probe_cells
+    from selfknow.protocols.persistent.own_records import records_model
+
+    if not args.records.is_dir():
+        raise SystemExit("selfknow check-estimators: --probe needs a results directory (it reads the run's "
+                         "self-consistency tables and the checkpoint weights)")
+    model = records_model(args.records, args.model)
+    weights = args.weights or args.records / "world" / "models" / model
+    checkpoints = {d: list(dict.fromkeys(g["checkpoint"])) for d, g in cells.groupby("dataset", sort=False)}
+    probe = probe_cells(args.records, model, checkpoints, weights, n_boot=args.bootstrap, seed=args.seed)
+    best = cells.groupby(["dataset", "checkpoint"])["auc"].max().rename("best_estimator_auc")
+    probe = probe.join(best, on=["dataset", "checkpoint"])
+    print(f"\nLogistic probe on the last hidden state of the confidence prompt ({model}; fit on each "
+          "checkpoint's train questions, C by cross-validation, AUC on its test questions):")
+    print(probe.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
 
 
 register("check-estimators", "Do a run's trained confidence estimators learn? Seed-averaged AUC with a bootstrap "

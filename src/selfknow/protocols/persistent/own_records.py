@@ -142,23 +142,34 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
             "notes": reader_notes}
 
 
+def _record_paths(results: str | Path, evalset: str) -> list[Path]:
+    paths = sorted(Path(results).glob(f"persistent/records/*/*/{evalset}.parquet"))
+    if not paths:
+        raise FileNotFoundError(f"{results}: no persistent records (persistent/records/<model>/<dataset>/"
+                                f"{evalset}.parquet); build the persistent tables first (a run from before "
+                                "the metrics job wrote records: add --forcerun persistent_metrics)")
+    return paths
+
+
+def records_model(results: str | Path, model: str | None = None, evalset: str = "main") -> str:
+    """The model whose records a results directory holds: `model` checked, or the only one."""
+    models = sorted({p.parent.parent.name for p in _record_paths(results, evalset)})
+    if model is None and len(models) > 1:
+        raise ValueError(f"{results}: records of several models ({', '.join(models)}); name one")
+    model = models[0] if model is None else model
+    if model not in models:
+        raise ValueError(f"{results}: no persistent records of model {model!r} (have {', '.join(models)})")
+    return model
+
+
 def export_records(results: str | Path, *, model: str | None = None, evalset: str = "main",
                    methods: Sequence[str] | None = None) -> pd.DataFrame:
     """The plain records a workflow run evaluated (`persistent/records/<model>/<dataset>/<evalset>.parquet`,
     written by the metrics job) for one model, every training dataset (the `dataset` column;
     sorted by name), the `methods` given in their order (default: all, as the workflow
     assembled them)."""
-    paths = sorted(Path(results).glob(f"persistent/records/*/*/{evalset}.parquet"))
-    if not paths:
-        raise FileNotFoundError(f"{results}: no persistent records (persistent/records/<model>/<dataset>/"
-                                f"{evalset}.parquet); build the persistent tables first (a run from before "
-                                "the metrics job wrote records: add --forcerun persistent_metrics)")
-    models = sorted({p.parent.parent.name for p in paths})
-    if model is None and len(models) > 1:
-        raise ValueError(f"{results}: records of several models ({', '.join(models)}); name one")
-    model = models[0] if model is None else model
-    if model not in models:
-        raise ValueError(f"{results}: no persistent records of model {model!r} (have {', '.join(models)})")
+    paths = _record_paths(results, evalset)
+    model = records_model(results, model, evalset)
     frames = []
     for p in paths:
         if p.parent.parent.name != model:
