@@ -46,6 +46,7 @@ rule world_train:
 rule world_evolution_table:
     input:
         unpack(get_world_generations),
+        curriculum=rules.world_generate.output.qa,
     output:
         **named_table_targets("world", ["evolution"]),
     params:

@@ -9,8 +9,9 @@ set_decimals(snakemake.params.report["decimals"])  # rendering only (config `rep
 with job_log(snakemake.log[0], "world_evolution_table") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["world"], models=list(snakemake.params.checkpoints),
                           datasets=[cfg["world"]["qa_dataset"]])
-    table, notes = evolution_tables(dict(snakemake.input.items()), dict(snakemake.params.checkpoints),
-                                    snakemake.params.n_train)
+    generations = {k: v for k, v in snakemake.input.items() if k != "curriculum"}
+    table, notes = evolution_tables(generations, dict(snakemake.params.checkpoints), snakemake.params.n_train,
+                                    snakemake.input.curriculum)
     write_table(table, out.evolution_csv, out.evolution_md, notes="\n\n".join(notes), provenance=prov,
-                title="World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs")
+                title="World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs against the curriculum")
     summary.update({"pairs": len(table), "min_contrast": int(table["contrast_size"].min())})
