@@ -24,9 +24,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "config" / "paper.yaml"
 DOCS = ROOT / "docs"
 PAPERS = ROOT.parent / "shared" / "papers"
-#: settings still without a quote or a reason: the Llama commit is read from SB paper/main.tex's
-#: tab:api_versions_extended, which the copy of main.tex searched so far does not hold
-NOT_YET_QUOTED = {"models[name=llama-3-8b].checkpoints[*].revision"}
 
 
 @pytest.fixture(scope="module")
@@ -190,8 +187,7 @@ def test_every_setting_is_quoted_or_says_why(manifest):
     """Issue 47: a setting whose source is a paper or the authors' code carries the quote that
     fixes its value; one without a quotable source says why (`unquoted`)."""
     missing = {s.key for s in manifest.settings if s.quote is None and s.unquoted is None}
-    assert missing == NOT_YET_QUOTED, f"without a quote or a reason: {sorted(missing - NOT_YET_QUOTED)}"
-    assert NOT_YET_QUOTED <= {s.key for s in manifest.settings}
+    assert missing == set(), f"without a quote or a reason: {sorted(missing)}"
 
 
 def test_each_quote_holds_its_value(manifest):
