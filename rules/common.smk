@@ -12,6 +12,7 @@ from selfknow.config import (
     config_hash,
     is_chat,
     model_spec,
+    resolve_paths,
     validate_config,
 )
 
@@ -26,7 +27,9 @@ from selfknow.protocols.lcae.catalog import TABLES as LCAE_CATALOG
 from selfknow.protocols.persistent.inputs import input_paths, paths_of
 
 try:
-    _CHECKED = validate_config(config, source=", ".join(map(str, workflow.configfiles)) or "config")
+    # a relative input path is read from the folder of the config file that sets it
+    _CHECKED = validate_config(resolve_paths(config, workflow.configfiles),
+                               source=", ".join(map(str, workflow.configfiles)) or "config")
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 # Defaults filled in and every section strict (a read of a key the schema does not define

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 import yaml
 
-from selfknow.config import ConfigError, checkpoint_names, load_config, model_spec, validate_config
+from selfknow.config import ConfigError, checkpoint_names, load_config, model_spec, resolve_paths, validate_config
 from selfknow.schema import UndefinedConfigKey, load_schema, subschema
 from selfknow.world.generator import DEFAULT_WORLD
 from selfknow.world.trainer import DEFAULT_FAMILY
@@ -328,3 +328,89 @@ def test_a_bad_stand_in_names_the_key(cfg, stand_ins, said):
     cfg["stand_ins"] = stand_ins
     with pytest.raises(ConfigError, match=said):
         validate_config(cfg, "overlay.yaml")
+
+
+# ----------------------------------------------------------------------------- relative paths
+def _with_local_model(model: dict, **datasets) -> dict:
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    cfg["models"].append({"name": "local", "backend": "hf", **model})
+    cfg["datasets"].update(datasets)
+    return cfg
+
+
+def test_a_relative_path_is_read_from_its_config_files_folder(tmp_path, monkeypatch):
+    """Issue 50: a relative `path:` in a config file names a file beside that config, wherever
+    the command runs; an absolute one is kept."""
+    mine = tmp_path / "mine"
+    for d in ("weights/early", "weights/late", "data", "elsewhere"):
+        (mine / d).mkdir(parents=True)
+    cfg = _with_local_model({"path": "weights/late", "checkpoints": [
+        {"name": "early", "path": str(mine / "weights" / "early")}, {"name": "late", "path": "./data/../weights/late"}]},
+        own_mcq={"loader": "mmlu", "path": "data/mcq.jsonl", "subjects": ["x"], "subject_range": [0, 5]})
+    (mine / "mine.yaml").write_text(yaml.safe_dump(cfg))
+
+    monkeypatch.chdir(mine / "elsewhere")
+    out = load_config("../mine.yaml")
+    local = out["models"][-1]
+    assert local["path"] == str(mine / "weights" / "late")
+    assert [c["path"] for c in local["checkpoints"]] == [str(mine / "weights" / "early"), str(mine / "weights" / "late")]
+    assert out["datasets"]["own_mcq"]["path"] == str(mine / "data" / "mcq.jsonl")
+    # inside the working directory a path stays relative to it: a clone elsewhere (a copied
+    # results directory beside it) gives its jobs the same params
+    monkeypatch.chdir(tmp_path)
+    assert load_config("mine/mine.yaml")["models"][-1]["path"] == "mine/weights/late"
+
+
+def test_a_missing_relative_path_names_the_key_and_where_it_was_looked_for(tmp_path, monkeypatch):
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(_with_local_model({"path": "weights/nope"})))
+    monkeypatch.chdir(REPO)
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "mine.yaml")
+    assert str(e.value) == f"{tmp_path / 'mine.yaml'}: models[local].path: {tmp_path / 'weights' / 'nope'} does not exist"
+
+
+def test_a_path_given_on_the_command_line_stays_relative_to_the_working_directory(tmp_path):
+    """Snakemake's --config values come from no file: only the values a file set are read from
+    its folder (a later file's value wins, as in Snakemake's merge)."""
+    first, second = tmp_path / "a" / "c.yaml", tmp_path / "b" / "c.yaml"
+    for f, value in ((first, "sessions"), (second, "released")):
+        f.parent.mkdir()
+        f.write_text(yaml.safe_dump({"ladder_import_dir": value}))
+    assert resolve_paths({"ladder_import_dir": "released"}, [first, second]) == \
+        {"ladder_import_dir": str(tmp_path / "b" / "released")}
+    assert resolve_paths({"ladder_import_dir": "sessions"}, [first, second]) == {"ladder_import_dir": "sessions"}
+    assert resolve_paths({"ladder_import_dir": "mine"}, [first, second]) == {"ladder_import_dir": "mine"}
+
+
+def test_the_checked_in_configs_point_at_the_files_they_did(tmp_path, monkeypatch):
+    """config/paper.yaml's and config/rehearsal.yaml's paths, read from their folder, name the
+    files in the repository they named before; the merged config the rehearsal writes under
+    another folder names them too."""
+    from selfknow.rehearsal.harness import CONFIGFILES, load_config as load_merged, resolved_config
+
+    monkeypatch.chdir(REPO)
+    assert load_config("config/paper.yaml", check_paths=False)["datasets"]["bioasq"]["path"] == \
+        "data/bioasq/training14b.json"
+    merged = {n: d["path"] for n, d in load_merged(check_paths=False)["datasets"].items()}
+    overlay = yaml.safe_load((REPO / CONFIGFILES[-1]).read_text())["datasets"]
+    assert merged == {n: d["path"].replace("../.rehearsal/", ".rehearsal/", 1) for n, d in overlay.items()}
+    assert all(p.startswith(".rehearsal/data/") for p in merged.values())
+    written = tmp_path / "config.yaml"
+    written.write_text(yaml.safe_dump(resolved_config(CONFIGFILES, 18431, "http://127.0.0.1:1/v1", tmp_path)))
+    assert {n: d["path"] for n, d in load_config(written, check_paths=False)["datasets"].items()} == merged
+
+
+def test_the_workflow_reads_each_config_files_paths_from_that_files_folder(tmp_path):
+    """`snakemake --configfile a/base.yaml b/over.yaml`, run from another directory than the
+    workflow's: the model `path:` the second file sets is looked for beside it."""
+    base = yaml.safe_load((REPO / "config" / "test.yaml").read_text())
+    for name, content in (("a/base.yaml", {**base, "results": str(tmp_path / "results")}),
+                          ("b/over.yaml", {"models": base["models"] + [{"name": "local", "backend": "hf",
+                                                                         "path": "weights"}]})):
+        (tmp_path / name).parent.mkdir()
+        (tmp_path / name).write_text(yaml.safe_dump(content))
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--snakefile", str(REPO / "Snakefile"),
+                           "--directory", str(REPO), "--configfile", "a/base.yaml", "b/over.yaml"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert f"models[local].path: {tmp_path / 'b' / 'weights'} does not exist" in proc.stdout + proc.stderr

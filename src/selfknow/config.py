@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -189,8 +190,74 @@ def missing_model_paths(cfg: dict) -> list[str]:
     for m in cfg["models"]:
         local = [("path", m["path"])] if "path" in m else []
         local += [(f"checkpoints[{c['name']}].path", c["path"]) for c in m.get("checkpoints", []) if "path" in c]
-        out += [f"models[{m['name']}].{k}: '{path}' does not exist" for k, path in local if not Path(path).exists()]
+        out += [missing_path(f"models[{m['name']}].{k}", path) for k, path in local if not Path(path).exists()]
     return out
+
+
+def missing_path(key: str, path: str) -> str:
+    """The problem line of an input path that does not exist: its key and where it was looked
+    for (a relative path in a config file was read from that file's folder)."""
+    return f"{key}: {Path(path).absolute()} does not exist"
+
+
+#: the keys that name files the researcher supplies ("*": every entry of a list or mapping)
+INPUT_PATHS = (("models", "*", "path"), ("models", "*", "checkpoints", "*", "path"),
+               ("stand_ins", "*", "path"), ("stand_ins", "*", "checkpoints", "*", "path"),
+               ("datasets", "*", "path"), ("datasets", "*", "possible_answer_path"), ("ladder_import_dir",))
+
+
+def _input_paths(cfg: dict) -> list[tuple[tuple, str]]:
+    """(key, value) of every `INPUT_PATHS` entry a config mapping, merged or not, sets; a key
+    is a tuple of mapping keys and list indices."""
+    def walk(node, pattern, key):
+        if not pattern:
+            return [(key, node)] if isinstance(node, str) else []
+        head, *rest = pattern
+        if head != "*":
+            children = [(head, node[head])] if isinstance(node, dict) and head in node else []
+        else:
+            children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else []
+        return [found for k, child in children for found in walk(child, rest, key + (k,))]
+
+    return [found for pattern in INPUT_PATHS for found in walk(cfg, pattern, ())]
+
+
+def resolve_paths(cfg: dict, configfiles) -> dict:
+    """`cfg`, merged from `configfiles` (later files over earlier ones, then any values given
+    on the command line), with each relative input path a file sets (a model's or checkpoint's
+    `path:`, a dataset's `path:` and `possible_answer_path:`, `ladder_import_dir:`) read from
+    that file's folder, as Docker Compose and DVC read the paths in their files; in place.
+    A resolved path inside the working directory stays relative to it (rule params, and so
+    reruns, do not depend on where the clone is); one outside becomes absolute. A path given
+    on the command line (Snakemake's --config) and `results:`, which names where the workflow
+    writes, as Snakemake's outputs, stay relative to the working directory."""
+    origin = {}
+    for f in configfiles:
+        with open(f, encoding="utf-8") as fh:
+            raw = yaml.safe_load(fh)
+        if isinstance(raw, dict):
+            origin.update({key: (value, Path(f).absolute().parent) for key, value in _input_paths(raw)})
+    for key, value in _input_paths(cfg):
+        if key in origin and origin[key][0] == value and not os.path.isabs(value):
+            path = Path(os.path.normpath(origin[key][1] / value))
+            _set(cfg, key, str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path))
+    return cfg
+
+
+def rebase_paths(cfg: dict, folder: str | Path) -> dict:
+    """`cfg`'s relative input paths (relative to the working directory) made relative to
+    `folder`, for a config file written there; in place."""
+    for key, value in _input_paths(cfg):
+        if not os.path.isabs(value):
+            _set(cfg, key, os.path.relpath(value, folder))
+    return cfg
+
+
+def _set(cfg: dict, key: tuple, value) -> None:
+    *parents, last = key
+    for k in parents:
+        cfg = cfg[k]
+    cfg[last] = value
 
 
 def _check_references(cfg: dict, source: str) -> None:
@@ -327,6 +394,8 @@ def load_config(path: str | Path, *, check_paths: bool = True) -> dict:
             cfg = yaml.safe_load(f)
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if isinstance(cfg, dict):
+        resolve_paths(cfg, [path])
     return validate_config(cfg, str(path), check_paths=check_paths)
 
 

@@ -38,13 +38,13 @@ def load_config(configfiles=CONFIGFILES, *, check_paths: bool = True) -> dict:
     defaults filled in."""
     from snakemake.utils import update_config
 
-    from selfknow.config import validate_config
+    from selfknow.config import resolve_paths, validate_config
 
     cfg: dict = {}
     for f in configfiles:
         with open(f, encoding="utf-8") as fh:
             update_config(cfg, yaml.safe_load(fh))
-    validate_config(cfg, " + ".join(map(str, configfiles)), check_paths=check_paths)
+    validate_config(resolve_paths(cfg, configfiles), " + ".join(map(str, configfiles)), check_paths=check_paths)
     return cfg
 
 
@@ -102,16 +102,20 @@ def environment(config: dict, cache: Path) -> dict:
     return env
 
 
-def resolved_config(configfiles, port: int, url: str) -> dict:
+def resolved_config(configfiles, port: int, url: str, folder: Path = STAND_INS) -> dict:
     """The config of `configfiles` merged as Snakemake merges them, unvalidated (so that
     Snakemake validates it as it would the files), with every base_url on 127.0.0.1:`port`
-    pointing at the stand-in server's `url` instead."""
+    pointing at the stand-in server's `url` instead, and its relative paths relative to
+    `folder`, where it is written."""
     from snakemake.utils import update_config
+
+    from selfknow.config import rebase_paths, resolve_paths
 
     cfg: dict = {}
     for f in configfiles:
         with open(f, encoding="utf-8") as fh:
             update_config(cfg, yaml.safe_load(fh))
+    rebase_paths(resolve_paths(cfg, configfiles), folder)
 
     def point(obj):
         if isinstance(obj, dict):
