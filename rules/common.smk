@@ -1,7 +1,6 @@
 # Config validation, the global wildcard constraints and the input functions.
 import re
 
-import yaml
 from snakemake.exceptions import WorkflowError
 
 from selfknow import placement
@@ -17,7 +16,8 @@ from selfknow.config import (
 )
 
 # Each paper's catalog of tables and figures (protocols/<paper>/catalog.py).
-from selfknow.report.catalog import buildable, names
+from selfknow.report.catalog import buildable, caption_text, names
+from selfknow.catalogs import REPORT as CATALOG_REPORT
 from selfknow.protocols.ladder.catalog import TABLES as LADDER_CATALOG
 from selfknow.protocols.ladder.catalog import config_has as ladder_config_has
 from selfknow.protocols.lcae.catalog import TABLES as LCAE_CATALOG
@@ -190,18 +190,34 @@ def table_targets(paper, names):
     return [f"{R}/tables/{paper}/{n}.{ext}" for n in names for ext in ("csv", "md")]
 
 
-# The Snakemake report (`snakemake --report`): workflow_report/catalog.yaml names every table
-# and figure with its caption, category, subcategory and label. Captions find the provenance
-# sidecar through the output keys used below ("<table>_csv", "<figure>").
-with open(workflow.source_path("../workflow_report/catalog.yaml"), encoding="utf-8") as _f:
-    REPORT_CATALOG = yaml.safe_load(_f)["items"]
+# The Snakemake report (`snakemake --report`): every catalog entry's caption, category,
+# subcategory and label (selfknow.catalogs). A caption is its file in
+# workflow_report/ followed by the provenance block of the entry's sidecar
+# (`selfknow.report.catalog.caption_text`), written for this run into a directory of its own.
+# Captions find the sidecar through the output keys used below ("<table>_csv", "<figure>").
+REPORT_CATALOG = CATALOG_REPORT
+_CAPTIONS = {}
+
+
+def caption_file(key):
+    """The full caption of the catalog entry `key`, as a file (Snakemake reads captions from files)."""
+    if not _CAPTIONS:
+        import atexit, shutil, tempfile
+
+        _CAPTIONS["dir"] = tempfile.mkdtemp(prefix="selfknow-captions-")
+        atexit.register(shutil.rmtree, _CAPTIONS["dir"], True)
+    path = f"{_CAPTIONS['dir']}/{key.replace('/', '__')}.rst"
+    if path not in _CAPTIONS:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(caption_text(REPORT_CATALOG[key], f"{workflow.basedir}/workflow_report"))
+        _CAPTIONS[path] = True
+    return path
 
 
 def report_item(key, path):
-    """`path` flagged for the report as the catalog entry `key` ("<paper>/<name>"). Called from
-    rules/*.smk, so the caption path is relative to rules/."""
+    """`path` flagged for the report as the catalog entry `key` ("<paper>/<name>")."""
     item = REPORT_CATALOG[key]
-    return report(path, caption=f"../workflow_report/{item['caption']}", category=item["category"],
+    return report(path, caption=caption_file(key), category=item["category"],
                   subcategory=item["subcategory"], labels={"result": item["label"]})
 
 

@@ -283,7 +283,7 @@ rule persistent_judge_counts:
 
 
 # One rule per table (persistent_table1, ...), so that each table's page in the report has its
-# own caption, label and place (workflow_report/catalog.yaml).
+# own caption, label and place in the report (its catalog entry).
 for _table in persistent_table_names():
 
     rule:
@@ -334,7 +334,7 @@ for _figure, _d in persistent_transfer_figures():
             n_boot=PC["bootstrap_replicates"],
             seed=PC["bootstrap_seed"],
             report=REPORT_SETTINGS,
-            title=f"Figure {_figure[6:]}: transfer between checkpoints ({P_MODELS[0]}, {_d})",
+            title=P_TABLE[_figure].title.format(model=P_MODELS[0], dataset=_d),
         conda:
             "../envs/selfknow.yaml"
         log:
@@ -357,6 +357,7 @@ rule persistent_table7:
         datasets=persistent_accuracy_datasets(),
         transfer=P_TRANSFER or "",
         report=REPORT_SETTINGS,
+        title=P_TABLE["table7"].title,
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -385,7 +386,7 @@ rule persistent_figure2:
         backbone_model=P_GCM or "",
         backbone_ckpt=p_gcm_backbone_ckpt(),
         report=REPORT_SETTINGS,
-        title="Figure 2: GCM headroom on contrast-set AUC against oracle training",
+        title=P_TABLE["figure2"].title,
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -409,8 +410,9 @@ rule persistent_reliability:
         sc=get_reliability_sc,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
-        train_seed=P_SEEDS[0],
         seed=config["seed"],
+        title=lambda wildcards: P_TABLE["reliability"].title.format(model=wildcards.model, dataset=wildcards.dataset,
+                                                                    seed=P_SEEDS[0]),
         equivalence=PC["equivalence"],
         normalisation=PC["answer_normalisation"],
     threads: 1
@@ -432,8 +434,8 @@ rule persistent_table19:
         **named_table_targets("persistent", ["table19"]),
     params:
         report=REPORT_SETTINGS,
-        title=f"Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance across seeds "
-              f"({P_MODELS[0] if P_MODELS else ''}, {P_DATASETS[0] if P_DATASETS else ''})",
+        title=P_TABLE["table19"].title.format(model=P_MODELS[0] if P_MODELS else "",
+                                              dataset=P_DATASETS[0] if P_DATASETS else ""),
     conda:
         "../envs/selfknow.yaml"
     log:

@@ -11,6 +11,7 @@ from selfknow.protocols.persistent.inputs import (
 )
 from selfknow.report.catalog import buildable
 from selfknow.protocols.persistent.catalog import (
+    TABLE as P_TABLE,
     TABLES as P_CATALOG,
     ContrastTable,
     MethodTable,

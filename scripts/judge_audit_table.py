@@ -1,6 +1,6 @@
 # `snakemake` (inputs, outputs, params, log) is bound by the script preamble Snakemake inserts.
-from selfknow.stages.jobs import judge_audit_table
 from selfknow.records import read_parquet
+from selfknow.report.catalog import SHARED_TABLE
 from selfknow.report.provenance import job_provenance
 from selfknow.report.tables import set_decimals, write_table
 from selfknow.runlog import job_log
@@ -13,7 +13,8 @@ with job_log(snakemake.log[0], "judge_audit_table"):
     prov = job_provenance(cfg, snakemake.input, sections=["judge"],
                           models=list(dict.fromkeys([cfg["judge"]["llm_judge"], *persistent_models])),
                           datasets=[cfg["judge"]["audit_dataset"]])
-    table, notes = judge_audit_table(read_parquet(snakemake.input[0]), replicates=snakemake.params.replicates,
-                                     seed=snakemake.params.seed)
-    write_table(table, snakemake.output.audit_csv, snakemake.output.audit_md,
-                title="Judge audit: exact match vs the LLM judge", notes=notes, provenance=prov)
+    entry = SHARED_TABLE["judge/audit"]
+    table, notes = entry.build()(read_parquet(snakemake.input[0]), replicates=snakemake.params.replicates,
+                                 seed=snakemake.params.seed)
+    write_table(table, snakemake.output.audit_csv, snakemake.output.audit_md, title=entry.title, notes=notes,
+                provenance=prov)

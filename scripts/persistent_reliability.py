@@ -10,7 +10,6 @@ with job_log(snakemake.log[0], f"persistent_reliability {w.model} {w.dataset}") 
                           models=list(dict.fromkeys([w.model] + ([gcm_model] if gcm_model else []))))
     summary.update(reliability_job(list(p.eval_ckpts), list(p.train_ckpts), p.sc, list(snakemake.input.confs),
                                    list(snakemake.input.gcm), out.reliability,
-                                   title=f"Reliability: {w.model} on {w.dataset} (evaluation checkpoints pooled, "
-                                         f"training seed {p.train_seed})",
+                                   title=p.title,
                                    seed=p.seed, equivalence=p.equivalence, normalisation=p.normalisation,
                                    provenance=prov))

@@ -10,4 +10,5 @@ with job_log(snakemake.log[0], "persistent_table7") as summary:
     prov = job_provenance(cfg, snakemake.input, sections=["persistent"], models=list(p.models),
                           datasets=list(p.datasets))
     summary.update(table7_job(p.sc, list(p.models), {m: list(c) for m, c in p.checkpoints.items()}, p.n_train,
-                              list(p.datasets), out.table7_csv, out.table7_md, transfer=p.transfer, provenance=prov))
+                              list(p.datasets), out.table7_csv, out.table7_md, transfer=p.transfer, title=p.title,
+                              provenance=prov))

@@ -13,8 +13,7 @@
 3. A screenshot of the report (`--screenshot`) must be a non-blank PNG.
 
 Used by tests/test_report_html.py on a throwaway workflow, and meant for the real workflow's
-report too: `python tests/report_check.py results/report.html --catalog workflow_report/catalog.yaml
---screenshot results/report.png`.
+report too: `python tests/report_check.py results/report.html --catalog --screenshot results/report.png`.
 """
 from __future__ import annotations
 
@@ -290,12 +289,12 @@ def browser_check(html_path: str | os.PathLike, *, chromium: str | None = None, 
     return seen, problems
 
 
-def catalog_labels(catalog_path: str | os.PathLike, keys: Iterable[str] | None = None) -> list[str]:
-    """The result labels the report should show for the catalog entries `keys` (all when None);
-    labels with wildcards (one result per model/dataset) are matched by their fixed prefix."""
-    import yaml
+def catalog_labels(keys: Iterable[str] | None = None) -> list[str]:
+    """The result labels the report should show for the catalog entries `keys` (all when None;
+    `selfknow.catalogs.REPORT`); labels with wildcards (one result per model/dataset)
+    are matched by their fixed prefix."""
+    from selfknow.catalogs import REPORT as items
 
-    items = yaml.safe_load(Path(catalog_path).read_text(encoding="utf-8"))["items"]
     chosen = items if keys is None else {k: items[k] for k in keys}
     return [it["label"].split("{")[0].strip() if "{" in it["label"] else it["label"] for it in chosen.values()]
 
@@ -321,11 +320,11 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description="Check a Snakemake HTML report in headless Chromium.")
     ap.add_argument("report")
     ap.add_argument("names", nargs="*", help="results that must be present (file name, path or label)")
-    ap.add_argument("--catalog", help="also expect every label of this workflow_report/catalog.yaml ...")
+    ap.add_argument("--catalog", action="store_true", help="also expect every label of the report catalog ...")
     ap.add_argument("--keys", nargs="*", help="... or only of these catalog keys (e.g. lcae/table1)")
     ap.add_argument("--screenshot", help="write a screenshot of the report here")
     a = ap.parse_args(argv)
-    names = list(a.names) + (catalog_labels(a.catalog, a.keys) if a.catalog else [])
+    names = list(a.names) + (catalog_labels(a.keys) if a.catalog else [])
     found = check_report(a.report, names, screenshot=a.screenshot)
     print("\n".join(found) or f"report OK: {len(names)} expected results present, every result renders")
     return 1 if found else 0

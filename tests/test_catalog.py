@@ -4,6 +4,7 @@ docs/extending.md's recipe adds a persistent method to Table 1 by editing only t
 names."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -13,11 +14,11 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import yaml
 
 from conftest import REPO
 from selfknow.config import load_config
-from selfknow.report.catalog import Table, buildable, by_name
+from selfknow.catalogs import CATALOGS, REPORT
+from selfknow.report.catalog import Table, buildable, by_name, call_by_name, caption_text
 from selfknow.protocols.ladder import catalog as LC
 from selfknow.protocols.lcae import catalog as AC
 from selfknow.protocols.persistent import catalog as PC
@@ -27,9 +28,31 @@ from selfknow.protocols.persistent.variants import TABLE_VARIANTS, VARIANTS
 from selfknow.stats.persistent.contrast import METRICS
 
 PAPERS = {"persistent": PC.TABLES, "ladder": LC.TABLES, "lcae": AC.TABLES}
-REPORT = yaml.safe_load((REPO / "workflow_report" / "catalog.yaml").read_text(encoding="utf-8"))["items"]
 #: the report catalog's output of an entry with wildcards (one figure per model and dataset)
-WILDCARD_OUTPUTS = {("persistent", "reliability"): "figures/persistent/reliability/{model}/{dataset}.png"}
+WILDCARD_OUTPUTS = {(c.paper, t.name): t.output for c in CATALOGS for t in c.tables if t.output}
+
+
+@pytest.mark.parametrize("catalog", CATALOGS, ids=lambda c: c.paper)
+def test_every_entry_names_a_builder_a_title_and_its_place_in_the_report(catalog):
+    """An entry is the one declaration of its table: the builder it names exists, and so does
+    its caption's text (the provenance block follows from the entry)."""
+    for t in catalog.tables:
+        assert callable(t.build()), t.name
+        assert t.subcategory and t.label, t.name
+        assert t.title or t.figure, t.name
+        caption = REPO / "workflow_report" / catalog.paper / f"{t.name}.rst"
+        assert caption.is_file(), caption
+        text = caption_text(REPORT[f"{catalog.paper}/{t.name}"], REPO / "workflow_report")
+        ref = f"snakemake.output.{t.name}" if t.figure else f"snakemake.output.{t.name}_csv"
+        assert text.count(ref) == 2 and text.count("Provenance:") == 1, t.name
+
+
+def test_a_builder_gets_what_it_names():
+    def builder(sessions, main, png="x"):
+        return sessions, main, png
+    assert call_by_name(builder, {"sessions": 1, "main": 2, "other": 3}) == (1, 2, "x")
+    with pytest.raises(TypeError, match="needs \\['main'\\]"):
+        call_by_name(builder, {"sessions": 1})
 
 
 def test_every_persistent_method_is_one_catalog_entry_and_every_row_names_one():
@@ -130,7 +153,9 @@ def test_a_tables_rows_and_columns_come_from_the_catalog():
     cfg = {"persistent": {"models": ["A", "B"], "datasets": ["d1", "d2"], "transfer_dataset": "t"}}
     cols, labels = expected_method_table("table1", cfg)
     assert cols[:2] == ["dataset", "method"] and cols[2:5] == ["A Δ0b", "A contrast AUC", "A full AUC"]
-    assert labels == ["End-correct baseline", "Self-consistency", "Non-oracle training", "Oracle training"] * 2
+    table1 = [PC.row_label(r)[1] for b in PC.TABLE["table1"].layout.blocks for r in b.rows]
+    assert table1[:2] == ["End-correct baseline", "Self-consistency"] and table1[-1] == "Oracle training"
+    assert labels == table1 * 2
     cols, labels = expected_method_table("table14", cfg)
     assert cols[:3] == ["setting", "model", "method"] and len(cols) == 3 + len(METRICS)
     assert labels[:5] == ["Multi-ckpt, n_cand=2", "Multi-ckpt, n_cand=1", "Single-ckpt, n_cand=2",
@@ -142,8 +167,8 @@ def test_a_tables_rows_and_columns_come_from_the_catalog():
 # ----------------------------------------------------------------------------------------------
 # docs/extending.md: a persistent confidence method
 # ----------------------------------------------------------------------------------------------
-EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>append|after: .+?|before: .+?|replace: .+?) -->\n"
-                  r"(?P<indent>[ ]*)```python\n(?P<code>.*?)\n[ ]*```", re.S)
+EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>new|append|after: .+?|before: .+?|replace: .+?) -->\n"
+                  r"(?P<indent>[ ]*)```(?:python|rst)\n(?P<code>.*?)\n[ ]*```", re.S)
 
 
 def recipe_edits(section: str) -> list[tuple[str, str, str]]:
@@ -154,6 +179,10 @@ def recipe_edits(section: str) -> list[tuple[str, str, str]]:
 
 def apply_edit(root: Path, path: str, how: str, code: str) -> None:
     f = root / path
+    if how == "new":
+        assert not f.exists(), f"{path} exists already"
+        f.write_text(code + "\n", encoding="utf-8")
+        return
     text = f.read_text(encoding="utf-8")
     if how == "append":
         text = text.rstrip("\n") + "\n\n\n" + code + "\n"
@@ -214,11 +243,12 @@ def table_csv(src: Path, out: Path, name: str = "table1") -> str:
 
 
 def recipe_copy(tmp_path: Path, heading: str) -> tuple[Path, list[tuple[str, str, str]]]:
-    """A copy of the package (and its config defaults) and the edits of a docs/extending.md section."""
+    """A copy of the package (and its config defaults and captions) and the edits of a
+    docs/extending.md section."""
     doc = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
     section = doc.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
     copy = tmp_path / "repo"
-    for part in ("src", "schemas"):
+    for part in ("src", "schemas", "workflow_report"):
         shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
     return copy, recipe_edits(section)
 
@@ -248,13 +278,24 @@ def test_the_extending_recipe_adds_a_method_to_table_1(tmp_path):
 
 
 def test_the_extending_recipe_adds_a_persistent_table(tmp_path):
-    """docs/extending.md's table example, applied to a copy, is a table the table job writes
-    with the rows and columns of its catalog entry (its rule and report entry follow from the
-    catalog and are checked above)."""
+    """docs/extending.md's table example, applied to a copy, is one entry and one caption: a
+    table the table job writes with the rows and columns of its catalog entry, and a report
+    item with its caption and provenance (its rule follows from the catalog, checked above)."""
     copy, edits = recipe_copy(tmp_path, "A persistent table")
-    assert [p for p, _, _ in edits] == ["src/selfknow/protocols/persistent/catalog.py"]
+    assert [p for p, _, _ in edits] == ["src/selfknow/protocols/persistent/catalog.py",
+                                        "workflow_report/persistent/table20.rst"]
     for path, how, code in edits:
         apply_edit(copy, path, how, code)
+    code = ("import json, sys\nfrom selfknow.catalogs import REPORT\n"
+            "from selfknow.report.catalog import caption_text\n"
+            "print(json.dumps([REPORT['persistent/table20'], caption_text(REPORT['persistent/table20'], sys.argv[1])]))")
+    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", code, str(copy / "workflow_report")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    item, caption = json.loads(proc.stdout)
+    assert item["output"] == "tables/persistent/table20.html" and item["category"] == PC.CATEGORY
+    assert caption.startswith("Table 20: self-consistency") and "snakemake.output.table20_csv" in caption
     csv = table_csv(copy / "src", tmp_path / "out", "table20")
     header, *rows = [line.split(",") for line in csv.strip().splitlines()]
     assert header == ["model", "dataset", "method", *(METRIC_LABELS[m] for m in METRICS)]

@@ -722,7 +722,7 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
                                                     _correct([1, 0] if s == "train" else [1, 1], [f"{s}1", f"{s}2"]))
                   for c in ("A", "B", "C") for s in ("train", "test")})
     out = T.table7_job(paths, ["M"], {"M": ["A", "B", "C"]}, 1, ["a", "b", "t"], str(R / "table7.csv"),
-                       str(R / "table7.md"), transfer="t")
+                       str(R / "table7.md"), transfer="t", title="Table 7")
     t7 = pd.read_csv(R / "table7.csv")
     assert out["rows"] == 3 and t7["a"].tolist() == [80.0, 75.0, 50.0] and t7["t"].tolist() == [75.0] * 3
     assert "t: 4 questions (train and test splits)" in (R / "table7.md").read_text()

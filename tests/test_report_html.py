@@ -20,13 +20,14 @@ import pytest
 import yaml
 
 from conftest import REPO, run_snakemake
+from selfknow.catalogs import REPORT
+from selfknow.report.catalog import caption_text
 
 sys.path.insert(0, str(Path(__file__).parent))
 import report_check  # noqa: E402
 
 REPORT_DIR = REPO / "workflow_report"
-CATALOG_PATH = REPORT_DIR / "catalog.yaml"
-CATALOG = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))["items"]
+CATALOG = REPORT
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -62,7 +63,7 @@ def chromium() -> str:
 
 # --- captions ----------------------------------------------------------------------------------
 
-def _render_caption(rel: str, config: dict, outputs: dict, wildcards: dict) -> str:
+def _render_caption(key: str, config: dict, outputs: dict, wildcards: dict) -> str:
     """What Snakemake's report does with a caption: Jinja with `snakemake`, then docutils."""
     from docutils.core import publish_parts
     from jinja2 import Environment
@@ -70,7 +71,7 @@ def _render_caption(rel: str, config: dict, outputs: dict, wildcards: dict) -> s
 
     job = Snakemake(InputFiles(), OutputFiles(fromdict=outputs), Params(), Wildcards(fromdict=wildcards), 1,
                     ResourceList(), Log(), config, "rule", None)
-    text = (REPORT_DIR / rel).read_text(encoding="utf-8")
+    text = caption_text(CATALOG[key], REPORT_DIR)
     rst = Environment(trim_blocks=True, lstrip_blocks=True).from_string(text).render(snakemake=job, categories={},
                                                                                      files=[])
     return publish_parts(rst, writer="html", settings_overrides={"halt_level": 2, "report_level": 2})["body"]
@@ -118,7 +119,7 @@ def test_every_caption_renders_with_its_provenance(configfile, tmp_path, monkeyp
         side.write_text(json.dumps({"schema": "selfknow.provenance/1", "config_hash": f"hash-{name}",
                                     "packages": {"numpy": "2"}, "config": {"secret_fragment": 1},
                                     "figure": {"axes": [{"series": ["summary_series"]}]}}, indent=2))
-        html = _render_caption(item["caption"], config, outputs, {"model": "wm-small", "dataset": "world_qa"})
+        html = _render_caption(key, config, outputs, {"model": "wm-small", "dataset": "world_qa"})
         assert f"hash-{name}" in html, key  # the sidecar is included ...
         assert "secret_fragment" not in html, key  # ... up to the config fragment
         assert "summary_series" not in html, key  # (a figure's summary follows the config)
@@ -142,7 +143,7 @@ def test_a_caption_whose_sidecar_is_missing_fails_loudly(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     config = yaml.safe_load((REPO / "config.yaml").read_text(encoding="utf-8"))
     with pytest.raises(SystemMessage, match="table1.json"):
-        _render_caption("lcae/table1.rst", config, {"table1_csv": "results/tables/lcae/table1.csv"}, {})
+        _render_caption("lcae/table1", config, {"table1_csv": "results/tables/lcae/table1.csv"}, {})
 
 
 # --- the report in a browser -------------------------------------------------------------------
@@ -150,12 +151,14 @@ def test_a_caption_whose_sidecar_is_missing_fails_loudly(tmp_path, monkeypatch):
 SNAKEFILE = r'''
 # A throwaway workflow wired like the real one: report(...) wrappers from the catalog,
 # provenance sidecars from the package, captions and the description from workflow_report/.
+import tempfile
 from pathlib import Path
 
-import yaml
+from selfknow.catalogs import REPORT as CATALOG
+from selfknow.report.catalog import caption_text
 
 REPORT_DIR = Path("__REPORT_DIR__")
-CATALOG = yaml.safe_load((REPORT_DIR / "catalog.yaml").read_text())["items"]
+CAPTIONS = Path(tempfile.mkdtemp())
 R = "results"
 
 configfile: "__CONFIG__"
@@ -164,7 +167,9 @@ report: str(REPORT_DIR / "workflow.rst")
 
 def report_item(key, path):
     item = CATALOG[key]
-    return report(path, caption=str(REPORT_DIR / item["caption"]), category=item["category"],
+    caption = CAPTIONS / item["caption"].replace("/", "__")
+    caption.write_text(caption_text(item, REPORT_DIR), encoding="utf-8")
+    return report(path, caption=str(caption), category=item["category"],
                   subcategory=item["subcategory"], labels={"result": item["label"]})
 
 
@@ -351,7 +356,7 @@ def test_the_tiny_runs_report_shows_every_table_and_figure_it_built(tiny_run, ti
         assert sidecar["git"]["commit"] and sidecar["inputs"] and sidecar["packages"], path
     shot = tmp_path / "report.png"
     t0 = time.perf_counter()
-    problems = report_check.check_report(tiny_report, report_check.catalog_labels(CATALOG_PATH, sorted(built)),
+    problems = report_check.check_report(tiny_report, report_check.catalog_labels(sorted(built)),
                                          chromium=chromium, screenshot=shot)
     print(f"\nbrowser check of the tiny run's report: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     assert problems == []

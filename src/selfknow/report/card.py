@@ -17,6 +17,8 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from .catalog import SHARED_TABLE
+
 LADDER_LEVEL_ESTIMATORS = {"L0": "NoMemory", "L1": "ZS", "L2": "LSA", "L3": "OraclePDC", "L4": "GT-SelfStats"}
 PERSISTENT_METHOD = "sc"
 
@@ -114,8 +116,7 @@ def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_person
                 files[model] = (pd.read_parquet(points), {k: z[k] for k in z.files})
         parts["persistent"] = persistent_columns(files)
     card = knowledge_card(models, parts)
-    write_table(card, csv, md, provenance=provenance,
-                title="Self-knowledge card: what the three protocols say about each model (95 % intervals)",
+    write_table(card, csv, md, provenance=provenance, title=SHARED_TABLE["card/self_knowledge"].title,
                 notes="Ability: Rasch θ ± 1.96 SE (LCAE Stage 1, Standard prompting, last checkpoint). "
                       "LCAE: mean over repeats, t-interval (a point when the repeats agree: local models "
                       "decode deterministically at temperature 0, the paper's setting). CBF: LADDER session mean, session-bootstrap "

@@ -1,35 +1,74 @@
-"""The pattern of the three papers' catalogs (`protocols/<paper>/catalog.py`): every table and
-figure a paper's workflow can build is one `Table` entry, listed once, with what it needs of
-the config. The rules derive their targets from it (`buildable`), each paper's table code
-its rows and columns from the entry's `layout`, and a test checks the report catalog
-(workflow_report/catalog.yaml) against it."""
+"""The pattern of the catalogs (`protocols/<paper>/catalog.py`, and `SHARED` below for the
+tables of the shared stages): every table and figure the workflow can build is one `Table`
+entry, listed once. The entry is the one declaration of a table: its builder, title, notes,
+what it needs of the config, and its place in the report. The rules derive their targets from
+it (`buildable`), each paper's table code its rows, title and notes, the report its catalog
+(`report_items`, read by rules/common.smk) and every caption its provenance block
+(`caption_text`); a caption file (workflow_report/<paper>/<name>.rst) holds only the words
+that describe the table."""
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 
 @dataclass(frozen=True)
 class Table:
     """One table (`tables/<paper>/<name>.csv`, .md, ...) or figure (`figures/<paper>/<name>.png`).
 
-    `needs`: what the config must provide for it to exist (paper-specific words, e.g.
-    "gcm", "transfer", "second_dataset"); `figure`: a PNG (with `data_table`, its data is
-    written as a table of the same name beside the tables); `job`: the job (rule) that
-    writes it with others ("" for a job of its own); `layout`: the paper's own description
-    of its rows and columns (None where the job's code writes it whole)."""
+    `builder`: the function that computes it, a lazy "module:function" reference (imported only
+    by the job that builds the table; what it takes is the paper's convention, said in its
+    catalog); `title`: its title, formatted with what the job knows (`model`, `dataset`, ...);
+    `notes`: the notes every build of it carries (a builder adds those drawn from its numbers);
+    `needs`: what the config must provide for it to exist (paper-specific words, e.g. "gcm",
+    "transfer", "second_dataset"); `figure`: a PNG (with `data_table`, its data is written as a
+    table of the same name beside the tables); `job`: the job (rule) that writes it with others
+    ("" for a job of its own); `layout`: the paper's own description of its rows and columns
+    (None where the builder writes it whole); `subcategory` and `label`: where the report shows
+    it and under which name (the category is the paper's); `output`: the figure's path under
+    `results` where it has wildcards (one figure per model and dataset)."""
 
     name: str
+    builder: str = ""
+    title: str = ""
+    notes: str = ""
     needs: frozenset[str] = frozenset()
     figure: bool = False
     data_table: bool = True
     job: str = ""
     layout: Any = None
+    subcategory: str = ""
+    label: str = ""
+    output: str = ""
 
     @property
     def writes_table(self) -> bool:
         """Whether `tables/<paper>/<name>.*` is written (a table, or a figure's data table)."""
         return not self.figure or self.data_table
+
+    def build(self) -> Callable:
+        """The builder function (imports its module)."""
+        return resolve(self.builder)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The tables of one `paper` (the directory of its tables, figures and captions) and the
+    report category they are shown under."""
+
+    paper: str
+    category: str
+    tables: tuple[Table, ...]
+
+
+def resolve(ref: str) -> Callable:
+    """The function a "module:function" reference names."""
+    module, sep, name = ref.partition(":")
+    if not sep or not name:
+        raise ValueError(f"{ref!r} is not a 'module:function' reference")
+    return getattr(importlib.import_module(module), name)
 
 
 def needs(*words: str) -> frozenset[str]:
@@ -54,3 +93,85 @@ def by_name(tables: Sequence[Table]) -> dict[str, Table]:
             raise ValueError(f"table {t.name!r} is listed twice in the catalog")
         out[t.name] = t
     return out
+
+
+#: the tables of the shared stages and of the self-knowledge card, beside the papers' catalogs
+SHARED: tuple[Catalog, ...] = (
+    Catalog("world", "Shared stages", (
+        Table("evolution", "selfknow.world.evolution:evolution_tables",
+              "World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs against the curriculum",
+              subcategory="World and judge", label="World knowledge across checkpoints"),)),
+    Catalog("judge", "Shared stages", (
+        Table("audit", "selfknow.stages.jobs:judge_audit_table", "Judge audit: exact match vs the LLM judge",
+              subcategory="World and judge", label="Judge audit"),)),
+    Catalog("card", "Self-knowledge card", (
+        Table("self_knowledge", "selfknow.report.card:card_job",
+              "Self-knowledge card: what the three protocols say about each model (95 % intervals)",
+              subcategory="Self-knowledge card", label="Self-knowledge card"),)),
+)
+#: "<paper>/<name>" -> the entry, for the tables of `SHARED`
+SHARED_TABLE = {f"{c.paper}/{t.name}": t for c in SHARED for t in c.tables}
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
+# ----------------------------------------------------------------------------------------------
+def report_output(paper: str, t: Table) -> str:
+    """Where the report finds the entry, under `results`: a table's HTML page, a figure's PNG."""
+    if t.output:
+        return t.output
+    return f"figures/{paper}/{t.name}.png" if t.figure else f"tables/{paper}/{t.name}.html"
+
+
+def output_key(t: Table) -> str:
+    """The name of the rule's output the report shows: "<figure>", or "<table>_html"."""
+    return t.name if t.figure else f"{t.name}_html"
+
+
+def report_items(catalogs: Iterable[Catalog]) -> dict[str, dict[str, str]]:
+    """"<paper>/<name>" -> its report item (caption file, category, subcategory, label, kind,
+    output, output key) for every entry of `catalogs`."""
+    out = {}
+    for c in catalogs:
+        for t in c.tables:
+            if not (t.subcategory and t.label):
+                raise ValueError(f"catalog entry {c.paper}/{t.name} names no report subcategory or label")
+            out[f"{c.paper}/{t.name}"] = {
+                "caption": f"{c.paper}/{t.name}.rst", "category": c.category, "subcategory": t.subcategory,
+                "label": t.label, "kind": "figure" if t.figure else "table", "output": report_output(c.paper, t),
+                "output_key": output_key(t)}
+    return out
+
+
+#: every caption's last paragraph: the provenance sidecar of the table (`<table>_csv`) or figure,
+#: shown up to the config fragment it records
+PROVENANCE = """
+Provenance: the sidecar ``{{{{ snakemake.output.{key}[:-4] }}}}.json`` records the config hash, git
+commit, model revisions, the sha256 of every input (item sample and upstream records) and package versions
+(the config fragment itself follows in the file):
+
+.. include:: {{{{ snakemake.output.{key}[:-4] }}}}.json
+   :literal:
+   :end-before: "config":
+"""
+
+
+def caption_text(item: Mapping[str, str], report_dir: str | Path) -> str:
+    """The full caption of a report item (`report_items`): its caption file's words, then the
+    provenance block, read from the sidecar next to the output its rule names."""
+    text = (Path(report_dir) / item["caption"]).read_text(encoding="utf-8").rstrip("\n")
+    key = item["output_key"] if item["kind"] == "figure" else item["output_key"].removesuffix("_html") + "_csv"
+    return text + "\n" + PROVENANCE.format(key=key)
+
+
+def call_by_name(fn: Callable, known: Mapping[str, Any]) -> Any:
+    """`fn` called with the values of `known` its parameters name (a builder's convention: it
+    takes what it needs by name)."""
+    import inspect
+
+    params = inspect.signature(fn).parameters
+    missing = [p for p in params if p not in known and params[p].default is inspect.Parameter.empty]
+    if missing:
+        raise TypeError(f"{fn.__module__}.{fn.__name__} needs {missing}, which its job does not provide "
+                        f"(it provides {sorted(known)})")
+    return fn(**{p: known[p] for p in params if p in known})

@@ -12,6 +12,7 @@ import pandas as pd
 from selfknow.report.catalog import names
 from selfknow.records import read_parquet
 
+from .catalog import TABLE as ENTRY
 from .catalog import TABLES as CATALOG
 from .lite import lite_runs, lite_table
 from .tables import _read, r4_from_scores
@@ -81,28 +82,6 @@ def figure11_frame(sessions: pd.DataFrame, heldout: pd.DataFrame, controls: pd.D
     return pd.concat(parts, ignore_index=True)
 
 
-NOTES = {
-    "table18": ("Clean labels: the true outcome of every turn is its label. fixed budget = the "
-                "estimator as every other table fits it (EM from p = 0.5, r_in 0.75, r_out 0.55; "
-                "GLAD-style 100 EM iterations with Gaussian priors on abilities and difficulties, "
-                "Dawid-Skene 200); optimised = L-BFGS-B on the fit's objective from the EM fit "
-                "and ladder.optimisation.restarts seeded random starts, the best kept; GLAD-style "
-                "keeps its Gaussian priors unless ladder.optimisation.glad_priors is false, then "
-                "its likelihood is maximised). loglik = marginal "
-                "log-likelihood of the labels per label (higher is better); converged = share "
-                "of sessions whose fit stopped on its tolerance; n_iter = mean EM (fixed) or "
-                "L-BFGS-B (optimised) iterations of the kept fit."),
-    "table33": ("Each run configuration (a model's session file with one simulated user) is "
-                "summarised on its first T records (sessions in order) by NoMemory's session-mean "
-                "ECE of the recorded confidence and CBF; the correlations are taken across the "
-                "configurations with at least the full budget of records (the paper: 23 recorded "
-                "configurations). With fewer than three such configurations, or a constant "
-                "summary, a correlation is undefined and left empty; table33_runs lists each "
-                "configuration's summaries."),
-    "table33_runs": "The run configurations of Table 33: records and NoMemory ECE / CBF on the first T records (empty: fewer records than T).",
-}
-
-
 def write_appendix(opt_paths: Sequence[str], run_paths: Sequence[str], parts: Mapping[str, Sequence[str]],
                    tables: Mapping[str, str], figures: Mapping[str, str], *, budgets: Sequence[int],
                    provenance: dict | None = None) -> dict:
@@ -123,18 +102,15 @@ def write_appendix(opt_paths: Sequence[str], run_paths: Sequence[str], parts: Ma
     built = {"table18": optimisation_table(_read(opt_paths)),
              "table33": lite_table(runs_df, budgets),
              "table33_runs": runs_df}
-    titles = {"table18": "LADDER Table 18: clean-label GLAD-style and Dawid-Skene, fixed budget vs optimised",
-              "table33": f"LADDER Table 33: lite protocol, T={budgets[0]} vs T={budgets[1]} records",
-              "table33_runs": "LADDER Table 33: run configurations"}
     for name in TABLES:
-        write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"], title=titles[name],
-                    notes=NOTES[name], provenance=provenance)
+        t = ENTRY[name]
+        write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"], title=t.title.format(budgets=budgets),
+                    notes=t.notes, provenance=provenance)
     f9 = figure9_frame(P["sessions"], P["answers"])
     bar_panels(f9, figures["figure9"], ylabels=dict(zip(pd.unique(f9["panel"]), ("accuracy", "ECE", "CBF"))),
-               title="Figure 9: answer accuracy, recorded-confidence ECE and NoMemory CBF per model",
-               provenance=provenance)
+               title=ENTRY["figure9"].title, provenance=provenance)
     f11 = figure11_frame(P["sessions"], P["heldout"], P["controls"])
     bar_panels(f11, figures["figure11"], ylabels={p: "CBF" for p in pd.unique(f11["panel"])},
-               title="Figure 11: R4 and the reliability-aware estimators per model", provenance=provenance)
+               title=ENTRY["figure11"].title, provenance=provenance)
     return {"tables": len(TABLES), "figures": len(FIGURES), "runs": len(runs),
             "lite_n": int(built["table33"]["n_configurations"].max())}

@@ -1,12 +1,13 @@
 """The LADDER paper's catalog (the pattern of `selfknow.report.catalog`): every table and
-figure, each listed once, with the job that writes it and what it needs of the config
-(`config_has`), and the score parts the jobs pass between them. The Snakefile reads this module
+figure, each listed once, with its builder, title, notes, the job that writes it, what it
+needs of the config (`config_has`) and its place in the report, and the score parts the jobs
+pass between them. The Snakefile reads this module
 when it is parsed (twice per job on a cluster), so it imports nothing heavy."""
 from __future__ import annotations
 
 from typing import Mapping
 
-from selfknow.report.catalog import Table, needs
+from selfknow.report.catalog import Catalog, Table, by_name, needs
 
 #: the parts every score job writes (one parquet each, rule ladder_score); the tables read them back
 SCORE_PARTS = ("sessions", "bootstrap", "controls", "grid", "partitions", "tiers", "prefix",
@@ -15,25 +16,175 @@ SCORE_PARTS = ("sessions", "bootstrap", "controls", "grid", "partitions", "tiers
 APPENDIX_PARTS = ("sessions", "answers", "heldout", "controls")
 
 _MAIN = needs("ladder")
-_FIGURE = dict(figure=True, data_table=False)
+CATEGORY = "Paper 2: LADDER"
+MAIN_RESULTS, ANALYSES = "Main results (table, Figures 4-7)", "Analyses"
+APPENDIX, CROSSTASK = "Appendix analyses (Tables 18, 33; Figures 9, 11)", "Cross-task priors (Tables 14-15)"
+#: A builder that `tables.write_tables` calls through this catalog is written whole, so that the
+#: code fingerprint of its job reaches it (selfknow.code_inputs); the builders the rules call
+#: (each the job function of its rule) are assembled from their module, so that a job reading
+#: this catalog for a title does not reach every other job.
+_LADDER = "selfknow.protocols.ladder."
+_APPENDIX = _LADDER + "appendix:"
+
+
+def _tables(name: str, builder: str, title: str, label: str, notes: str = "", subcategory: str = ANALYSES) -> Table:
+    """A table of `tables.write_tables` (rule ladder_tables). Its builder takes the score parts
+    it needs by name (`SCORE_PARTS`), and `stated_by`, `modes_note` or a table built before it
+    (e.g. `main`), and returns the table, or (table, the notes drawn from its numbers)."""
+    return Table(name, builder, title, notes, _MAIN, job="tables", subcategory=subcategory, label=label)
+
+
+def _figure(name: str, builder: str, label: str, job: str = "tables", subcategory: str = MAIN_RESULTS,
+            title: str = "") -> Table:
+    """A figure of `tables.write_tables` (its builder takes what a table's does, `_tables`, and
+    `png` and `provenance`, and draws it) or of `appendix.write_appendix`."""
+    return Table(name, builder, title, needs=_MAIN, figure=True, data_table=False, job=job,
+                 subcategory=subcategory, label=label)
+
+
+def _appendix(name: str, title: str, label: str, notes: str) -> Table:
+    """A table of `appendix.write_appendix` (rule ladder_appendix)."""
+    return Table(name, _APPENDIX + "write_appendix", title, notes, _MAIN, job="appendix", subcategory=APPENDIX,
+                 label=label)
+
 
 TABLES: tuple[Table, ...] = (
-    # `tables.write_all` (rule ladder_tables): the main table, analyses, Figures 4-7
-    *(Table(n, _MAIN, job="tables") for n in ("main", "decoder", "noise_grid", "partitions", "r4", "controls",
-                                               "tiers", "prefix", "heldout", "simulators", "pooled_pairs",
-                                               "answers")),
-    *(Table(f, _MAIN, job="tables", **_FIGURE) for f in ("figure4", "figure5", "figure6", "figure7")),
-    Table("table34", _MAIN, job="heldout"),  # held-out ReAct (rule ladder_table34)
+    # `tables.write_tables` (rule ladder_tables): the main table, analyses, Figures 4-7
+    _tables("main", "selfknow.protocols.ladder.tables:main_with_note",
+            "LADDER main table: session CBF, bias, shape error and answer-level ECE / AUROC per model and estimator",
+            "Main table: session CBF per estimator",
+            "Session CBF = 1 − mean |p̂_d − a_d| over domains with >= 2 answers, averaged over "
+            "sessions; SE and CI from the session bootstrap. b = signed bias (positive = "
+            "overestimation), e_shape = centred shape error. ZS / LSA / GT-SelfStats are "
+            "prompted (the answering model itself if it is a chat model, else the configured "
+            "prompted model); `unparsable` = share of sessions whose JSON profile could not be "
+            "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
+            "clean verdicts (CBF only, as the paper's Table 24). ECE / AUROC are those of each "
+            "estimator's turn confidences: ZS and GT-SelfStats return the recorded answer "
+            "confidence (the authors' baselines), over the sessions each was asked on; LSA's are its per-turn "
+            "queries (empty for sessions not queried). kendall_tau is empty where a profile is constant across domains "
+            "(NoMemory, Global): τ is undefined there (the paper's §D.4). Answers: a chat model answers "
+            "every turn afresh in the authors' session format (ladder.answer_format, answer_temperature, "
+            "answer_max_new_tokens, answer_per_turn); a base model by cloze, once per question.",
+            subcategory=MAIN_RESULTS),
+    _tables("decoder", "selfknow.protocols.ladder.tables:decoder_table",
+            "LADDER feedback decoder: coverage, precision and recall of the decoded verdicts",
+            "Decoder precision / recall",
+            "Feedback decoder against the simulated user's intent, per model and user: coverage = share "
+            "of turns with a decoded verdict; precision / recall of the decoded verdicts (overall and per "
+            "sign); intent_agreement = share of decoded verdicts equal to the user's intent; "
+            "global_best_share and CBF_* from the decoded feedback."),
+    _tables("noise_grid", "selfknow.protocols.ladder.tables:grid_table",
+            "LADDER noise x coverage grid: mean session CBF under flipped and thinned feedback", "Noise x coverage grid",
+            "Clean labels thinned to the coverage and flipped at the flip rate (exact shares per session)."),
+    _tables("partitions", "selfknow.protocols.ladder.tables:partition_table",
+            "LADDER partitions: mean session CBF per estimator by domain, semantic and random grouping",
+            "Domain partitions",
+            "domain: the pool's domains; semantic: 4 subject categories (MMLU's, or the mini "
+            "world's fields grouped by subject); random: seeded random groups of the "
+            "semantic sizes, mean over repeats (random_sd: their sd; empty for the fixed "
+            "partitions). n_groups: the groups a session scores (those with >= 2 answers), mean "
+            "over sessions (and repeats); a session of a few turns meets only some of the groups."),
+    _tables("r4", "selfknow.protocols.ladder.tables:r4_with_note",
+            "LADDER R4 adaptive selection against always-ZS and best-of-two",
+            "R4 adaptive selection",
+            "R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
+            "(outcome-informed selection); held-out: selection on the train half, value = 1 − "
+            "MAE on the test half. best_of_two is a reference, not a predictor."),
+    _tables("controls", "selfknow.protocols.ladder.tables:controls_table",
+            "LADDER matched-input controls: CBF on observed, corrected and clean labels",
+            "Matched-input and clean-label controls",
+            "Matched input: observed = the decoded labels; corrected = every decoded "
+            "label replaced by the true outcome (missing stays missing); clean = the true "
+            "outcome on every turn. The estimators are refitted under each; LSA is prompted "
+            "per session on the observed and the clean history only (the paper's Table 24), "
+            "so its corrected and pooled cells are empty."),
+    _tables("tiers", "selfknow.protocols.ladder.tables:tiers_table",
+            "LADDER subject tiers: pooled CBF per estimator in strong, mid and weak tiers",
+            "Strong / medium / weak subject tiers",
+            "Tiers: the authors' own per-model tiers (their released sessions' metadata) where "
+            "ladder.tiers gives them, else the model's accuracy on the pool (top third strong, then mid, "
+            "then weak); accuracy = the sessions' answer accuracy in the tier."),
+    _tables("prefix", "selfknow.protocols.ladder.tables:prefix_table",
+            "LADDER prefix curves: mean session CBF after the first turns of each session",
+            "Prefix curves over turns",
+            "Mean session CBF of each estimator fitted on the first `prefix` turns of every session "
+            "(ladder.prefix_step apart), per condition: how fast each estimator's profile converges."),
+    _tables("heldout", "selfknow.protocols.ladder.tables:heldout_table",
+            "LADDER held-out prediction: test-half MAE of profiles fitted on the train half",
+            "Held-out prediction from noisy feedback (R4)",
+            "Profiles from the decoded feedback on each domain's train-half questions predict test-half "
+            "accuracy (MAE, lower is better); R4's held-out variant (§E.10) selects on their train-half CBF. "
+            "Table 34 (table34) is the held-out prediction from recorded outcomes."),
+    _tables("simulators", "selfknow.protocols.ladder.tables:simulators_table",
+            "LADDER simulated users: mean session CBF per estimator with each user simulator", "Rule vs LLM-simulated user",
+            "Mean session CBF per estimator with each simulated user (rule-based and LLM users, "
+            "ladder.user / llm_user_model / user_models); coverage = share of turns with feedback, "
+            "accuracy = the sessions' answer accuracy, n_sessions = sessions run with that user."),
+    _tables("pooled_pairs", "selfknow.protocols.ladder.tables:pooled_pairs_table",
+            "LADDER pooled pairs: CBF(Global) minus each estimator's, question-cluster bootstrap",
+            "Pooled estimator comparisons",
+            "Pooled CBF(Global) − CBF(other) with paired question-cluster bootstrap, "
+            "estimators refitted on each resample."),
+    _tables("answers", "selfknow.protocols.ladder.tables:answers_table",
+            "LADDER answers: answer accuracy of each model on the session pool",
+            "Answer-level metrics",
+            "Answer accuracy of each model on the session pool (the turns' recorded correctness)."),
+    _figure("figure4", "selfknow.protocols.ladder.tables:figure4", "Figure 4: the ladder"),
+    _figure("figure5", "selfknow.protocols.ladder.tables:figure5", "Figure 5: accuracy vs profile CBF"),
+    _figure("figure6", "selfknow.protocols.ladder.tables:figure6", "Figure 6: model x baseline CBF matrix"),
+    _figure("figure7", "selfknow.protocols.ladder.tables:figure7", "Figure 7: answer reliability bins"),
+    Table("table34", _LADDER + "heldout:table34_job", "LADDER Table 34: held-out prediction (MAE)",
+          needs=_MAIN, job="heldout", subcategory=ANALYSES, label="Table 34: held-out prediction (ReAct)"),
     # `appendix.write_appendix` (rule ladder_appendix): Tables 18 and 33, Figures 9 and 11
-    *(Table(n, _MAIN, job="appendix") for n in ("table18", "table33", "table33_runs")),
-    *(Table(f, _MAIN, job="appendix", **_FIGURE) for f in ("figure9", "figure11")),
-    Table("table32", needs("ladder", "extension"), job="extension"),  # extension tasks (§F)
+    _appendix("table18", "LADDER Table 18: clean-label GLAD-style and Dawid-Skene, fixed budget vs optimised",
+              "Table 18: clean-label GLAD-style and Dawid-Skene optimised",
+              "Clean labels: the true outcome of every turn is its label. fixed budget = the "
+              "estimator as every other table fits it (EM from p = 0.5, r_in 0.75, r_out 0.55; "
+              "GLAD-style 100 EM iterations with Gaussian priors on abilities and difficulties, "
+              "Dawid-Skene 200); optimised = L-BFGS-B on the fit's objective from the EM fit "
+              "and ladder.optimisation.restarts seeded random starts, the best kept; GLAD-style "
+              "keeps its Gaussian priors unless ladder.optimisation.glad_priors is false, then "
+              "its likelihood is maximised). loglik = marginal "
+              "log-likelihood of the labels per label (higher is better); converged = share "
+              "of sessions whose fit stopped on its tolerance; n_iter = mean EM (fixed) or "
+              "L-BFGS-B (optimised) iterations of the kept fit."),
+    _appendix("table33", "LADDER Table 33: lite protocol, T={budgets[0]} vs T={budgets[1]} records",
+              "Table 33: lite protocol, lite vs full record budget",
+              "Each run configuration (a model's session file with one simulated user) is "
+              "summarised on its first T records (sessions in order) by NoMemory's session-mean "
+              "ECE of the recorded confidence and CBF; the correlations are taken across the "
+              "configurations with at least the full budget of records (the paper: 23 recorded "
+              "configurations). With fewer than three such configurations, or a constant "
+              "summary, a correlation is undefined and left empty; table33_runs lists each "
+              "configuration's summaries."),
+    _appendix("table33_runs", "LADDER Table 33: run configurations", "Table 33: run configurations",
+              "The run configurations of Table 33: records and NoMemory ECE / CBF on the first T records "
+              "(empty: fewer records than T)."),
+    _figure("figure9", _APPENDIX + "write_appendix", "Figure 9: accuracy, recorded-confidence ECE and NoMemory CBF", job="appendix",
+            subcategory=APPENDIX, title="Figure 9: answer accuracy, recorded-confidence ECE and NoMemory CBF per model"),
+    _figure("figure11", _APPENDIX + "write_appendix", "Figure 11: R4 and the reliability-aware estimators", job="appendix",
+            subcategory=APPENDIX, title="Figure 11: R4 and the reliability-aware estimators per model"),
+    Table("table32", _LADDER + "extension:table32_job",
+          "LADDER Table 32: recorded cross-task scores, confidence and gaps (GSM8K, HumanEval, BFCL)",
+          needs=needs("ladder", "extension"), job="extension", subcategory="Cross-task extension (Table 32)",
+          label="Table 32: extension tasks (GSM8K, HumanEval, BFCL)"),  # extension tasks (§F)
     # cross-task priors, one table per configured suite (Tables 14 and 15)
-    Table("crosstask_mmlu_pro", needs("ladder", "crosstask_mmlu_pro"), job="crosstask"),
-    Table("crosstask_bbh", needs("ladder", "crosstask_bbh"), job="crosstask"),
+    Table("crosstask_mmlu_pro", _LADDER + "crosstask:write_crosstask_tables",
+          "LADDER Table 14: zero-shot priors against accuracy per category",
+          needs=needs("ladder", "crosstask_mmlu_pro"), job="crosstask", subcategory=CROSSTASK,
+          label="Table 14: zero-shot priors on MMLU-Pro categories"),
+    Table("crosstask_bbh", _LADDER + "crosstask:write_crosstask_tables",
+          "LADDER Table 15: zero-shot priors against accuracy per task",
+          needs=needs("ladder", "crosstask_bbh"), job="crosstask", subcategory=CROSSTASK,
+          label="Table 15: zero-shot priors on BBH tasks"),
     # the importer of released sessions (`ladder_import_dir`; no "ladder" section needed)
-    Table("import_aggregates", needs("import"), job="import"),
+    Table("import_aggregates", _LADDER + "tables:import_job",
+          "LADDER sessions: aggregates per model and baseline", needs=needs("import"), job="import",
+          subcategory=ANALYSES, label="Released aggregates (import)"),
 )
+TABLE = by_name(TABLES)
+CATALOG = Catalog("ladder", CATEGORY, TABLES)
 
 
 def config_has(config: Mapping) -> set[str]:

@@ -39,6 +39,7 @@ from selfknow.stages.mcq import cloze_prompt
 from selfknow.stages.tasks import bbh, mmlu_pro
 
 from .answering import answer_by_cloze, format_choices, load_prompt
+from .catalog import TABLE
 from .metrics import profile_metrics
 from .prompted import MODEL_LEVEL, generate_texts, zs_prior
 
@@ -261,7 +262,7 @@ def write_crosstask_tables(answers: Mapping[str, Sequence[str]], priors: Mapping
                 "prompted model), error = ZS - acc; CBF = 1 - mean |ZS - acc| over the rows with at least 2 "
                 f"counted answers. Mean CBF over the {len(cbf)} models: {mean:.3f}.")
         write_table(table, tables[f"{name}_csv"], tables[f"{name}_md"],
-                    title=f"LADDER {SUITES[suite]}: zero-shot priors against accuracy per {unit}",
+                    title=TABLE[name].title,
                     notes=note, provenance=provenance)
         summary[f"mean_CBF_{suite}"] = round(mean, 4)
     return summary

@@ -35,6 +35,7 @@ from selfknow.stages.tasks.sandbox import isolation
 from selfknow.stages.tasks.score import score_item
 
 from .answering import _NUM, extract_json_object, load_prompt, parse_probability
+from .catalog import TABLE
 
 TASKS = ("gsm8k", "humaneval", "bfcl")
 #: the paper's column names (Table 32): HumanEval's score is pass@1 of one greedy completion
@@ -201,7 +202,7 @@ def table32_job(record_paths: Sequence[str], out_csv: str, out_md: str, *, datas
     records = pd.concat([read_parquet(p) for p in record_paths], ignore_index=True)
     table = table32(records, sign_tolerance_pp)
     write_table(table, out_csv, out_md,
-                title="LADDER Table 32: recorded cross-task scores, confidence and gaps (GSM8K, HumanEval, BFCL)",
+                title=TABLE["table32"].title,
                 notes=" ".join(filter(None, [table32_note(table, datasets, loaders, sign_tolerance_pp,
                                                           parse_counts(records, unfence_humaneval)), modes_note])),
                 provenance=provenance)

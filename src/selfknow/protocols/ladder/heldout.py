@@ -28,6 +28,7 @@ import pandas as pd
 from selfknow.stages.datasets.source import ItemError, at, read_rows, require_fields
 
 from . import controls as C
+from .catalog import TABLE
 from .estimators import Stream, fit_estimator
 from .metrics import domain_accuracy
 from .prompted import MODEL_LEVEL
@@ -202,7 +203,7 @@ def table34_job(out_csv: str, out_md: str, *, seed: int, source: str, dataset: s
     else:
         raise ValueError(f"table34_job: unknown source {source!r}; known: {sorted(SOURCE_NOTES)}")
     table = predict_heldout(records, zero_shot, seed)
-    write_table(table, out_csv, out_md, title="LADDER Table 34: held-out prediction (MAE)", notes=NOTE + note,
+    write_table(table, out_csv, out_md, title=TABLE["table34"].title, notes=NOTE + note,
                 provenance=provenance)
     wins = table["best"].str.split(" = ").explode().value_counts()
     return {"configurations": len(table), "records": len(records),

@@ -9,9 +9,10 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.report.catalog import names
+from selfknow.report.catalog import call_by_name, names
 
 from . import controls as C
+from .catalog import TABLE as CATALOG_ENTRY
 from .catalog import TABLES as CATALOG
 from .jobs import LEVELS
 
@@ -127,10 +128,11 @@ def grid_table(grid: pd.DataFrame) -> pd.DataFrame:
         ["model", "flip", "coverage"], ascending=[True, True, False]).reset_index(drop=True)
 
 
-def partition_table(parts: pd.DataFrame) -> pd.DataFrame:
+def partition_table(partitions: pd.DataFrame) -> pd.DataFrame:
     """Mean session CBF per (model, partition) x estimator (random partitions: mean over
     repeats, `random_sd` the spread of the best estimator's CBF over repeats), with each
     row's best estimator, so ranking changes across partitions are visible (§E.6)."""
+    parts = partitions
     per_rep = parts.groupby(["model", "partition", "repeat", "estimator"], sort=False)["CBF"].mean().reset_index()
     w = _pivot(per_rep, ["model", "partition"])
     ests = [c for c in w.columns if c not in ("model", "partition")]
@@ -144,23 +146,25 @@ def partition_table(parts: pd.DataFrame) -> pd.DataFrame:
     return w
 
 
-def controls_table(ctrl: pd.DataFrame) -> pd.DataFrame:
+def controls_table(controls: pd.DataFrame) -> pd.DataFrame:
     """Matched-input control: mean CBF per (model, scope, condition, label coverage) x
     estimator, observed vs corrected vs clean labels (§4.2, §E.5)."""
-    w = _pivot(ctrl, ["model", "scope", "condition", "coverage"])
+    w = _pivot(controls, ["model", "scope", "condition", "coverage"])
     order = {c: i for i, c in enumerate(C.LABEL_CONDITIONS)}
     return w.assign(_o=w["condition"].map(order)).sort_values(
         ["model", "scope", "_o"], ascending=[True, False, True]).drop(columns="_o").reset_index(drop=True)
 
 
-def decoder_table(dec: pd.DataFrame) -> pd.DataFrame:
+def decoder_table(decoder: pd.DataFrame) -> pd.DataFrame:
+    dec = decoder
     cols = ["model", "user", "rules", "n_turns", "coverage", "precision", "recall",
             "precision_positive", "precision_negative", "intent_agreement", "global_best_share"]
     cbf = [c for c in dec.columns if c.startswith("CBF_")]
     return dec[[c for c in cols if c in dec.columns] + cbf].reset_index(drop=True)
 
 
-def simulators_table(sim: pd.DataFrame) -> pd.DataFrame:
+def simulators_table(simulators: pd.DataFrame) -> pd.DataFrame:
+    sim = simulators
     if sim.empty:
         return pd.DataFrame(columns=["model", "user", "coverage", "accuracy"])
     w = _pivot(sim, ["model", "user"])
@@ -174,71 +178,6 @@ def _read(paths: Sequence[str]) -> pd.DataFrame:
     frames = [pd.read_parquet(p) for p in paths]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-NOTES = {
-    "main": ("Session CBF = 1 − mean |p̂_d − a_d| over domains with >= 2 answers, averaged over "
-             "sessions; SE and CI from the session bootstrap. b = signed bias (positive = "
-             "overestimation), e_shape = centred shape error. ZS / LSA / GT-SelfStats are "
-             "prompted (the answering model itself if it is a chat model, else the configured "
-             "prompted model); `unparsable` = share of sessions whose JSON profile could not be "
-             "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
-             "clean verdicts (CBF only, as the paper's Table 24). ECE / AUROC are those of each "
-             "estimator's turn confidences: ZS and GT-SelfStats return the recorded answer "
-             "confidence (the authors' baselines), over the sessions each was asked on; LSA's are its per-turn "
-             "queries (empty for sessions not queried). kendall_tau is empty where a profile is constant across domains "
-             "(NoMemory, Global): τ is undefined there (the paper's §D.4). Answers: a chat model answers "
-             "every turn afresh in the authors' session format (ladder.answer_format, answer_temperature, "
-             "answer_max_new_tokens, answer_per_turn); a base model by cloze, once per question."),
-    "tiers": ("Tiers: the authors' own per-model tiers (their released sessions' metadata) where "
-              "ladder.tiers gives them, else the model's accuracy on the pool (top third strong, then mid, "
-              "then weak); accuracy = the sessions' answer accuracy in the tier."),
-    "controls": ("Matched input: observed = the decoded labels; corrected = every decoded "
-                 "label replaced by the true outcome (missing stays missing); clean = the true "
-                 "outcome on every turn. The estimators are refitted under each; LSA is prompted "
-                 "per session on the observed and the clean history only (the paper's Table 24), "
-                 "so its corrected and pooled cells are empty."),
-    "partitions": ("domain: the pool's domains; semantic: 4 subject categories (MMLU's, or the mini "
-                   "world's fields grouped by subject); random: seeded random groups of the "
-                   "semantic sizes, mean over repeats (random_sd: their sd; empty for the fixed "
-                   "partitions). n_groups: the groups a session scores (those with >= 2 answers), mean "
-                   "over sessions (and repeats); a session of a few turns meets only some of the groups."),
-    "decoder": ("Feedback decoder against the simulated user's intent, per model and user: coverage = share "
-                "of turns with a decoded verdict; precision / recall of the decoded verdicts (overall and per "
-                "sign); intent_agreement = share of decoded verdicts equal to the user's intent; "
-                "global_best_share and CBF_* from the decoded feedback."),
-    "prefix": ("Mean session CBF of each estimator fitted on the first `prefix` turns of every session "
-               "(ladder.prefix_step apart), per condition: how fast each estimator's profile converges."),
-    "simulators": ("Mean session CBF per estimator with each simulated user (rule-based and LLM users, "
-                   "ladder.user / llm_user_model / user_models); coverage = share of turns with feedback, "
-                   "accuracy = the sessions' answer accuracy, n_sessions = sessions run with that user."),
-    "answers": "Answer accuracy of each model on the session pool (the turns' recorded correctness).",
-    "noise_grid": "Clean labels thinned to the coverage and flipped at the flip rate (exact shares per session).",
-    "r4": ("R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
-           "(outcome-informed selection); held-out: selection on the train half, value = 1 − "
-           "MAE on the test half. best_of_two is a reference, not a predictor."),
-    "heldout": ("Profiles from the decoded feedback on each domain's train-half questions predict test-half "
-                "accuracy (MAE, lower is better); R4's held-out variant (§E.10) selects on their train-half CBF. "
-                "Table 34 (table34) is the held-out prediction from recorded outcomes."),
-    "pooled_pairs": ("Pooled CBF(Global) − CBF(other) with paired question-cluster bootstrap, "
-                     "estimators refitted on each resample."),
-}
-
-
-TITLES = {
-    "main": "LADDER main table: session CBF, bias, shape error and answer-level ECE / AUROC per model and estimator",
-    "decoder": "LADDER feedback decoder: coverage, precision and recall of the decoded verdicts",
-    "noise_grid": "LADDER noise x coverage grid: mean session CBF under flipped and thinned feedback",
-    "partitions": "LADDER partitions: mean session CBF per estimator by domain, semantic and random grouping",
-    "r4": "LADDER R4 adaptive selection against always-ZS and best-of-two",
-    "controls": "LADDER matched-input controls: CBF on observed, corrected and clean labels",
-    "tiers": "LADDER subject tiers: pooled CBF per estimator in strong, mid and weak tiers",
-    "prefix": "LADDER prefix curves: mean session CBF after the first turns of each session",
-    "heldout": "LADDER held-out prediction: test-half MAE of profiles fitted on the train half",
-    "simulators": "LADDER simulated users: mean session CBF per estimator with each user simulator",
-    "pooled_pairs": "LADDER pooled pairs: CBF(Global) minus each estimator's, question-cluster bootstrap",
-    "answers": "LADDER answers: answer accuracy of each model on the session pool",
-}
 
 
 def stated_by(config: Mapping, models: Sequence[str]) -> dict[str, str]:
@@ -284,54 +223,92 @@ def r4_note(sessions: pd.DataFrame) -> str:
         f"{m}: {int(lsa.get(m, 0))} of {int(n)} sessions" for m, n in every.items()) + "."
 
 
+def main_with_note(sessions: pd.DataFrame, bootstrap: pd.DataFrame, stated_by: Mapping[str, str],
+                   modes_note: str) -> tuple[pd.DataFrame, str]:
+    """The main table, and its notes drawn from it (`main_note`) and from the reply modes."""
+    main = main_table(sessions, bootstrap)
+    return main, " ".join(filter(None, [main_note(main, stated_by), modes_note]))
+
+
+def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    return r4_from_scores(sessions, heldout), r4_note(sessions)
+
+
+def tiers_table(tiers: pd.DataFrame) -> pd.DataFrame:
+    return _pivot(tiers, ["model", "tier"]).merge(
+        tiers.groupby(["model", "tier"])[["accuracy", "n_domains"]].first().reset_index(), on=["model", "tier"])
+
+
+def prefix_table(prefix: pd.DataFrame) -> pd.DataFrame:
+    return _pivot(prefix, ["model", "condition", "prefix"])
+
+
+def heldout_table(heldout: pd.DataFrame) -> pd.DataFrame:
+    return _pivot(heldout, ["model"], "mae_test")
+
+
+def pooled_pairs_table(pairs: pd.DataFrame) -> pd.DataFrame:
+    return pairs.reset_index(drop=True) if len(pairs) else pd.DataFrame(
+        columns=["model", "estimator_a", "estimator_b", "estimate", "se"])
+
+
+def answers_table(answers: pd.DataFrame) -> pd.DataFrame:
+    return answers.reset_index(drop=True)
+
+
+def figure4(main: pd.DataFrame, png: str, provenance: dict | None) -> None:
+    from selfknow.report.figures import ladder_plot
+
+    ladder_plot(ladder_frame(main), png, provenance=provenance)
+
+
+def figure5(main: pd.DataFrame, answers: pd.DataFrame, png: str, provenance: dict | None) -> None:
+    from selfknow.report.figures import accuracy_vs_cbf
+
+    acc = answers.set_index("model")["accuracy"]
+    f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]
+    accuracy_vs_cbf(pd.DataFrame({"model": f5["model"], "estimator": f5["estimator"],
+                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), png, provenance=provenance)
+
+
+def figure6(main: pd.DataFrame, png: str, provenance: dict | None) -> None:
+    from selfknow.report.figures import cbf_matrix
+
+    cbf_matrix(main.rename(columns={"estimator": "baseline", "CBF": "cbf"})[["model", "baseline", "cbf"]], png,
+               provenance=provenance)
+
+
+def figure7(reliability: pd.DataFrame, png: str, provenance: dict | None) -> None:
+    from selfknow.report.figures import reliability_bins
+
+    reliability_bins(reliability, png, provenance=provenance)
+
+
 def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
                  figures: Mapping[str, str], provenance: dict | None = None, modes_note: str = "",
                  stated_by: Mapping[str, str] | None = None) -> dict:
     """Read every model's score parts (`parts[name]` = list of parquet paths) and write each
-    table in TABLES to `tables["<name>_csv"]` / `tables["<name>_md"]` and each figure in
-    FIGURES to `figures[name]`; with `provenance`, each gets its sidecar; `modes_note`
+    table of the catalog's job "tables" (its entry's builder, title and notes) to
+    `tables["<name>_csv"]` / `tables["<name>_md"]`, then draw each figure to `figures[name]`;
+    with `provenance`, each gets its sidecar; `modes_note`
     (selfknow.models.providers.modes_note: the prompted levels' reply modes) ends the main table's note;
     `stated_by` maps a model to the model that answered its prompted levels (the prompted
     model for a base LM), said in the main table's note."""
-    from selfknow.report.figures import accuracy_vs_cbf, cbf_matrix, ladder_plot, reliability_bins
     from selfknow.report.tables import write_table
 
-    P = {k: _read(v) for k, v in parts.items()}
-    main = main_table(P["sessions"], P["bootstrap"])
-    heldout = _pivot(P["heldout"], ["model"], "mae_test")
-    built = {
-        "main": main,
-        "decoder": decoder_table(P["decoder"]),
-        "noise_grid": grid_table(P["grid"]),
-        "partitions": partition_table(P["partitions"]),
-        "r4": r4_from_scores(P["sessions"], P["heldout"]),
-        "controls": controls_table(P["controls"]),
-        "tiers": _pivot(P["tiers"], ["model", "tier"]).merge(
-            P["tiers"].groupby(["model", "tier"])[["accuracy", "n_domains"]].first().reset_index(),
-            on=["model", "tier"]),
-        "prefix": _pivot(P["prefix"], ["model", "condition", "prefix"]),
-        "heldout": heldout,
-        "simulators": simulators_table(P["simulators"]),
-        "pooled_pairs": P["pairs"].reset_index(drop=True) if len(P["pairs"]) else pd.DataFrame(
-            columns=["model", "estimator_a", "estimator_b", "estimate", "se"]),
-        "answers": P["answers"].reset_index(drop=True),
-    }
-    derived = {"main": main_note(main, stated_by or {}), "r4": r4_note(P["sessions"])}
-    for name in TABLES:
-        write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"],
-                    title=TITLES.get(name, f"LADDER {name.replace('_', ' ')}"), provenance=provenance,
-                    notes=" ".join(filter(None, [NOTES.get(name, ""), derived.get(name, ""),
-                                                 modes_note if name == "main" else ""])))
-    ladder_plot(ladder_frame(main), figures["figure4"], provenance=provenance)
-    acc = P["answers"].set_index("model")["accuracy"]
-    f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]
-    accuracy_vs_cbf(pd.DataFrame({"model": f5["model"], "estimator": f5["estimator"],
-                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), figures["figure5"],
-                    provenance=provenance)
-    cbf_matrix(main.rename(columns={"estimator": "baseline", "CBF": "cbf"})[["model", "baseline", "cbf"]],
-               figures["figure6"], provenance=provenance)
-    reliability_bins(P["reliability"], figures["figure7"], provenance=provenance)
-    return {"tables": len(TABLES), "figures": len(FIGURES), "models": int(main["model"].nunique())}
+    known = {k: _read(v) for k, v in parts.items()}
+    known.update(stated_by=stated_by or {}, modes_note=modes_note, provenance=provenance)
+    for t in CATALOG:
+        if t.job == "tables" and not t.figure:
+            built = call_by_name(t.build(), known)
+            df, derived = built if isinstance(built, tuple) else (built, "")
+            known.setdefault(t.name, df)  # a later builder may take it (a score part keeps its name)
+            write_table(df, tables[f"{t.name}_csv"], tables[f"{t.name}_md"], title=t.title, provenance=provenance,
+                        notes=" ".join(filter(None, [t.notes, derived])))
+    for t in CATALOG:
+        if t.job == "tables" and t.figure:
+            call_by_name(t.build(), {**known, "png": figures[t.name]})
+    return {"tables": len(TABLES), "figures": len(FIGURES), "models": int(known["main"]["model"].nunique())}
 
 
 #: estimators of the importer by default: the authors' released offline baselines plus Global
@@ -358,7 +335,7 @@ def import_job(sources: str | Sequence[str], out_csv: str, out_md: str, estimato
     per = score_sessions(turns, list(estimators or IMPORT_ESTIMATORS), "frozen")
     agg = authors_aggregates(per)
     where = sources if isinstance(sources, str) else ", ".join(map(str, sources))
-    write_table(agg, out_csv, out_md, title="LADDER sessions: aggregates per model and baseline",
+    write_table(agg, out_csv, out_md, title=CATALOG_ENTRY["import_aggregates"].title,
                 notes=f"Recomputed from the sessions in {where} (estimators that need no live model call), "
                       "each session's metrics rounded as the authors' scorer rounds them, averaged over sessions.",
                 provenance=provenance)

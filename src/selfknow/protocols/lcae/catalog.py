@@ -1,14 +1,36 @@
 """The LCAE paper's catalog (the pattern of `selfknow.report.catalog`): its tables and
-figure, each listed once. One job writes them all (`tables.write_tables`, rule lcae_tables)."""
+figure, each listed once with its builder, title and place in the report. One job writes them
+all (`tables.write_tables`, rule lcae_tables): a table's builder takes what it needs by name
+(`stage3`, `items`, `shared_repeats`, `modes_note`, `fit_notes`) and returns the table and the
+paragraphs of its notes drawn from it."""
 from __future__ import annotations
 
-from selfknow.report.catalog import Table
+from selfknow.report.catalog import Catalog, Table, by_name
+
+CATEGORY = "Paper 3: Latent Confidence Alignment"
+_GROUP = "Tables I-III, item fit, Figure 2"
 
 TABLES: tuple[Table, ...] = (
-    Table("table1", job="tables"),          # Table I: LCAE (BCE) per condition
-    Table("table1_squared", job="tables"),  # Table I with squared error (beyond the paper)
-    Table("table2", job="tables"),          # Table II: Stage-3 ability per condition
-    Table("table3", job="tables"),          # Table III: top examinees
-    Table("item_fit", job="tables"),        # item fit (infit / outfit)
-    Table("figure2", figure=True, data_table=False, job="tables"),  # ability x LCAE x cost efficiency
+    Table("table1", "selfknow.protocols.lcae.tables:table1",
+          "Table I: LCAE (BCE) per condition, mean over repeats, with its reference points",
+          job="tables", subcategory=_GROUP, label="Table I: LCAE per condition"),
+    Table("table1_squared", "selfknow.protocols.lcae.tables:table1_squared",
+          "Table I, squared-error variant (beyond the paper): mean "
+          "(e − ĉ)² per condition, mean over repeats", job="tables", subcategory=_GROUP,
+          label="Table I, squared-error LCAE (beyond the paper)"),
+    Table("table2", "selfknow.protocols.lcae.tables:table2",
+          "Table II: ability θ re-estimated from final answers (Stage 3), per condition",
+          job="tables", subcategory=_GROUP, label="Table II: ability per condition"),
+    Table("table3", "selfknow.protocols.lcae.tables:table3",
+          "Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
+          "Ranked by the mean Stage-3 ability over every condition and repeat; columns in the paper's order.",
+          job="tables", subcategory=_GROUP, label="Table III: top examinees"),
+    Table("item_fit", "selfknow.protocols.lcae.tables:item_fit",
+          "Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)",
+          job="tables", subcategory=_GROUP, label="Item fit (infit / outfit)"),
+    Table("figure2", "selfknow.report.figures:ability_lcae_ce",
+          "Stage-3 ability x LCAE x cost efficiency (IDS+DPR, means over repeats)", figure=True, data_table=False,
+          job="tables", subcategory=_GROUP, label="Figure 2: ability x LCAE x CE"),
 )
+TABLE = by_name(TABLES)
+CATALOG = Catalog("lcae", CATEGORY, TABLES)

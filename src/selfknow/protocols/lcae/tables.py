@@ -7,10 +7,10 @@ import pandas as pd
 from selfknow.stats.hypothesis import friedman, mean_ci, pairwise_wilcoxon_holm
 from selfknow.stats.item_fit import band_counts
 from selfknow.stats.lcae import cost_efficiency
-from selfknow.report.catalog import names
+from selfknow.report.catalog import call_by_name, names
 from selfknow.stats.rasch import EXTREME_SCORE_ADJUSTMENT
 
-from .catalog import TABLES
+from .catalog import TABLE, TABLES
 
 CONDITION_LABELS = {"baseline": "Baseline", "ids": "IDS", "dpr": "DPR", "ids_dpr": "IDS+DPR"}
 #: Table III's columns in the paper's order ("baseline, DPR, IDS, and DPR with IDS", §IV)
@@ -200,10 +200,39 @@ def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
     return " ".join(out)
 
 
+# The builders of the catalog's tables: (table, its notes' paragraphs), from what `write_tables`
+# knows by name; `fit_notes` are the notes of the Rasch fit and of the replies.
+def table1(stage3: pd.DataFrame, modes_note: str, fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
+    t, note = per_condition_table(stage3, "lcae")
+    return t, [note, routes_note(stage3) if "n_slow" in stage3.columns else "", modes_note, fit_notes]
+
+
+def table1_squared(stage3: pd.DataFrame, fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
+    t, note = per_condition_table(stage3, "lcae_squared")
+    return t, [note, fit_notes]
+
+
+def table2(stage3: pd.DataFrame, fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
+    t, note = per_condition_table(stage3, "theta")
+    return t, [note, fit_notes]
+
+
+def table3(stage3: pd.DataFrame, shared_repeats: list[str] | None, modes_note: str,
+           fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
+    repeats = "" if shared_repeats is None else repeats_note(sorted(stage3["model"].unique()), shared_repeats)
+    return top_models_table(stage3), [repeats, modes_note, fit_notes]
+
+
+def item_fit(items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    t, note = item_fit_summary(items)
+    return t, [note]
+
+
 def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str], figure2: str | None,
                  prices: dict[str, list[float]], shared_repeats: list[str] | None, *, method: str, eps: float,
                  base_models: list[str], provenance: dict | None = None, modes_note: str = "") -> dict:
-    """Every LCAE target of the catalog (`catalog.TABLES`): `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
+    """Every LCAE target of the catalog (`catalog.TABLES`: each table's builder, title and
+    notes): `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
     names the examinee models whose Stage-2 repeats shared one set of requests
     (`jobs.stage2_repeats_shared`; None: unknown, no note), `base_models` those that answer by
     likelihood; `figure2` None skips Figure 2 (records from elsewhere without prices); `method`
@@ -211,39 +240,19 @@ def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: 
     `provenance`, every table and the figure get its sidecar; `modes_note`
     (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
     from selfknow.records import read_parquet
-    from selfknow.report.figures import ability_lcae_ce
     from selfknow.report.tables import write_table
 
     s3 = read_parquet(stage3_path)
-    items = read_parquet(items_path)
-    common = replies_note(read_parquet(persons_path), s3) + "\n\n" + method_note(
+    fit_notes = replies_note(read_parquet(persons_path), s3) + "\n\n" + method_note(
         method=method, eps=eps, base_models=base_models)
-
-    def noted(*parts: str) -> str:
-        return "\n\n".join([p for p in parts if p] + [common])
-
-    t1, n1 = per_condition_table(s3, "lcae")
-    t1s, n1s = per_condition_table(s3, "lcae_squared")
-    t2, n2 = per_condition_table(s3, "theta")
-    fit, nf = item_fit_summary(items)
-    built = {  # catalog name -> (table, title, notes)
-        "table1": (t1, "Table I: LCAE (BCE) per condition, mean over repeats, with its reference points",
-                   noted(n1, routes_note(s3) if "n_slow" in s3.columns else "", modes_note)),
-        "table1_squared": (t1s, "Table I, squared-error variant (beyond the paper): mean (e − ĉ)² per condition, "
-                                "mean over repeats", noted(n1s)),
-        "table2": (t2, "Table II: ability θ re-estimated from final answers (Stage 3), per condition", noted(n2)),
-        "table3": (top_models_table(s3), "Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
-                   noted("Ranked by the mean Stage-3 ability over every condition and repeat; columns in the "
-                         "paper's order.", "" if shared_repeats is None else
-                          repeats_note(sorted(s3["model"].unique()), shared_repeats), modes_note)),
-        "item_fit": (fit, "Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)", nf),
-    }
+    known = {"stage3": s3, "items": read_parquet(items_path), "shared_repeats": shared_repeats,
+             "modes_note": modes_note, "fit_notes": fit_notes}
     for name in names(TABLES, figure=False):
-        df, title, notes = built[name]
-        write_table(df, outputs[f"{name}_csv"], outputs[f"{name}_md"], title=title, notes=notes,
-                    provenance=provenance)
+        t = TABLE[name]
+        df, notes = call_by_name(t.build(), known)
+        write_table(df, outputs[f"{name}_csv"], outputs[f"{name}_md"], title=t.title,
+                    notes="\n\n".join(p for p in [t.notes, *notes] if p), provenance=provenance)
     f2 = figure2_frame(s3, prices)
     if figure2 is not None:
-        ability_lcae_ce(f2, figure2, title="Stage-3 ability x LCAE x cost efficiency (IDS+DPR, means over repeats)",
-                        provenance=provenance)
+        TABLE["figure2"].build()(f2, figure2, title=TABLE["figure2"].title, provenance=provenance)
     return {"examinees": int(s3["examinee"].nunique()), "figure_points": len(f2) if figure2 is not None else 0}

@@ -1,6 +1,7 @@
 """The persistent paper's catalog: every confidence method and every table and figure, each
-listed once. Read by `metrics.assemble_methods` (which methods to compute), `tables`
-(rows, columns, titles), `jobs.reliability_job` (panels), the rules
+listed once (a table's entry: `selfknow.report.catalog.Table`). Read by
+`metrics.assemble_methods` (which methods to compute), `tables` (rows, columns, titles),
+`jobs.reliability_job` (panels), the report (category, labels), the rules
 (rules/persistent_common.smk: which tables this config builds, which evaluation each reads)
 and the tests (tests/test_catalog.py checks the report catalog and the rules against it).
 docs/extending.md walks through adding a method and a table.
@@ -12,7 +13,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from selfknow.report.catalog import Table, by_name, needs
+from selfknow.report.catalog import Catalog, Table, by_name, needs
 
 from . import methods as M
 from .methods import MethodInputs
@@ -113,10 +114,9 @@ class MethodTable:
     `label_columns` (of "model", "dataset", "transfer"), then "method". `columns`: "wide" (the
     three short metrics per model, Tables 1-3) or "full" (the ten metrics). `normaliser`: "eq1"
     or "bt" (the fitted §B.1 normalisation: `metrics.compute_metrics` computes it for the rows
-    of such tables). `title` is formatted with model, dataset and transfer; `oracle_check`
-    adds `tables.oracle_check`'s note."""
+    of such tables). The entry's title is formatted with model, dataset and transfer;
+    `oracle_check` adds `tables.oracle_check`'s note."""
 
-    title: str
     blocks: tuple[Block, ...]
     columns: str = "full"
     models: str = "each"
@@ -159,53 +159,90 @@ NCAND = (Block((("nonoracle", "Multi-ckpt, n_cand=2"), ("nonoracle_multi_n1", "M
 #: what a table can need of the config: a second training dataset, the transfer dataset, a GCM
 SECOND, TRANSFER_SET, GCM = "second_dataset", "transfer", "gcm"
 
+#: the report's category for this paper, and its subcategories
+CATEGORY = "Paper 1: Persistent calibration"
+MAIN_TEXT, APPENDIX = "Main text (Tables 1-4, Figures 2-3)", "Appendix (Tables 7, 11-19, Figure 4)"
+CONTRAST = "Contrast-set sizes (Tables 8-10)"
+#: A builder is the job function that writes the table (its rule passes it the files and
+#: settings it names). The references are assembled from their module, not written whole: the
+#: table code reads this catalog for layouts and titles and must not reach, in its code
+#: fingerprint (selfknow.code_inputs), every other table's job. A title is formatted with the
+#: job's model, dataset, ...
+_T = "selfknow.protocols.persistent.tables:"
+TABLE_JOB, CONTRAST_TITLE = _T + "table_job", "Table {n}: {{dataset}} contrast-set sizes per pair of evaluation checkpoints"
+
+
+def method_entry(name: str, title: str, layout: MethodTable, subcategory: str, label: str,
+                 needs_: frozenset[str] = frozenset()) -> Table:
+    """A method-comparison table, written by `tables.table_job`."""
+    return Table(name, TABLE_JOB, title, needs=needs_, layout=layout, subcategory=subcategory, label=label)
+
+
+def contrast_entry(name: str, layout: ContrastTable, label: str, needs_: frozenset[str] = frozenset()) -> Table:
+    """Tables 8-10, written by `tables.table_job`."""
+    return Table(name, TABLE_JOB, CONTRAST_TITLE.format(n=name[5:]), needs=needs_, layout=layout,
+                 subcategory=CONTRAST, label=label)
+
+
 TABLES: tuple[Table, ...] = (
-    Table("table1", layout=MethodTable(
-        "Table 1: contrast-set and full-set calibration of SC and non-oracle vs oracle training",
-        (Block(("end_correct", "sc", "nonoracle", "oracle")),), columns="wide", models="first",
-        label_columns=("dataset",), oracle_check=True)),
-    Table("table2", layout=MethodTable(
-        "Table 2: surrogate and copy ablations ({dataset})", SURROGATE_BLOCKS, columns="wide", models="first",
-        datasets="first", label_columns=("dataset",))),
-    Table("table3", layout=MethodTable(
-        "Table 3: multi- vs single/respective-checkpoint training ({dataset})",
-        (Block((("nonoracle", "Multi-ckpt"), ("nonoracle_single", "Single-ckpt")), {"setting": "Non-oracle"}),
-         Block((("oracle", "Multi-ckpt"), ("oracle_respective", "Respective-ckpt")), {"setting": "Oracle"})),
-        columns="wide", models="first", datasets="first", label_columns=())),
-    Table("table4", layout=MethodTable(
-        "Table 4: ablations of multi-checkpoint training gains (oracle; {model}, {dataset})", (ABLATION_4,),
-        models="first", datasets="first")),
-    Table("table8", layout=ContrastTable("first")),
-    Table("table9", needs(SECOND), layout=ContrastTable("second")),
-    Table("table10", needs(TRANSFER_SET), layout=ContrastTable("first", TRANSFER)),
-    Table("table11", layout=MethodTable("Table 11: all ten metrics (Eq. 1 normalisation)", (Block(MAIN_ROWS),))),
-    Table("table12", layout=MethodTable(
-        "Table 12: all ten metrics with the fitted Bradley-Terry normalisation (§B.1)", (Block(MAIN_ROWS),),
-        normaliser="bt")),
-    Table("table13", layout=MethodTable("Table 13: surrogate and copy ablations, all metrics", SURROGATE_BLOCKS)),
-    Table("table14", layout=MethodTable(
-        "Table 14: multi-checkpoint and multi-answer training ({dataset})", NCAND, datasets="first",
-        label_columns=("model",), block_major=True)),
-    Table("table15", needs(SECOND), layout=MethodTable(
-        "Table 15: multi-checkpoint and multi-answer training ({dataset})", NCAND, datasets="second",
-        label_columns=("model",), block_major=True)),
-    Table("table16", needs(SECOND), layout=MethodTable(
-        "Table 16: ablations of multi-checkpoint training gains (oracle; {model}, {dataset})", (ABLATION_4,),
-        models="first", datasets="second")),
-    Table("table17", needs(GCM), layout=MethodTable(
-        "Table 17: GCM vs oracle training", (Block(("{gcm}", "{gcm}_posthoc", "oracle")),))),
-    Table("table18", needs(TRANSFER_SET), layout=MethodTable(
-        "Table 18: domain transfer to {transfer}", (Block(("sc", "nonoracle", "oracle")),),
-        label_columns=("model", "transfer"), evalset=TRANSFER)),
-    Table("table7"),  # top-answer accuracy per checkpoint (`tables.table7_job`)
-    Table("table19"),  # hidden-state variance across adapter seeds (`tables.table19_job`)
-    Table("figure2", needs(GCM), figure=True),  # GCM headroom (`tables.figure2_job`)
-    Table("figure3", figure=True, layout=TransferFigure(0)),
-    Table("figure4", needs(SECOND), figure=True, layout=TransferFigure(1)),
-    # one per (model, training dataset), beyond the paper (`jobs.reliability_job`)
-    Table("reliability", figure=True, data_table=False),
+    method_entry("table1", "Table 1: contrast-set and full-set calibration of SC and non-oracle vs oracle training",
+            MethodTable((Block(("end_correct", "sc", "nonoracle", "oracle")),), columns="wide", models="first",
+                        label_columns=("dataset",), oracle_check=True),
+            MAIN_TEXT, "Table 1: contrast Δ0b, contrast AUC, full AUC"),
+    method_entry("table2", "Table 2: surrogate and copy ablations ({dataset})",
+            MethodTable(SURROGATE_BLOCKS, columns="wide", models="first", datasets="first", label_columns=("dataset",)),
+            MAIN_TEXT, "Table 2: surrogate and copy ablations"),
+    method_entry("table3", "Table 3: multi- vs single/respective-checkpoint training ({dataset})",
+            MethodTable((Block((("nonoracle", "Multi-ckpt"), ("nonoracle_single", "Single-ckpt")), {"setting": "Non-oracle"}),
+                         Block((("oracle", "Multi-ckpt"), ("oracle_respective", "Respective-ckpt")), {"setting": "Oracle"})),
+                        columns="wide", models="first", datasets="first", label_columns=()),
+            MAIN_TEXT, "Table 3: multi- vs single/respective-checkpoint training"),
+    method_entry("table4", "Table 4: ablations of multi-checkpoint training gains (oracle; {model}, {dataset})",
+            MethodTable((ABLATION_4,), models="first", datasets="first"),
+            MAIN_TEXT, "Table 4: ablations of multi-checkpoint gains"),
+    contrast_entry("table8", ContrastTable("first"), "Table 8: contrast-set sizes, first dataset"),
+    contrast_entry("table9", ContrastTable("second"), "Table 9: contrast-set sizes, second dataset", needs(SECOND)),
+    contrast_entry("table10", ContrastTable("first", TRANSFER), "Table 10: contrast-set sizes, transfer dataset",
+              needs(TRANSFER_SET)),
+    method_entry("table11", "Table 11: all ten metrics (Eq. 1 normalisation)", MethodTable((Block(MAIN_ROWS),)),
+            APPENDIX, "Table 11: all ten metrics"),
+    method_entry("table12", "Table 12: all ten metrics with the fitted Bradley-Terry normalisation (§B.1)",
+            MethodTable((Block(MAIN_ROWS),), normaliser="bt"), APPENDIX, "Table 12: fitted Bradley-Terry normalisation"),
+    method_entry("table13", "Table 13: surrogate and copy ablations, all metrics", MethodTable(SURROGATE_BLOCKS),
+            APPENDIX, "Table 13: surrogate/copy ablations, all metrics"),
+    method_entry("table14", "Table 14: multi-checkpoint and multi-answer training ({dataset})",
+            MethodTable(NCAND, datasets="first", label_columns=("model",), block_major=True),
+            APPENDIX, "Table 14: multi-checkpoint and multi-answer training"),
+    method_entry("table15", "Table 15: multi-checkpoint and multi-answer training ({dataset})",
+            MethodTable(NCAND, datasets="second", label_columns=("model",), block_major=True),
+            APPENDIX, "Table 15: multi-checkpoint and multi-answer training, second dataset", needs(SECOND)),
+    method_entry("table16", "Table 16: ablations of multi-checkpoint training gains (oracle; {model}, {dataset})",
+            MethodTable((ABLATION_4,), models="first", datasets="second"),
+            APPENDIX, "Table 16: ablations of multi-checkpoint gains, second dataset", needs(SECOND)),
+    method_entry("table17", "Table 17: GCM vs oracle training", MethodTable((Block(("{gcm}", "{gcm}_posthoc", "oracle")),)),
+            APPENDIX, "Table 17: GCM vs oracle training", needs(GCM)),
+    method_entry("table18", "Table 18: domain transfer to {transfer}",
+            MethodTable((Block(("sc", "nonoracle", "oracle")),), label_columns=("model", "transfer"), evalset=TRANSFER),
+            APPENDIX, "Table 18: domain transfer", needs(TRANSFER_SET)),
+    Table("table7", _T + "table7_job", "Table 7: top-answer accuracy (%) per checkpoint",
+          subcategory=APPENDIX, label="Table 7: accuracy per checkpoint"),
+    Table("table19", _T + "table19_job", "Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance "
+          "across seeds ({model}, {dataset})", subcategory=APPENDIX, label="Table 19: adapter variance vs checkpoint index"),
+    Table("figure2", _T + "figure2_job", "Figure 2: GCM headroom on contrast-set AUC against oracle training",
+          needs=needs(GCM), figure=True, subcategory=MAIN_TEXT, label="Figure 2: GCM headroom vs backbone error rate"),
+    Table("figure3", _T + "transfer_figure_job", "Figure 3: transfer between checkpoints ({model}, {dataset})",
+          figure=True, layout=TransferFigure(0), subcategory=MAIN_TEXT, label="Figure 3: transfer between checkpoints"),
+    Table("figure4", _T + "transfer_figure_job", "Figure 4: transfer between checkpoints ({model}, {dataset})",
+          needs=needs(SECOND), figure=True, layout=TransferFigure(1), subcategory=APPENDIX,
+          label="Figure 4: transfer between checkpoints, second dataset"),
+    # one per (model, training dataset), beyond the paper
+    Table("reliability", "selfknow.protocols.persistent." + "jobs:reliability_job",
+          "Reliability: {model} on {dataset} (evaluation checkpoints pooled, training seed {seed})",
+          figure=True, data_table=False, subcategory="Reliability diagrams", label="Reliability {model} {dataset}",
+          output="figures/persistent/reliability/{model}/{dataset}.png"),
 )
 TABLE = by_name(TABLES)
+CATALOG = Catalog("persistent", CATEGORY, TABLES)
 
 
 def config_has(n_datasets: int, transfer: bool, gcm: bool) -> set[str]:

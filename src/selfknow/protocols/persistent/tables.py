@@ -267,7 +267,8 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     t = C.TABLE[name].layout
     rows = table_rows(name, models, datasets, transfer, gcm_of=lambda key: files[key].gcm())
     cols = _wide_cols(models) if t.columns == "wide" else _full_cols()
-    title = t.title.format(model=models[0], dataset=layout_datasets(t.datasets, datasets, name)[0], transfer=transfer)
+    title = C.TABLE[name].title.format(model=models[0], dataset=layout_datasets(t.datasets, datasets, name)[0],
+                                       transfer=transfer)
     values, marks = assemble(rows, cols, files, normaliser=t.normaliser)
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
@@ -468,7 +469,7 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
         sizes = {m: pd.read_parquet(files[Evaluation(m, d, evalset)].contrast) for m in models}
         df = contrast_size_table(sizes, mc)
         n = int(next(iter(sizes.values()))["n_items"].iloc[0])
-        write_table(df, csv, md, title=f"Table {name[5:]}: {shown} contrast-set sizes per pair of evaluation checkpoints",
+        write_table(df, csv, md, title=C.TABLE[name].title.format(dataset=shown),
                     notes=(f"Full-set size {n}. Cell: contrast-set size (questions the row checkpoint gets wrong and "
                            f"the column checkpoint right); * = below the minimum size {mc}, not used."
                            + judged([(m, d, evalset) for m in models])),
@@ -534,7 +535,7 @@ def _correct_by_item(paths: Sequence[str]) -> pd.Series:
 
 def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
                checkpoints: Mapping[str, Sequence[str]], n_train: int, datasets: Sequence[str], csv: str, md: str,
-               *, transfer: str, provenance: dict | None = None) -> dict:
+               *, transfer: str, title: str, provenance: dict | None = None) -> dict:
     """Table 7 from the SC tables `sc_paths` of every (model, checkpoint, dataset), their
     splits pooled (the training datasets' test split; both splits of the `transfer` dataset,
     which the transfer metrics pool)."""
@@ -548,7 +549,7 @@ def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
     sizes = {d: sorted({int(correct[(m, c, d)].size) for m in models for c in checkpoints[m]}) for d in datasets}
     n = "; ".join(f"{d}: {', '.join(map(str, v))} questions" + (" (train and test splits)" if d == transfer else "")
                   for d, v in sizes.items())
-    write_table(df, csv, md, title="Table 7: top-answer accuracy (%) per checkpoint",
+    write_table(df, csv, md, title=title,
                 notes=("Accuracy of the checkpoint's top self-consistency answer (the most probable group of "
                        f"equivalent beams). {n}. The paper's column of training tokens is not given for the "
                        "configured models and is left out."),
