@@ -1,4 +1,5 @@
 # Config validation, the global wildcard constraints and the input functions.
+import os
 import re
 
 from snakemake.exceptions import WorkflowError
@@ -196,6 +197,7 @@ def table_targets(paper, names):
 # (`selfknow.report.catalog.caption_text`), written for this run into a directory of its own.
 # Captions find the sidecar through the output keys used below ("<table>_csv", "<figure>").
 REPORT_CATALOG = CATALOG_REPORT
+_REPORT_DIR = os.path.join(workflow.current_basedir.get_path_or_uri(secret_free=True), "..", "workflow_report")
 _CAPTIONS = {}
 
 
@@ -209,7 +211,7 @@ def caption_file(key):
     path = f"{_CAPTIONS['dir']}/{key.replace('/', '__')}.rst"
     if path not in _CAPTIONS:
         with open(path, "w", encoding="utf-8") as f:
-            f.write(caption_text(REPORT_CATALOG[key], f"{workflow.basedir}/workflow_report"))
+            f.write(caption_text(REPORT_CATALOG[key], _REPORT_DIR))
         _CAPTIONS[path] = True
     return path
 

@@ -28,7 +28,6 @@ from selfknow.protocols.persistent.variants import (
     plan_variant,
     transfer_slices,
 )
-from selfknow.stages.items import icl_by_domain
 
 PC = config["persistent"]
 P_MODELS = list(PC["models"])
@@ -155,6 +154,8 @@ def get_persistent_sc_items(wildcards):
 
 def get_persistent_icl_by_domain(wildcards):
     """Whether each question is shown its own type's in-context examples (BioASQ)."""
+    from selfknow.stages.items import icl_by_domain  # imported by the jobs that need it: a heavy module
+
     return icl_by_domain(config["datasets"][wildcards.dataset])
 
 

@@ -18,7 +18,7 @@ import pytest
 from conftest import REPO
 from selfknow.config import load_config
 from selfknow.catalogs import CATALOGS, REPORT
-from selfknow.report.catalog import Table, buildable, by_name, call_by_name, caption_text
+from selfknow.report.catalog import Table, buildable, by_name, call_by_name, caption_text, resolve
 from selfknow.protocols.ladder import catalog as LC
 from selfknow.protocols.lcae import catalog as AC
 from selfknow.protocols.persistent import catalog as PC
@@ -64,7 +64,7 @@ def test_every_persistent_method_is_one_catalog_entry_and_every_row_names_one():
             assert m.job in VARIANTS or m.job in PC.GCM_JOBS, m
             assert not m.inputs, m
         else:
-            assert callable(m.confidences) and m.job is None and set(m.inputs) <= fields, m
+            assert callable(resolve(m.confidences)) and m.job is None and set(m.inputs) <= fields, m
     # each (job, role) is read by exactly one method; every table variant has its method
     assert len({(m.job, m.role) for m in PC.METHODS if m.job}) == sum(1 for m in PC.METHODS if m.job)
     assert {PC.trained_method(v) for v in TABLE_VARIANTS} <= set(names)

@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.report.catalog import resolve
 from selfknow.stats.isotonic import fit_isotonic
 from selfknow.stats.persistent.bootstrap import bootstrap_persistent
 from selfknow.stats.persistent.contrast import METRICS, Normalisation, contrast_pairs, persistent_metrics
@@ -42,7 +43,7 @@ def assemble_methods(eval_sc: Mapping[str, pd.DataFrame], eval_ckpts: Sequence[s
     methods: dict[str, np.ndarray] = {}
     for m in C.METHODS:
         if not m.needs_model and all(getattr(inp, i) is not None for i in m.inputs):
-            methods[m.name] = m.confidences(inp)
+            methods[m.name] = resolve(m.confidences)(inp)
     by_variant: dict[str, list[pd.DataFrame]] = {}
     for f in variant_frames:
         for (variant, seed), g in f.groupby(["variant", "seed"], sort=True):
