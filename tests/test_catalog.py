@@ -300,3 +300,56 @@ def test_the_extending_recipe_adds_a_persistent_table(tmp_path):
     header, *rows = [line.split(",") for line in csv.strip().splitlines()]
     assert header == ["model", "dataset", "method", *(METRIC_LABELS[m] for m in METRICS)]
     assert [r[:3] for r in rows] == [["M", "d", "Self-consistency"], ["M", "d", "⌞ Post-hoc"]]
+
+
+#: runs in a copy after a recipe: the new entry's report item and caption, and its builder on a
+#: hand-made frame (printed as JSON records)
+RECIPE_CHECK = r'''
+import json, sys
+import pandas as pd
+from selfknow.catalogs import REPORT
+from selfknow.report.catalog import call_by_name, caption_text
+from selfknow.protocols.ladder.catalog import TABLE as LADDER
+from selfknow.protocols.lcae.catalog import TABLE as LCAE
+
+paper, name, report_dir = sys.argv[1:4]
+entry = {"ladder": LADDER, "lcae": LCAE}[paper][name]
+sessions = pd.DataFrame({"model": ["M"] * 4, "estimator": ["NoMemory", "LSA", "Global", "Unlisted"],
+                         "CBF": [0.5, 0.6, 0.8, 0.9]})
+stage3 = pd.DataFrame({"condition": ["baseline"] * 4, "examinee": ["a", "a", "b", "b"],
+                       "theta": [1.0, 3.0, 0.0, 0.0]})
+built = call_by_name(entry.build(), {"sessions": sessions, "stage3": stage3, "fit_notes": "fit"})
+table, notes = built if isinstance(built, tuple) else (built, [])
+print(json.dumps({"item": REPORT[f"{paper}/{name}"], "caption": caption_text(REPORT[f"{paper}/{name}"], report_dir),
+                  "job": entry.job, "rows": table.to_dict("records"), "notes": notes}))
+'''
+
+
+@pytest.mark.parametrize("heading, paper, name, rows", [
+    # L2 is the mean of LSA and Global; an estimator of no level is a control
+    ("A LADDER table", "ladder", "levels", [{"model": "M", "level": "L0", "CBF": 0.5},
+                                            {"model": "M", "level": "L2", "CBF": 0.7},
+                                            {"model": "M", "level": "control", "CBF": 0.9}]),
+    # examinee a's mean θ is 2, b's 0: mean 1, sample sd √2
+    ("An LCAE table", "lcae", "theta_spread", [{"condition": "Baseline", "mean": 1.0, "std": 2 ** 0.5}]),
+])
+def test_a_table_recipe_is_one_entry_one_function_one_caption(tmp_path, heading, paper, name, rows):
+    """docs/extending.md's LADDER and LCAE table recipes, applied to a copy: the entry, its
+    builder and its caption are all a table needs to be built by its paper's table job and
+    shown in the report with its provenance."""
+    copy, edits = recipe_copy(tmp_path, heading)
+    assert [p for p, _, _ in edits] == [f"src/selfknow/protocols/{paper}/catalog.py",
+                                        f"src/selfknow/protocols/{paper}/tables.py",
+                                        f"workflow_report/{paper}/{name}.rst"]
+    for edit in edits:
+        apply_edit(copy, *edit)
+    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, "-c", RECIPE_CHECK, paper, name, str(copy / "workflow_report")], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout)
+    assert got["job"] == "tables" and got["item"]["output"] == f"tables/{paper}/{name}.html"
+    assert got["caption"].count(f"snakemake.output.{name}_csv") == 2
+    assert len(got["rows"]) == len(rows)
+    for g, want in zip(got["rows"], rows):
+        assert g == pytest.approx(want) if "std" in want else g == want
