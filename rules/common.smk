@@ -18,7 +18,7 @@ from selfknow.config import (
 
 # Each paper's catalog of tables and figures (protocols/<paper>/catalog.py).
 from selfknow.report.catalog import buildable, caption_text, names
-from selfknow.catalogs import REPORT as CATALOG_REPORT
+from selfknow.catalogs import REPORT as REPORT_CATALOG
 from selfknow.protocols.ladder.catalog import TABLES as LADDER_CATALOG
 from selfknow.protocols.ladder.catalog import config_has as ladder_config_has
 from selfknow.protocols.lcae.catalog import TABLES as LCAE_CATALOG
@@ -196,7 +196,6 @@ def table_targets(paper, names):
 # workflow_report/ followed by the provenance block of the entry's sidecar
 # (`selfknow.report.catalog.caption_text`), written for this run into a directory of its own.
 # Captions find the sidecar through the output keys used below ("<table>_csv", "<figure>").
-REPORT_CATALOG = CATALOG_REPORT
 _REPORT_DIR = os.path.join(workflow.current_basedir.get_path_or_uri(secret_free=True), "..", "workflow_report")
 _CAPTIONS = {}
 
