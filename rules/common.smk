@@ -207,8 +207,9 @@ def caption_file(key):
 
         _CAPTIONS["dir"] = tempfile.mkdtemp(prefix="selfknow-captions-")
         atexit.register(shutil.rmtree, _CAPTIONS["dir"], True)
-    path = f"{_CAPTIONS['dir']}/{key.replace('/', '__')}.rst"
+    path = os.path.join(_CAPTIONS["dir"], REPORT_CATALOG[key]["caption"])
     if path not in _CAPTIONS:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "w", encoding="utf-8") as f:
             f.write(caption_text(REPORT_CATALOG[key], _REPORT_DIR))
         _CAPTIONS[path] = True
