@@ -202,7 +202,9 @@ class PlanLM(LM):
         for p in prompts:
             self._record("beam_search", (p, num_beams, max_new_tokens, tuple(stop)), tokens(p),
                          num_beams * max_new_tokens)
-        return [[Beam(f"beam {k}", -float(k)) for k in range(num_beams)] for _ in prompts]
+        # one set of (frozen) beams for every prompt: the paper config plans 600,000 searches
+        beams = [Beam(f"beam {k}", -float(k)) for k in range(num_beams)]
+        return [list(beams) for _ in prompts]
 
     def loglikelihood(self, pairs):
         for ctx, cont in pairs:
