@@ -1,8 +1,10 @@
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,8 @@ SHARED = REPO.parent / "shared"
 LOG_TAIL_LINES = 60
 #: the tiny run's bound; an idle 2-core machine needs about 7 minutes
 TINY_RUN_TIMEOUT_S = 3600
+#: the background tiny run's niceness: the tests in the foreground keep their CPU
+TINY_RUN_NICE = 10
 
 
 @pytest.fixture(scope="session")
@@ -114,31 +118,118 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (*report.longrepr[:2], exc.msg)
 
 
-def _build_tiny(results: Path) -> Path:
-    # umask 002: what a shared group directory on a cluster gives; every file must stay readable
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    # the target first: --configfile and --config each take every value that follows them
-    cmd = [sys.executable, "-m", "snakemake", "all_tables", "--profile", "profiles/local",
-           "--configfile", "config/test.yaml", "--config", f"results={results}"]
-    try:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, umask=0o002,
-                              timeout=TINY_RUN_TIMEOUT_S)
-    except subprocess.TimeoutExpired as err:
-        out = (err.stdout or b"").decode(errors="replace") + (err.stderr or b"").decode(errors="replace")
-        raise SessionRunFailed("tiny run", f"not finished after {TINY_RUN_TIMEOUT_S} s", log_tail(out)) from None
-    if proc.returncode != 0:
-        out = proc.stdout + proc.stderr
-        raise SessionRunFailed("tiny run", failure_cause(out), f"$ {' '.join(cmd)}\n{log_tail(out)}")
-    return results
+# -- the tiny run, built in the background -------------------------------------------------------
+# Most tests run in one pytest process on one core; the tiny run's jobs use what is left. So the
+# run starts, niced, as soon as the session knows a test needs it (pytest_runtestloop), and the
+# modules that read it run after every other module (pytest_collection_modifyitems): by then it
+# is usually built, and its minutes are off the suite's wall time.
+_TINY = pytest.StashKey["TinyRun"]()
+_SIGTERM = pytest.StashKey[object]()
+
+
+class TinyRun:
+    """One local `all_tables` run of config/test.yaml into `results`, under umask 002 (what a
+    shared group directory on a cluster gives: every file must stay readable), started in its
+    own process group at construction, its output in `log`; `result()` waits for it."""
+
+    def __init__(self, results: Path, log: Path):
+        self.results, self.log = results, log
+        # the target first: --configfile and --config each take every value that follows them
+        self.cmd = [sys.executable, "-m", "snakemake", "all_tables", "--profile", "profiles/local",
+                    "--configfile", "config/test.yaml", "--config", f"results={results}"]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        self.started = time.monotonic()
+        self.seconds: float | None = None  # from start to end, once ended
+        self.waited = 0.0  # how long tests waited for it
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(["nice", "-n", str(TINY_RUN_NICE), *self.cmd], cwd=REPO, env=env,
+                                         stdout=out, stderr=subprocess.STDOUT, umask=0o002,
+                                         start_new_session=True)
+
+    def result(self) -> Path:
+        """The results directory once the run succeeded; SessionRunFailed naming why it did not."""
+        t0 = time.monotonic()
+        try:
+            returncode = self.proc.wait(timeout=max(0.0, self.started + TINY_RUN_TIMEOUT_S - t0))
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise SessionRunFailed("tiny run", f"not finished after {TINY_RUN_TIMEOUT_S} s",
+                                   log_tail(self.output())) from None
+        finally:
+            self.waited += time.monotonic() - t0
+        if self.seconds is None:
+            self.seconds = time.monotonic() - self.started
+        if returncode != 0:
+            out = self.output()
+            raise SessionRunFailed("tiny run", failure_cause(out), f"$ {' '.join(self.cmd)}\n{log_tail(out)}")
+        return self.results
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        """Stop Snakemake and every job it started, if still running."""
+        if self.proc.poll() is None:
+            from selfknow.rehearsal.harness import stop_group  # pandas and more: only when needed
+
+            stop_group(self.proc, signal.SIGTERM)
+
+
+def _needs_tiny(item: pytest.Item) -> bool:
+    return "tiny_run" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """The modules that read the tiny run after all others, each module's tests kept together
+    and in order (module fixtures, such as the SLURM cluster, are set up once)."""
+    late = {item.module for item in items if _needs_tiny(item) and getattr(item, "module", None)}
+    items.sort(key=lambda item: getattr(item, "module", None) in late)
+
+
+def _start_tiny(config: pytest.Config) -> TinyRun:
+    reuse = os.environ.get("SELFKNOW_TINY_RESULTS")
+    tmp = config._tmp_path_factory.mktemp("tiny")
+    results = Path(reuse).resolve() if reuse else tmp / "results"
+    build = config.stash[_TINY] = TinyRun(results, tmp / "snakemake.log")
+    previous = config.stash[_SIGTERM] = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum, frame):
+        # what `timeout` sends: the run is in its own process group, so stop it first
+        build.stop()
+        signal.signal(signum, previous if callable(previous) else signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return build
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session):
+    if not session.config.option.collectonly and any(_needs_tiny(item) for item in session.items):
+        _start_tiny(session.config)
+
+
+def pytest_sessionfinish(session):
+    build = session.config.stash.get(_TINY, None)
+    if build is not None:
+        build.stop()  # a session cut short (-x, Ctrl-C) leaves no run behind
+        signal.signal(signal.SIGTERM, session.config.stash[_SIGTERM])
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    build = config.stash.get(_TINY, None)
+    if build is not None and build.seconds is not None:
+        terminalreporter.write_line(f"tiny run: {build.seconds:.0f} s in the background, "
+                                    f"{build.waited:.0f} s of it waited for by tests ({build.log})")
 
 
 @pytest.fixture(scope="session")
-def tiny_run(tmp_path_factory) -> Path:
+def tiny_run(request) -> Path:
     """The results directory of one local run of the whole DAG on config/test.yaml (under umask
     002), shared by every test that checks the workflow's outputs (the workflow, report,
     incremental and SLURM tests). Tests only read it (a test that changes files works on a
     copy). $SELFKNOW_TINY_RESULTS names a results directory to reuse: the run then only
     brings it up to date."""
-    reuse = os.environ.get("SELFKNOW_TINY_RESULTS")
-    results = Path(reuse).resolve() if reuse else tmp_path_factory.mktemp("tiny") / "results"
-    return _build_tiny(results)
+    build = request.config.stash.get(_TINY, None) or _start_tiny(request.config)
+    return build.result()
