@@ -592,16 +592,35 @@ def runtime_limits(planner: Planner) -> dict[str, int]:
     return out
 
 
+def write_runtimes(planner: Planner, path: str | Path) -> None:
+    """Each job's time limit (`runtime_limits`, JSON) at `path`, where the rules' `runtime`
+    reads it (rules/common.smk, planned_runtime)."""
+    from selfknow.records import write_json
+
+    write_json(runtime_limits(planner), path)
+
+
 def planned_jobs(configfile: str | Path, target: str = "all_tables", results: str | Path | None = None, *,
-                 default_resources: list[str] | None = None,
-                 root: Path = WORKFLOW_ROOT) -> list[tuple[DagJob, float]]:
+                 default_resources: list[str] | None = None, root: Path = WORKFLOW_ROOT,
+                 runtimes: str | Path | None = None) -> list[tuple[DagJob, float]]:
     """Every job that makes model requests, with the resources Snakemake gives it
     (`default_resources` for what a rule does not set, as a profile's), and its wall hours by
-    the plan (`job_hours`)."""
+    the plan (`job_hours`). With `runtimes`, the plan's time limits are written there first
+    (`write_runtimes`, as `make_plan` writes them) and the resources are those of the DAG that
+    then reads them; a job's hours do not depend on its resources, so one plan serves both."""
     planner = Planner(load_config(configfile), workflow_jobs(configfile, target, results=results, root=root,
                                                             default_resources=default_resources))
     planner.run()
-    return planner.job_hours
+    if runtimes is None:
+        return planner.job_hours
+    write_runtimes(planner, runtimes)
+
+    def key(job: DagJob) -> tuple:
+        return job.rule, tuple(sorted(job.wildcards.items()))
+
+    placed = {key(j): j for j in workflow_jobs(configfile, target, results=results, root=root,
+                                               default_resources=default_resources)}
+    return [(placed[key(job)], hours) for job, hours in planner.job_hours]
 
 
 # ----------------------------------------------------------------------------- the report
@@ -677,7 +696,5 @@ def make_plan(configfile: str | Path, target: str = "all_tables", results: str |
     planner = Planner(load_config(configfile), workflow_jobs(configfile, target, results=results, root=root))
     ledger = planner.run()
     if runtimes is not None:
-        from selfknow.records import write_json
-
-        write_json(runtime_limits(planner), runtimes)
+        write_runtimes(planner, runtimes)
     return plan_frame(planner.cfg, ledger), dict(planner.items.basis)
