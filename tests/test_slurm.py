@@ -262,9 +262,34 @@ def _parse_time(s: str) -> datetime:
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%S")
 
 
+FAILING_SNAKEFILE = 'rule fail:\n    output: "never.txt"\n    resources: mem_mb=200, runtime=2\n    shell: "exit 3"\n'
+
+
 @pytest.fixture(scope="module")
-def throwaway_runs(slurm_cluster, work_dir):
-    """The throwaway workflow run twice: locally, and through the SLURM profile."""
+def failing_run(slurm_cluster, work_dir):
+    """A one-job workflow whose job fails, run through the SLURM profile in the background from
+    before the throwaway runs: most of its half minute is the plugin's status checks backing off
+    (10 s more after each check that finds no job finished), which the throwaway runs overlap.
+    Yields the running `snakemake` and the file its output goes to."""
+    d = work_dir / "failing"
+    d.mkdir()
+    (d / "Snakefile").write_text(FAILING_SNAKEFILE)
+    cmd = [sys.executable, "-m", "snakemake", "--profile", str(PROFILE), *_fast_polling()]
+    log = d / "output.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, cwd=d, env=slurm_cluster.env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        yield proc, log
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def throwaway_runs(slurm_cluster, work_dir, failing_run):
+    """The throwaway workflow run twice: locally, and through the SLURM profile (while
+    `failing_run` runs beside them)."""
     base = work_dir / "throwaway"
     dirs = {}
     for kind in ("local", "slurm"):
@@ -355,18 +380,13 @@ def test_outputs_equal_local_run(throwaway_runs):
 
 
 @pytest.mark.slurm
-def test_failed_job_is_reported_not_awaited(slurm_cluster, work_dir):
+def test_failed_job_is_reported_not_awaited(slurm_cluster, failing_run):
     """A job that fails ends the run with its SLURM state, instead of being polled forever
     (what happens with the plugin's default `sacct` on a cluster without slurmdbd)."""
-    d = work_dir / "failing"
-    d.mkdir()
-    (d / "Snakefile").write_text(
-        'rule fail:\n    output: "never.txt"\n    resources: mem_mb=200, runtime=2\n    shell: "exit 3"\n'
-    )
-    cmd = [sys.executable, "-m", "snakemake", "--profile", str(PROFILE), *_fast_polling()]
-    proc = subprocess.run(cmd, cwd=d, env=slurm_cluster.env, capture_output=True, text=True, timeout=300)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    proc, log = failing_run
+    returncode = proc.wait(timeout=300)
+    out = log.read_text()
+    assert returncode != 0
     (_, jobid), = SUBMITTED.findall(out)
     assert f"SLURM-job '{jobid}' failed, SLURM status is: 'FAILED'" in out
     info = slurm_cluster.show_job(jobid)
