@@ -634,7 +634,9 @@ def test_free_memory_freezes_the_start_up_heap_never_a_base(tiny_spec, fam_dir, 
         assert frozen > 0 and RESIDENCY.resident == 1
         assert any(o is lm._base.model for o in gc.get_objects())  # the base is not frozen
         lm.release()
-        assert RESIDENCY.resident == 0 and gc.get_freeze_count() == frozen  # freed; frozen once
+        # freed; frozen once: a second freeze would add every survivor, while a frozen object may
+        # still die by reference counting (two did under transformers 5.22.2, one run in two)
+        assert RESIDENCY.resident == 0 and gc.get_freeze_count() <= frozen
         lm.loglikelihood([("the cat", " sat")])  # loaded again, and alive at the next collection
         gc.unfreeze()
         free_memory()
