@@ -51,17 +51,11 @@ def probe_auc(x_train: np.ndarray, y_train, x_test: np.ndarray, seed: int = 0) -
     return model.predict_proba(x_test)[:, 1], float(model[-1].C_[0])
 
 
-def last_hidden_states(checkpoint_dir: str | os.PathLike, prompts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+def last_hidden_states(tok, model, prompts: Sequence[str], batch_size: int = 32) -> np.ndarray:
     """The last layer's hidden state at each prompt's last token (left padding, so the last
     position is every prompt's own last token)."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(checkpoint_dir)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32).eval()
     out = []
     with torch.inference_mode():
         for i in range(0, len(prompts), batch_size):
@@ -71,14 +65,23 @@ def last_hidden_states(checkpoint_dir: str | os.PathLike, prompts: Sequence[str]
     return np.concatenate(out) if out else np.zeros((0, model.config.hidden_size))
 
 
-def _features(checkpoint_dir: Path, sc: pd.DataFrame) -> np.ndarray:
-    from transformers import AutoTokenizer
+def _features(checkpoint_dir: Path, *frames: pd.DataFrame) -> list[np.ndarray]:
+    """The confidence prompt's hidden states of each self-consistency frame, the checkpoint
+    loaded once for all of them."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from .verbalized import digit_format_for
 
-    readout = digit_format_for(AutoTokenizer.from_pretrained(checkpoint_dir))
-    prompts = [readout.prompt(q, a) for q, a in zip(sc["question"], sc["prediction"].fillna(""))]
-    return last_hidden_states(checkpoint_dir, prompts)
+    tok = AutoTokenizer.from_pretrained(checkpoint_dir)
+    readout = digit_format_for(tok)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(checkpoint_dir, dtype=torch.float32).eval()
+    return [last_hidden_states(tok, model, [readout.prompt(q, a) for q, a in zip(sc["question"],
+                                                                               sc["prediction"].fillna(""))])
+            for sc in frames]
 
 
 def probe_cells(results: str | os.PathLike, model: str, checkpoints: dict[str, Sequence[str]],
@@ -105,7 +108,8 @@ def probe_cells(results: str | os.PathLike, model: str, checkpoints: dict[str, S
                    "n_train_correct": int(y_train.sum()), "n_test": int(y_test.size),
                    "n_test_correct": int(y_test.sum())}
             if min(y_train.sum(), (~y_train).sum()) >= 2:
-                p, row["C"] = probe_auc(_features(ck_dir, train), y_train, _features(ck_dir, test), seed=seed)
+                x_train, x_test = _features(ck_dir, train, test)
+                p, row["C"] = probe_auc(x_train, y_train, x_test, seed=seed)
                 row["auc"] = auc(p, y_test)
                 row["auc_lo"], row["auc_hi"] = bootstrap_auc(p, y_test, n_boot, seed)
             rows.append(row)
