@@ -92,14 +92,14 @@ rule all_tables:
         generation_files(),
 
 
-# Code is an input. Snakemake watches a rule's script, not the package code the script runs, so
-# every scripted rule gets a param `code`: the fingerprint of the package definitions its script
-# reaches (selfknow.code_inputs, read from the source, never imported). An edit to a function
-# reruns the jobs whose scripts reach it, and what reads their outputs; nothing else. It is
-# computed when a rule's first job is built, once per script, so listing rules costs nothing.
-from selfknow.code_inputs import script_fingerprint
+# Code is an input. Every rule's job runs through one script (scripts/run_job.py) that calls the
+# package function its param `job` names; Snakemake watches that script, not the package code, so
+# every such rule gets a param `code`: the fingerprint of the package definitions its job reaches
+# (selfknow.code_inputs, read from the source, never imported). An edit to a function reruns the
+# jobs that reach it, and what reads their outputs; nothing else. It is computed when a rule's
+# first job is built, once per job function, so listing rules costs nothing.
+from selfknow.code_inputs import job_fingerprint
 
 for _rule in workflow.rules:
     if _rule.script is not None:
-        _script = _rule.basedir.join(_rule.script).get_path_or_uri(secret_free=True)
-        _rule.set_params(code=lambda wildcards, script=_script: script_fingerprint(script))
+        _rule.set_params(code=lambda wildcards, job=_rule.params.job: job_fingerprint(job))

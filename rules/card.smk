@@ -4,10 +4,11 @@
 rule knowledge_card:
     input:
         unpack(get_card_inputs),
-        persistent=input_paths(get_card_persistent),
+        input_paths(get_card_persistent),
     output:
         **named_table_targets("card", ["self_knowledge"]),
     params:
+        job="selfknow.report.card:knowledge_card_job",
         persistent=get_card_persistent,
         models=MODELS,
         last_ckpt=card_last_checkpoints(),
@@ -17,4 +18,5 @@ rule knowledge_card:
     log:
         f"{R}/logs/card.log",
     script:
-        "../scripts/knowledge_card.py"
+        "../scripts/run_job.py"
+

@@ -4,11 +4,12 @@
 
 rule items:
     input:
-        get_dataset_inputs,
+        world=get_dataset_inputs,
     output:
         train=f"{R}/items/{{dataset}}/train.parquet",
         test=f"{R}/items/{{dataset}}/test.parquet",
     params:
+        job="selfknow.stages.items:items_job",
         spec=get_dataset_spec,
         seed=config["seed"],
     # A second of work that whole protocols wait on. Snakemake's greedy scheduler ranks ready
@@ -23,4 +24,5 @@ rule items:
         mem_mb=4000,
         runtime=30,
     script:
-        "../scripts/items.py"
+        "../scripts/run_job.py"
+

@@ -3,19 +3,20 @@
 
 rule generate_greedy:
     input:
+        get_model_files,
         test=f"{R}/items/{{dataset}}/test.parquet",
         train=f"{R}/items/{{dataset}}/train.parquet",
-        model=get_model_files,
     output:
-        f"{R}/generations/{{model}}/{{ckpt}}/greedy/{{dataset}}.parquet",
+        out=f"{R}/generations/{{model}}/{{ckpt}}/greedy/{{dataset}}.parquet",
     params:
+        job="selfknow.stages.jobs:greedy_job",
         weights=model_weights(get_model_spec),
         spec=get_model_spec,
         n_shots=config["generation"]["n_shots"],
         n_items=config["generation"]["n_items"],
         seed=config["seed"],
         max_new_tokens=config["generation"]["max_new_tokens"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -26,4 +27,4 @@ rule generate_greedy:
     resources:
         **model_resources(get_model_spec, runtime=planned_runtime("generate", 480)),
     script:
-        "../scripts/generate_greedy.py"
+        "../scripts/run_job.py"

@@ -5,19 +5,20 @@
 
 rule llm_judge:
     input:
+        get_judge_model_files,
         generations=get_audit_generations,
         test=f"{R}/items/{JUDGE['audit_dataset']}/test.parquet",
-        model=get_judge_model_files,
     output:
-        f"{R}/judgments/llm_judge_audit.parquet",
+        out=f"{R}/judgments/llm_judge_audit.parquet",
     params:
+        job="selfknow.stages.jobs:llm_judge_job",
         weights=model_weights(get_judge_spec),
         spec=get_judge_spec,
         n_items=config["judge"]["audit_items"],
         label_modes=config["judge"]["audit_labels"],
         multi_reference=JUDGE["audit_dataset"] in JUDGE["multi_reference_datasets"],
         seed=config["seed"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -27,15 +28,16 @@ rule llm_judge:
     resources:
         **model_resources(get_judge_spec, runtime=judge_runtime("judge_audit", 240)),
     script:
-        "../scripts/llm_judge.py"
+        "../scripts/run_job.py"
 
 
 rule judge_audit_table:
     input:
-        rules.llm_judge.output[0],
+        judgments=rules.llm_judge.output.out,
     output:
         **named_table_targets("judge", ["audit"]),
     params:
+        job="selfknow.report.jobs:judge_audit_job",
         replicates=config["judge"]["audit_bootstrap"],
         seed=config["seed"],
         report=REPORT_SETTINGS,
@@ -44,4 +46,5 @@ rule judge_audit_table:
     log:
         f"{R}/logs/judge/audit_table.log",
     script:
-        "../scripts/judge_audit_table.py"
+        "../scripts/run_job.py"
+

@@ -5,11 +5,12 @@
 rule ladder_answers:
     # the answering model alone: a local model's GPU job makes no request to an API user
     input:
-        pool=f"{R}/items/{LAD['dataset']}/test.parquet",
-        model=get_model_files,
+        get_model_files,
+        items_path=f"{R}/items/{LAD['dataset']}/test.parquet",
     output:
-        f"{R}/ladder/sessions/{{model}}/answers.parquet",
+        out=f"{R}/ladder/sessions/{{model}}/answers.parquet",
     params:
+        job="selfknow.protocols.ladder.jobs:answers_job",
         weights=model_weights(get_model_spec),
         spec=get_model_spec,
         n_sessions=LAD["n_sessions"],
@@ -19,8 +20,8 @@ rule ladder_answers:
         answering=LADDER_ANSWERING,
         tiers=get_ladder_tiers,
         seed=config["seed"],
-        parts=f"{R}/ladder/sessions/{{model}}/parts/answers",
-        cache=f"{R}/cache",
+        parts_dir=f"{R}/ladder/sessions/{{model}}/parts/answers",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -31,19 +32,20 @@ rule ladder_answers:
     resources:
         **model_resources(get_model_spec, runtime=planned_runtime("ladder_answers", 120)),
     script:
-        "../scripts/ladder_answers.py"
+        "../scripts/run_job.py"
 
 
 rule ladder_sessions:
     # the simulated users' replies to those answers; loads the LLM user only
     input:
-        answers=rules.ladder_answers.output[0],
-        pool=f"{R}/items/{LAD['dataset']}/test.parquet",
-        model=get_ladder_user_files,
+        get_ladder_user_files,
+        answers_path=rules.ladder_answers.output.out,
+        items_path=f"{R}/items/{LAD['dataset']}/test.parquet",
     output:
-        main=f"{R}/ladder/sessions/{{model}}/main.parquet",
-        alt=f"{R}/ladder/sessions/{{model}}/alt_user.parquet",
+        out_main=f"{R}/ladder/sessions/{{model}}/main.parquet",
+        out_alt=f"{R}/ladder/sessions/{{model}}/alt_user.parquet",
     params:
+        job="selfknow.protocols.ladder.jobs:sessions_job",
         weights=model_weights(get_ladder_user_spec),
         user_spec=get_ladder_user_spec,
         user=LAD["user"],
@@ -53,8 +55,8 @@ rule ladder_sessions:
         items_per_domain=LAD["items_per_domain"],
         user_max_new_tokens=LAD["user_max_new_tokens"],
         seed=config["seed"],
-        parts=f"{R}/ladder/sessions/{{model}}/parts",
-        cache=f"{R}/cache",
+        parts_dir=f"{R}/ladder/sessions/{{model}}/parts",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -65,17 +67,18 @@ rule ladder_sessions:
     resources:
         **model_resources(get_ladder_user_spec, runtime=planned_runtime("ladder_user", 120)),
     script:
-        "../scripts/ladder_sessions.py"
+        "../scripts/run_job.py"
 
 
 rule ladder_prompted:
     input:
-        turns=rules.ladder_sessions.output.main,
-        model=get_ladder_prompted_files,
+        get_ladder_prompted_files,
+        turns_path=rules.ladder_sessions.output.out_main,
     output:
-        profiles=f"{R}/ladder/prompted/{{model}}/profiles.parquet",
-        query=f"{R}/ladder/prompted/{{model}}/query.parquet",
+        out_profiles=f"{R}/ladder/prompted/{{model}}/profiles.parquet",
+        out_query=f"{R}/ladder/prompted/{{model}}/query.parquet",
     params:
+        job="selfknow.protocols.ladder.jobs:prompted_job",
         weights=model_weights(get_ladder_prompted_spec),
         spec=get_ladder_prompted_spec,
         mode=LAD["prompted_mode"],
@@ -84,7 +87,7 @@ rule ladder_prompted:
         prompted_sessions=LAD["prompted_sessions"],
         lsa_controls=LAD["lsa_controls"],
         seed=config["seed"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -95,22 +98,23 @@ rule ladder_prompted:
     resources:
         **model_resources(get_ladder_prompted_spec, runtime=planned_runtime("ladder_prompted", 120)),
     script:
-        "../scripts/ladder_prompted.py"
+        "../scripts/run_job.py"
 
 
 rule ladder_score:
     input:
-        turns=rules.ladder_sessions.output.main,
-        alt=rules.ladder_sessions.output.alt,
-        profiles=rules.ladder_prompted.output.profiles,
-        query=rules.ladder_prompted.output.query,
+        turns_path=rules.ladder_sessions.output.out_main,
+        alt_turns_path=rules.ladder_sessions.output.out_alt,
+        profiles_path=rules.ladder_prompted.output.out_profiles,
+        query_path=rules.ladder_prompted.output.out_query,
     output:
         **ladder_score_outputs(),
     params:
+        job="selfknow.protocols.ladder.jobs:score_job",
         seed=config["seed"],
         latent_query=LAD["latent_query"],
-        session_bootstrap=LAD["session_bootstrap"],
-        cluster_bootstrap=LAD["cluster_bootstrap"],
+        session_bootstrap_draws=LAD["session_bootstrap"],
+        cluster_bootstrap_draws=LAD["cluster_bootstrap"],
         cluster_estimators=LAD["cluster_estimators"],
         flips=LAD["noise_flips"],
         coverages=LAD["noise_coverages"],
@@ -132,7 +136,7 @@ rule ladder_score:
         mem_mb=4000,
         runtime=60,
     script:
-        "../scripts/ladder_score.py"
+        "../scripts/run_job.py"
 
 
 rule ladder_tables:
@@ -142,10 +146,12 @@ rule ladder_tables:
         **named_table_targets("ladder", LADDER_TABLES),
         **ladder_figure_targets(),
     params:
+        job="selfknow.protocols.ladder.rule_jobs:tables_job",
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"
     log:
         f"{R}/logs/ladder/tables.log",
     script:
-        "../scripts/ladder_tables.py"
+        "../scripts/run_job.py"
+

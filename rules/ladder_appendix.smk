@@ -9,12 +9,13 @@ localrules:
 
 rule ladder_optimisation:
     input:
-        turns=rules.ladder_sessions.output.main,
+        turns_path=rules.ladder_sessions.output.out_main,
     output:
-        f"{R}/ladder/scores/{{model}}/optimisation.parquet",
+        out_path=f"{R}/ladder/scores/{{model}}/optimisation.parquet",
     params:
+        job="selfknow.protocols.ladder.optimisation:optimisation_job",
         seed=config["seed"],
-        optimisation=LAD["optimisation"],
+        **LAD["optimisation"],
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -26,7 +27,7 @@ rule ladder_optimisation:
         mem_mb=2000,
         runtime=30,
     script:
-        "../scripts/ladder_optimisation.py"
+        "../scripts/run_job.py"
 
 
 rule ladder_appendix:
@@ -36,6 +37,7 @@ rule ladder_appendix:
         **named_table_targets("ladder", LADDER_APPENDIX_TABLES),
         **named_figure_targets("ladder", LADDER_APPENDIX_FIGURES),
     params:
+        job="selfknow.protocols.ladder.rule_jobs:appendix_job",
         report=REPORT_SETTINGS,
         lite_budgets=LAD["lite_budgets"],
     conda:
@@ -45,4 +47,5 @@ rule ladder_appendix:
     benchmark:
         f"{R}/benchmarks/ladder/appendix.tsv"
     script:
-        "../scripts/ladder_appendix.py"
+        "../scripts/run_job.py"
+

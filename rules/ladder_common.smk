@@ -97,7 +97,8 @@ def get_ladder_table34_inputs(wildcards):
     Nothing for recorded trajectories (ladder.react_dataset): like a paper dataset read by the
     items rule, the local copy is read by the job, not tracked as an input."""
     if "react" in LAD:
-        return {"react": [f"{d}/{f}.jsonl" for d in react_dirs() for f in ("test", "zero_shot")]}
+        return [f"{d}/{f}.jsonl" for d in react_dirs() for f in ("test", "zero_shot")]
+
     if "react_dataset" in LAD:
         return {}
     return {"turns": [f"{R}/ladder/sessions/{m}/main.parquet" for m in LADDER_MODELS],

@@ -8,27 +8,30 @@ localrules:
 
 rule ladder_crosstask:
     input:
-        pool=get_crosstask_items,
-        model=get_crosstask_model_files,
-        l1=get_crosstask_l1,
+        get_crosstask_model_files,
+        get_crosstask_l1,
+        item_paths=get_crosstask_items,
     output:
-        answers=f"{R}/ladder/crosstask/{{suite}}/{{model}}/answers.parquet",
-        prior=f"{R}/ladder/crosstask/{{suite}}/{{model}}/prior.parquet",
+        out_answers=f"{R}/ladder/crosstask/{{suite}}/{{model}}/answers.parquet",
+        out_prior=f"{R}/ladder/crosstask/{{suite}}/{{model}}/prior.parquet",
     wildcard_constraints:
         suite="|".join(CT_SUITES),
     params:
+        job="selfknow.protocols.ladder.crosstask:crosstask_job",
         weights=model_weights(get_model_spec, get_crosstask_prompt_spec),
         spec=get_model_spec,
         prompt_spec=get_crosstask_prompt_spec,
         loader=get_crosstask_loader,
-        suite=get_crosstask_suite,
+        domains=lambda wildcards: get_crosstask_suite(wildcards)["domains"],
+        l1_profiles=lambda wildcards: get_crosstask_l1(wildcards)[0] if get_crosstask_l1(wildcards) else None,
+
         items_per_domain=CT["items_per_domain"],
         max_new_tokens=CT["max_new_tokens"],
         bbh_lenient=CT["bbh_lenient"],
         prior_mode=LAD["prompted_mode"],
         prior_max_new_tokens=LAD["prompted_max_new_tokens"],
         seed=config["seed"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -39,7 +42,7 @@ rule ladder_crosstask:
     resources:
         **model_resources(get_model_spec, get_crosstask_prompt_spec, runtime=planned_runtime("ladder_crosstask", 120)),
     script:
-        "../scripts/ladder_crosstask.py"
+        "../scripts/run_job.py"
 
 
 rule ladder_crosstask_tables:
@@ -48,6 +51,7 @@ rule ladder_crosstask_tables:
     output:
         **named_table_targets("ladder", CT_TABLES),
     params:
+        job="selfknow.protocols.ladder.rule_jobs:crosstask_tables_job",
         suites={s: dict(CT["suites"][s]) for s in CT_SUITES},
         loaders={s: crosstask_loader(s) for s in CT_SUITES},
         unparsed=CT["unparsed"],
@@ -58,4 +62,5 @@ rule ladder_crosstask_tables:
     log:
         f"{R}/logs/ladder/crosstask_tables.log",
     script:
-        "../scripts/ladder_crosstask_tables.py"
+        "../scripts/run_job.py"
+

@@ -5,11 +5,12 @@
 
 rule ladder_extension:
     input:
+        get_model_files,
         unpack(get_extension_items),
-        model=get_model_files,
     output:
-        f"{R}/ladder/extension/{{model}}/records.parquet",
+        out=f"{R}/ladder/extension/{{model}}/records.parquet",
     params:
+        job="selfknow.protocols.ladder.extension:extension_job",
         weights=model_weights(get_model_spec),
         spec=get_model_spec,
         datasets=extension_task_setting("dataset"),
@@ -19,7 +20,7 @@ rule ladder_extension:
         sandbox=EXT["sandbox"],
         unfence_humaneval=EXT["unfence_humaneval"],
         seed=config["seed"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -30,16 +31,17 @@ rule ladder_extension:
     resources:
         **model_resources(get_model_spec, runtime=planned_runtime("ladder_extension", 120)),
     script:
-        "../scripts/ladder_extension.py"
+        "../scripts/run_job.py"
 
 
 rule ladder_table32:
     input:
-        extension_record_files(),
+        record_paths=extension_record_files(),
     output:
         **named_table_targets("ladder", names(LADDER_CATALOG, job="extension")),
     localrule: True
     params:
+        job="selfknow.protocols.ladder.rule_jobs:table32_job",
         datasets=extension_task_setting("dataset"),
         loaders=extension_loaders(),
         sign_tolerance_pp=EXT["sign_tolerance_pp"],
@@ -50,4 +52,5 @@ rule ladder_table32:
     log:
         f"{R}/logs/ladder/table32.log",
     script:
-        "../scripts/ladder_table32.py"
+        "../scripts/run_job.py"
+

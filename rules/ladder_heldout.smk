@@ -14,6 +14,7 @@ rule ladder_table34:
     output:
         **named_table_targets("ladder", names(LADDER_CATALOG, job="heldout")),
     params:
+        job="selfknow.protocols.ladder.rule_jobs:table34_job",
         seed=config["seed"],
         react_specs=get_ladder_react_specs,
         dataset=(LAD["react"]["dataset"] if "react" in LAD
@@ -26,19 +27,20 @@ rule ladder_table34:
     benchmark:
         f"{R}/benchmarks/ladder/table34.tsv"
     script:
-        "../scripts/ladder_table34.py"
+        "../scripts/run_job.py"
 
 
 if "react" in LAD:
 
     rule ladder_react:
         input:
-            pool=f"{R}/items/{LAD['react']['dataset']}/test.parquet",
-            model=get_model_files,
+            get_model_files,
+            items_path=f"{R}/items/{LAD['react']['dataset']}/test.parquet",
         output:
             test=f"{R}/ladder/react/{{model}}/{{react_config}}/test.jsonl",
             zero_shot=f"{R}/ladder/react/{{model}}/{{react_config}}/zero_shot.jsonl",
         params:
+            job="selfknow.protocols.ladder.rule_jobs:react_job",
             weights=model_weights(get_model_spec),
             spec=get_model_spec,
             setting=get_react_setting,
@@ -47,7 +49,7 @@ if "react" in LAD:
             prior_mode=LAD["prompted_mode"],
             prior_max_new_tokens=LAD["prompted_max_new_tokens"],
             seed=config["seed"],
-            cache=f"{R}/cache",
+            cache_dir=f"{R}/cache",
         threads: 1
         conda:
             "../envs/selfknow.yaml"
@@ -58,4 +60,5 @@ if "react" in LAD:
         resources:
             **model_resources(get_model_spec, runtime=planned_runtime("ladder_react", 120)),
         script:
-            "../scripts/ladder_react.py"
+            "../scripts/run_job.py"
+

@@ -7,6 +7,7 @@ rule ladder_import:
     output:
         **named_table_targets("ladder", names(LADDER_CATALOG, job="import")),
     params:
+        job="selfknow.protocols.ladder.rule_jobs:import_job",
         import_dir=config["ladder_import_dir"],
         estimators=config["ladder_import_estimators"],
         report=REPORT_SETTINGS,
@@ -20,4 +21,5 @@ rule ladder_import:
         mem_mb=4000,
         runtime=60,
     script:
-        "../scripts/ladder_import.py"
+        "../scripts/run_job.py"
+

@@ -7,10 +7,11 @@ LC = config["lcae"]
 
 rule lcae_sample:
     input:
-        f"{R}/items/{LC['dataset']}/test.parquet",
+        test_items=f"{R}/items/{LC['dataset']}/test.parquet",
     output:
-        f"{R}/lcae/items.parquet",
+        out=f"{R}/lcae/items.parquet",
     params:
+        job="selfknow.protocols.lcae.jobs:sample_job",
         n_items=LC["n_items"],
         seed=config["seed"],
     conda:
@@ -18,21 +19,22 @@ rule lcae_sample:
     log:
         f"{R}/logs/lcae/sample.log",
     script:
-        "../scripts/lcae_sample.py"
+        "../scripts/run_job.py"
 
 
 rule lcae_stage1:
     input:
-        sample=rules.lcae_sample.output[0],
-        model=get_model_files,
+        get_model_files,
+        items_path=rules.lcae_sample.output.out,
     output:
-        f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
+        out=f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
     params:
+        job="selfknow.protocols.lcae.jobs:stage1_job",
         weights=model_weights(get_model_spec),
         spec=get_model_spec,
         strategies=LC["strategies"],
         max_new_tokens=LC["max_new_tokens"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -43,16 +45,17 @@ rule lcae_stage1:
     resources:
         **model_resources(get_model_spec, runtime=planned_runtime("lcae_stage1", 480)),
     script:
-        "../scripts/lcae_stage1.py"
+        "../scripts/run_job.py"
 
 
 rule lcae_irt:
     input:
-        lcae_files("stage1"),
+        stage1_paths=lcae_files("stage1"),
     output:
-        persons=f"{R}/lcae/irt/persons.parquet",
-        item_params=f"{R}/lcae/irt/items.parquet",
+        out_persons=f"{R}/lcae/irt/persons.parquet",
+        out_items=f"{R}/lcae/irt/items.parquet",
     params:
+        job="selfknow.protocols.lcae.jobs:irt_job",
         method=LC["rasch_method"],
     conda:
         "../envs/selfknow.yaml"
@@ -62,18 +65,19 @@ rule lcae_irt:
         mem_mb=4000,
         runtime=60,
     script:
-        "../scripts/lcae_irt.py"
+        "../scripts/run_job.py"
 
 
 rule lcae_stage2:
     input:
-        sample=rules.lcae_sample.output[0],
-        stage1=f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
-        irt=rules.lcae_irt.output.item_params,
-        model=get_model_files,
+        get_model_files,
+        items_path=rules.lcae_sample.output.out,
+        stage1_path=rules.lcae_stage1.output.out,
+        irt_items_path=rules.lcae_irt.output.out_items,
     output:
-        f"{R}/lcae/stage2/{{model}}/{{ckpt}}.parquet",
+        out=f"{R}/lcae/stage2/{{model}}/{{ckpt}}.parquet",
     params:
+        job="selfknow.protocols.lcae.jobs:stage2_job",
         weights=model_weights(get_model_spec),
         spec=get_model_spec,
         conditions=LC["conditions"],
@@ -83,7 +87,7 @@ rule lcae_stage2:
         max_new_tokens=LC["max_new_tokens"],
         base_slow_below=LC["base_slow_below"],
         base_error_p=LC["base_error_p"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -94,35 +98,37 @@ rule lcae_stage2:
     resources:
         **model_resources(get_model_spec, runtime=planned_runtime("lcae_stage2", 480)),
     script:
-        "../scripts/lcae_stage2.py"
+        "../scripts/run_job.py"
 
 
 rule lcae_stage3:
     input:
-        stage2=lcae_files("stage2"),
-        persons=rules.lcae_irt.output.persons,
-        item_params=rules.lcae_irt.output.item_params,
+        stage2_paths=lcae_files("stage2"),
+        persons_path=rules.lcae_irt.output.out_persons,
+        irt_items_path=rules.lcae_irt.output.out_items,
     output:
-        f"{R}/lcae/stage3.parquet",
+        out=f"{R}/lcae/stage3.parquet",
     params:
+        job="selfknow.protocols.lcae.jobs:stage3_job",
         eps=LC["lcae_eps"],
     conda:
         "../envs/selfknow.yaml"
     log:
         f"{R}/logs/lcae/stage3.log",
     script:
-        "../scripts/lcae_stage3.py"
+        "../scripts/run_job.py"
 
 
 rule lcae_tables:
     input:
-        stage3=rules.lcae_stage3.output[0],
-        persons=rules.lcae_irt.output.persons,
-        item_params=rules.lcae_irt.output.item_params,
+        stage3_path=rules.lcae_stage3.output.out,
+        persons_path=rules.lcae_irt.output.out_persons,
+        items_path=rules.lcae_irt.output.out_items,
     output:
         **named_table_targets("lcae", names(LCAE_CATALOG, figure=False)),
         **named_figure_targets("lcae", names(LCAE_CATALOG, figure=True)),
     params:
+        job="selfknow.protocols.lcae.rule_jobs:tables_job",
         prices=LC["prices"],
         method=LC["rasch_method"],
         eps=LC["lcae_eps"],
@@ -132,4 +138,5 @@ rule lcae_tables:
     log:
         f"{R}/logs/lcae/tables.log",
     script:
-        "../scripts/lcae_tables.py"
+        "../scripts/run_job.py"
+

@@ -4,7 +4,9 @@
 
 rule smollm2_convert:
     output:
-        directory(f"{R}/models/smollm2"),
+        out=directory(f"{R}/models/smollm2"),
+    params:
+        job="selfknow.models.gguf_convert:convert_job",
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -15,4 +17,5 @@ rule smollm2_convert:
         mem_mb=4000,
         runtime=30,
     script:
-        "../scripts/smollm2_convert.py"
+        "../scripts/run_job.py"
+

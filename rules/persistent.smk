@@ -16,12 +16,13 @@ localrules:
 # under the LLM judge this job writes the unlabelled candidates and persistent_judge labels them.
 rule persistent_sc:
     input:
+        get_model_files,
         unpack(get_persistent_sc_items),
-        model=get_model_files,
     output:
         **{f"sc_{s}": f"{R}/persistent/{P_SC_STAGE}/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
         **{f"beams_{s}": f"{R}/persistent/beams/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
     params:
+        job="selfknow.protocols.persistent.rule_jobs:sc",
         weights=model_weights(get_model_spec),
         spec=get_model_spec,
         n_items={"train": PC["n_train"], "test": PC["n_test"]},
@@ -34,7 +35,7 @@ rule persistent_sc:
         normalisation=PC["answer_normalisation"],
         prompt_label=PC["prompt_label"],
         correctness=JUDGE["correctness"],
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -45,7 +46,7 @@ rule persistent_sc:
     resources:
         **model_resources(get_model_spec, runtime=planned_runtime("persistent_sc", 240)),
     script:
-        "../scripts/persistent_sc.py"
+        "../scripts/run_job.py"
 
 
 # The LLM judge (persistent §3.1, §A.5) as a stage of its own: a job that loads no model of the
@@ -56,15 +57,16 @@ if JUDGE["correctness"] == "llm":
 
     rule persistent_judge:
         input:
+            get_persistent_judge_files,
             unpack(get_persistent_sc_items),
             **{f"cand_{s}": f"{R}/persistent/candidates/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
-            judge_model=get_persistent_judge_files,
         output:
             **{f"sc_{s}": f"{R}/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
         params:
+            job="selfknow.protocols.persistent.rule_jobs:judge",
             weights=model_weights(get_persistent_judge_spec),
             judge=get_persistent_judge,
-            cache=f"{R}/cache",
+            cache_dir=f"{R}/cache",
         threads: 1
         conda:
             "../envs/selfknow.yaml"
@@ -76,25 +78,26 @@ if JUDGE["correctness"] == "llm":
             **model_resources(get_persistent_judge_spec, runtime=judge_runtime("persistent_judge", 240)),
             api_batches=persistent_judge_batches(),
         script:
-            "../scripts/persistent_judge.py"
+            "../scripts/run_job.py"
 
 
 rule persistent_variant:
     input:
-        sc=input_paths(get_variant_sc),
-        model=get_model_files,
+        input_paths(get_variant_sc),
+        get_model_files,
     output:
-        conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
-        adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}"),
+        out=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
+        adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}"),
     params:
+        job="selfknow.protocols.persistent.rule_jobs:variant",
         weights=model_weights(get_model_spec),
-        sc=get_variant_sc,
+        sc_paths=get_variant_sc,
         spec=get_model_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         pair_mode=P_PAIRS,
-        adapter=PC["adapter"],
-        cache=f"{R}/cache",
+        hparams=PC["adapter"],
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -106,7 +109,7 @@ rule persistent_variant:
         **model_resources(get_model_spec, runtime=planned_runtime("persistent_variants", 480), bases=get_variant_bases,
                            scratch_mb=get_variant_scratch_mb),
     script:
-        "../scripts/persistent_variant.py"
+        "../scripts/run_job.py"
 
 
 # The variants whose every adapter and scoring the transfer variant also has (the single-answer
@@ -114,12 +117,13 @@ rule persistent_variant:
 # 3 and 4, their confidence tables are cut from its table instead of trained and scored again.
 rule persistent_variant_slice:
     input:
-        transfer=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
+        transfer_conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
     output:
-        conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
+        out=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
     wildcard_constraints:
         **{k: _alt(v) for k, v in p_transfer_slices().items()},
     params:
+        job="selfknow.protocols.persistent.jobs:variant_slice_job",
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
     conda:
@@ -127,7 +131,7 @@ rule persistent_variant_slice:
     log:
         f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.log",
     script:
-        "../scripts/persistent_variant_slice.py"
+        "../scripts/run_job.py"
 
 
 ruleorder: persistent_variant_slice > persistent_variant
@@ -139,23 +143,24 @@ ruleorder: persistent_variant_slice > persistent_variant
 # trains the adapters and scores nothing.
 use rule persistent_variant as persistent_transfer_variant with:
     input:
-        sc=input_paths(get_transfer_variant_sc),
-        model=get_model_files,
+        input_paths(get_transfer_variant_sc),
+        get_model_files,
     output:
-        conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
-        adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
-        hidden=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
+        out=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
+        adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
+        hidden_out=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
     wildcard_constraints:
         seed=str(P_VAR_SEEDS[0]),
     params:
-        sc=get_transfer_variant_sc,
+        job="selfknow.protocols.persistent.rule_jobs:variant",
+        sc_paths=get_transfer_variant_sc,
         spec=get_model_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         pair_mode=P_PAIRS,
         variance_items=PC["variance_items"],
-        adapter=PC["adapter"],
-        cache=f"{R}/cache",
+        hparams=PC["adapter"],
+        cache_dir=f"{R}/cache",
     log:
         f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/transfer/seed{{seed}}.log",
     benchmark:
@@ -164,8 +169,8 @@ use rule persistent_variant as persistent_transfer_variant with:
 
 use rule persistent_transfer_variant as persistent_variance_adapters with:
     output:
-        adapters=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
-        hidden=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
+        adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
+        hidden_out=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
     wildcard_constraints:
         seed=_alt([str(s) for s in P_VAR_SEEDS[1:]]),
 
@@ -174,18 +179,19 @@ use rule persistent_transfer_variant as persistent_variance_adapters with:
 # or, without one, our own adapter trained per seed (method gcm_trained; the offline default).
 rule persistent_gcm_released:
     input:
-        sc=input_paths(get_gcm_sc),
-        model=get_gcm_model_files,
+        input_paths(get_gcm_sc),
+        get_gcm_model_files,
     output:
-        conf=f"{R}/persistent/gcm/{{model}}/{{dataset}}/released.parquet",
+        out=f"{R}/persistent/gcm/{{model}}/{{dataset}}/released.parquet",
     params:
+        job="selfknow.protocols.persistent.jobs:released_gcm_job",
         weights=model_weights(get_gcm_spec),
-        sc=get_gcm_sc,
+        sc_paths=get_gcm_sc,
         gcm_spec=get_gcm_spec,
         adapter=lambda wildcards: PC["gcm_adapter"],  # the rule's jobs exist only with one
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
-        cache=f"{R}/cache",
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -196,24 +202,25 @@ rule persistent_gcm_released:
     resources:
         **model_resources(get_gcm_spec, runtime=planned_runtime("persistent_gcm", 240)),
     script:
-        "../scripts/persistent_gcm_released.py"
+        "../scripts/run_job.py"
 
 
 rule persistent_gcm:
     input:
-        sc=input_paths(get_gcm_sc),
-        model=get_gcm_model_files,
+        input_paths(get_gcm_sc),
+        get_gcm_model_files,
     output:
-        conf=f"{R}/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.parquet",
-        adapter=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/gcm/seed{{seed}}"),
+        out=f"{R}/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.parquet",
+        adapter_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/gcm/seed{{seed}}"),
     params:
+        job="selfknow.protocols.persistent.rule_jobs:gcm",
         weights=model_weights(get_gcm_spec),
-        sc=get_gcm_sc,
+        sc_paths=get_gcm_sc,
         gcm_spec=get_gcm_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
-        adapter=PC["adapter"],
-        cache=f"{R}/cache",
+        hparams=PC["adapter"],
+        cache_dir=f"{R}/cache",
     threads: 1
     conda:
         "../envs/selfknow.yaml"
@@ -224,22 +231,23 @@ rule persistent_gcm:
     resources:
         **model_resources(get_gcm_spec, runtime=planned_runtime("persistent_gcm", 240)),
     script:
-        "../scripts/persistent_gcm.py"
+        "../scripts/run_job.py"
 
 
 rule persistent_metrics:
     input:
-        sc=input_paths(get_metrics_sc),
-        confs=get_metrics_confs,
-        gcm=get_metrics_gcm,
+        input_paths(get_metrics_sc),
+        variant_paths=get_metrics_confs,
+        gcm_paths=get_metrics_gcm,
     output:
-        metrics=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.parquet",
-        replicates=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.replicates.npz",
-        contrast=f"{R}/persistent/contrast/{{model}}/{{dataset}}/{{evalset}}.parquet",
+        out_metrics=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.parquet",
+        out_replicates=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.replicates.npz",
+        out_contrast=f"{R}/persistent/contrast/{{model}}/{{dataset}}/{{evalset}}.parquet",
         # the confidences evaluated, as plain records (`selfknow export-records`)
-        records=f"{R}/persistent/records/{{model}}/{{dataset}}/{{evalset}}.parquet",
+        out_records=f"{R}/persistent/records/{{model}}/{{dataset}}/{{evalset}}.parquet",
     params:
-        sc=get_metrics_sc,
+        job="selfknow.protocols.persistent.jobs:metrics_job",
+        sc_paths=get_metrics_sc,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         min_contrast=get_min_contrast,
@@ -261,25 +269,26 @@ rule persistent_metrics:
         mem_mb=8000,
         runtime=240,
     script:
-        "../scripts/persistent_metrics.py"
+        "../scripts/run_job.py"
 
 
 # Who labelled the candidate answers and how often the judge refused or gave no parsable
 # label, counted over the SC tables the metrics read, for the table notes.
 rule persistent_judge_counts:
     input:
-        sc=input_paths(get_metrics_sc),
+        input_paths(get_metrics_sc),
     output:
-        f"{R}/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.csv",
+        out=f"{R}/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.csv",
     localrule: True
     params:
-        sc=get_metrics_sc,
+        job="selfknow.protocols.persistent.jobs:judge_count_job",
+        sc_paths=get_metrics_sc,
     conda:
         "../envs/selfknow.yaml"
     log:
         f"{R}/logs/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.log",
     script:
-        "../scripts/persistent_judge_counts.py"
+        "../scripts/run_job.py"
 
 
 # One rule per table (persistent_table1, ...), so that each table's page in the report has its
@@ -290,11 +299,12 @@ for _table in persistent_table_names():
         name:
             f"persistent_{_table}"
         input:
-            files=paths_of(persistent_table_inputs(_table)),
+            paths_of(persistent_table_inputs(_table)),
         output:
             **named_table_targets("persistent", [_table]),
         localrule: True
         params:
+            job="selfknow.protocols.persistent.rule_jobs:table",
             files=persistent_table_inputs(_table),
             table=_table,
             models=P_MODELS,
@@ -309,7 +319,7 @@ for _table in persistent_table_names():
         log:
             f"{R}/logs/persistent/tables/{_table}.log",
         script:
-            "../scripts/persistent_table.py"
+            "../scripts/run_job.py"
 
 
 # Figure 3 (§4.3) on the first training dataset and Figure 4 (§B.6) on the second: the
@@ -320,13 +330,14 @@ for _figure, _d in persistent_transfer_figures():
         name:
             f"persistent_{_figure}"
         input:
-            transfer=p_conf(P_MODELS[0], _d, "transfer", P_VAR_SEEDS[0]),
-            random_label=p_conf(P_MODELS[0], _d, "random_label", P_SEEDS[0]),
+            transfer_conf=p_conf(P_MODELS[0], _d, "transfer", P_VAR_SEEDS[0]),
+            random_conf=p_conf(P_MODELS[0], _d, "random_label", P_SEEDS[0]),
         output:
             **named_figure_targets("persistent", [_figure]),
             **named_table_targets("persistent", [_figure]),
         localrule: True
         params:
+            job="selfknow.protocols.persistent.rule_jobs:transfer_figure",
             figure=_figure,
             model=P_MODELS[0],
             dataset=_d,
@@ -340,17 +351,18 @@ for _figure, _d in persistent_transfer_figures():
         log:
             f"{R}/logs/persistent/{_figure}.log",
         script:
-            "../scripts/persistent_transfer_figure.py"
+            "../scripts/run_job.py"
 
 
 rule persistent_table7:
     input:
-        sc=paths_of(persistent_table7_inputs()),
+        paths_of(persistent_table7_inputs()),
     output:
         **named_table_targets("persistent", ["table7"]),
     localrule: True
     params:
-        sc=persistent_table7_inputs(),
+        job="selfknow.protocols.persistent.rule_jobs:table7",
+        sc_paths=persistent_table7_inputs(),
         models=P_MODELS,
         checkpoints={m: checkpoint_names(config, m) for m in P_MODELS},
         n_train=P_NTRAIN,
@@ -363,22 +375,23 @@ rule persistent_table7:
     log:
         f"{R}/logs/persistent/table7.log",
     script:
-        "../scripts/persistent_table7.py"
+        "../scripts/run_job.py"
 
 
 # Figure 2 (§3.2, §B.4): the GCM's contrast-set AUC headroom against oracle training, by the
 # error rate of the GCM's backbone (the last checkpoint of `gcm_model`) on the contrast questions.
 rule persistent_figure2:
     input:
-        metrics=paths_of(persistent_figure2_metrics()),
-        sc=paths_of(persistent_figure2_sc()),
+        paths_of(persistent_figure2_metrics()),
+        paths_of(persistent_figure2_sc()),
     output:
         **named_figure_targets("persistent", ["figure2"]),
         **named_table_targets("persistent", ["figure2"]),
     localrule: True
     params:
-        metrics=persistent_figure2_metrics(),
-        sc=persistent_figure2_sc(),
+        job="selfknow.protocols.persistent.rule_jobs:figure2",
+        metric_paths=persistent_figure2_metrics(),
+        sc_paths=persistent_figure2_sc(),
         models=P_MODELS,
         eval_ckpts={m: p_eval_ckpts(m) for m in P_MODELS},
         datasets=P_DATASETS,
@@ -392,7 +405,7 @@ rule persistent_figure2:
     log:
         f"{R}/logs/persistent/figure2.log",
     script:
-        "../scripts/persistent_figure2.py"
+        "../scripts/run_job.py"
 
 
 # Reliability diagrams (beyond the paper; workflow_report/persistent/reliability.rst): one
@@ -401,13 +414,14 @@ rule persistent_figure2:
 # `equivalence` the surrogate method loads the NLI model, as persistent_metrics does.
 rule persistent_reliability:
     input:
-        sc=input_paths(get_reliability_sc),
-        confs=get_reliability_confs,
-        gcm=get_reliability_gcm,
+        input_paths(get_reliability_sc),
+        variant_paths=get_reliability_confs,
+        gcm_paths=get_reliability_gcm,
     output:
         **named_figure_targets("persistent", ["reliability"]),
     params:
-        sc=get_reliability_sc,
+        job="selfknow.protocols.persistent.rule_jobs:reliability",
+        sc_paths=get_reliability_sc,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
         seed=config["seed"],
@@ -424,15 +438,16 @@ rule persistent_reliability:
         mem_mb=8000,
         runtime=60,
     script:
-        "../scripts/persistent_reliability.py"
+        "../scripts/run_job.py"
 
 
 rule persistent_table19:
     input:
-        [p_hidden(P_MODELS[0], P_DATASETS[0], s) for s in P_VAR_SEEDS] if P_MODELS else [],
+        hidden_paths=[p_hidden(P_MODELS[0], P_DATASETS[0], s) for s in P_VAR_SEEDS] if P_MODELS else [],
     output:
         **named_table_targets("persistent", ["table19"]),
     params:
+        job="selfknow.protocols.persistent.rule_jobs:table19",
         report=REPORT_SETTINGS,
         title=P_TABLE["table19"].title.format(model=P_MODELS[0] if P_MODELS else "",
                                               dataset=P_DATASETS[0] if P_DATASETS else ""),
@@ -441,4 +456,5 @@ rule persistent_table19:
     log:
         f"{R}/logs/persistent/table19.log",
     script:
-        "../scripts/persistent_table19.py"
+        "../scripts/run_job.py"
+

@@ -8,6 +8,7 @@ rule world_generate:
         qa=f"{R}/world/data/qa.parquet",
         mcq=f"{R}/world/data/mcq.parquet",
     params:
+        job="selfknow.world.generator:generate_job",
         world={"seed": config["world"]["seed"], **config["world"]["generator"]},
     conda:
         "../envs/selfknow.yaml"
@@ -19,15 +20,16 @@ rule world_generate:
         mem_mb=2000,
         runtime=20,
     script:
-        "../scripts/world_generate.py"
+        "../scripts/run_job.py"
 
 
 rule world_train:
     input:
-        rules.world_generate.output.corpus,
+        corpus=rules.world_generate.output.corpus,
     output:
-        directory(f"{R}/world/models/{{family}}"),
+        out=directory(f"{R}/world/models/{{family}}"),
     params:
+        job="selfknow.world.trainer:train_job",
         family=get_family_config,
     threads: 1
     conda:
@@ -40,7 +42,7 @@ rule world_train:
         mem_mb=6000,
         runtime=120,
     script:
-        "../scripts/world_train.py"
+        "../scripts/run_job.py"
 
 
 rule world_evolution_table:
@@ -50,6 +52,7 @@ rule world_evolution_table:
     output:
         **named_table_targets("world", ["evolution"]),
     params:
+        job="selfknow.report.jobs:world_evolution_job",
         checkpoints={m: checkpoint_names(config, m) for m in world_models()},
         n_train=config["persistent"]["train_checkpoints"] if "persistent" in config else 0,
         report=REPORT_SETTINGS,
@@ -58,4 +61,5 @@ rule world_evolution_table:
     log:
         f"{R}/logs/world/evolution_table.log",
     script:
-        "../scripts/world_evolution_table.py"
+        "../scripts/run_job.py"
+

@@ -1,14 +1,15 @@
-"""Code is an input (issue 49): an edit to package code reruns the jobs whose scripts reach the
-edited definition, and the jobs that read their outputs; nothing else (selfknow.code_inputs and
-the `code` param the Snakefile gives every scripted rule).
+"""Code is an input (issue 49): an edit to package code reruns the jobs that reach the edited
+definition, and the jobs that read their outputs; nothing else (selfknow.code_inputs and the
+`code` param the Snakefile gives every rule from the job function its param `job` names).
 
-The fast tests edit a copy of the package and compare every script's fingerprint before and
+The fast tests edit a copy of the package and compare every rule's job fingerprint before and
 after, computed in a fresh interpreter on the copy. The slow test builds two targets in a copy
 of the repository, edits one function and reads what `snakemake -n` would run."""
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -23,7 +24,11 @@ from test_incremental import TEST_CONFIG, parse_dry_run
 from selfknow.code_inputs import closure
 from selfknow.dag import workflow_jobs
 
-SCRIPTS = sorted((REPO / "scripts").glob("*.py"))
+#: every rule's job ("module:function", its param `job`), by the rules' own text
+JOBS = sorted({m for f in (REPO / "rules").glob("*.smk")
+               for m in re.findall(r'job="(selfknow[\w.]*:\w+)"', f.read_text(encoding="utf-8"))})
+P, LA, LC = "selfknow.protocols.persistent.", "selfknow.protocols.ladder.", "selfknow.protocols.lcae."
+METRICS, RELIABILITY = P + "jobs:metrics_job", P + "rule_jobs:reliability"
 
 
 def _copy_package(dest: Path) -> Path:
@@ -32,11 +37,11 @@ def _copy_package(dest: Path) -> Path:
 
 
 def _fingerprints(src: Path) -> dict[str, str]:
-    """Script name -> fingerprint, with the package at `src` (a fresh interpreter)."""
-    code = ("import json, sys\nfrom selfknow.code_inputs import script_fingerprint\n"
-            "print(json.dumps({p.rsplit('/', 1)[1]: script_fingerprint(p) for p in sys.argv[1:]}))")
+    """Job -> fingerprint, with the package at `src` (a fresh interpreter)."""
+    code = ("import json, sys\nfrom selfknow.code_inputs import job_fingerprint\n"
+            "print(json.dumps({j: job_fingerprint(j) for j in sys.argv[1:]}))")
     env = {**os.environ, "PYTHONPATH": str(src)}
-    out = subprocess.run([sys.executable, "-c", code, *map(str, SCRIPTS)], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, *JOBS], capture_output=True, text=True,
                          env=env, timeout=300, check=True)
     return json.loads(out.stdout)
 
@@ -48,7 +53,7 @@ def _edit(path: Path, old: str, new: str) -> None:
 
 
 def _changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
-    return {s.removesuffix(".py") for s in before if before[s] != after[s]}
+    return {j for j in before if before[j] != after[j]}
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +65,21 @@ def original() -> dict[str, str]:
 SMOOTH_ECE_RETURN = "    return smooth_ece_width(conf, correct, weights).value\n"
 
 
-def test_an_edit_to_one_function_changes_the_scripts_that_call_it_and_no_other(original, tmp_path):
+def test_every_rule_names_its_job_and_runs_the_one_script():
+    assert len(JOBS) > 30
+    texts = {f.name: f.read_text(encoding="utf-8") for f in (REPO / "rules").glob("*.smk")}
+    assert {s for t in texts.values() for s in re.findall(r'"\.\./scripts/(\w+\.py)"', t)} == {"run_job.py"}
+    assert [p.name for p in (REPO / "scripts").glob("*.py")] == ["run_job.py"]
+
+
+def test_an_edit_to_one_function_changes_the_jobs_that_call_it_and_no_other(original, tmp_path):
     """SmoothECE is computed by the persistent metrics job (contrast ECE) and the reliability
     job (its summary), through different modules; the beam search, the adapter training and
     the tables import the module that imports it but never call it."""
     pkg = _copy_package(tmp_path)
     assert _fingerprints(pkg.parent) == original, "a copy of the package fingerprints differently"
     _edit(pkg / "stats" / "smooth_ece.py", SMOOTH_ECE_RETURN, SMOOTH_ECE_RETURN.replace(".value", ".value * 1.0"))
-    assert _changed(original, _fingerprints(pkg.parent)) == {"persistent_metrics", "persistent_reliability"}
+    assert _changed(original, _fingerprints(pkg.parent)) == {METRICS, RELIABILITY}
 
 
 def test_comments_and_docstrings_outside_definitions_change_nothing(original, tmp_path):
@@ -86,23 +98,23 @@ def test_data_files_and_lazily_imported_modules_are_reached(original, tmp_path):
     with open(pkg / "protocols" / "lcae" / "prompts" / "cot.txt", "a", encoding="utf-8") as f:
         f.write("\n")
     lcae = _changed(original, _fingerprints(pkg.parent))
-    assert {"lcae_stage1", "lcae_stage2"} <= lcae and all(s.startswith("lcae_") for s in lcae)
+    assert {LC + "jobs:stage1_job", LC + "jobs:stage2_job"} <= lcae and all(j.startswith(LC) for j in lcae)
 
     pkg = _copy_package(tmp_path / "second")
     _edit(pkg / "models" / "hf" / "lm.py", "        return self._calls.identity\n",
           "        return dict(self._calls.identity)\n")
     hf = _changed(original, _fingerprints(pkg.parent))
-    assert {"generate_greedy", "persistent_sc", "lcae_stage1", "ladder_sessions"} <= hf
-    assert not {"world_generate", "lcae_irt", "persistent_table", "ladder_tables"} & hf
+    assert {"selfknow.stages.jobs:greedy_job", P + "rule_jobs:sc", LC + "jobs:stage1_job", LA + "jobs:sessions_job"} <= hf
+    assert not {"selfknow.world.generator:generate_job", LC + "jobs:irt_job", P + "rule_jobs:table",
+                LA + "rule_jobs:tables_job"} & hf
 
 
 @pytest.mark.parametrize("heading, reruns", [
     # the metrics job computes the new method, the reliability diagrams and Figure 2 draw every
     # catalog method, the table job lays out the new row; the beam search and the adapters stay
-    ("A persistent confidence method", {"persistent_metrics", "persistent_reliability", "persistent_figure2",
-                                        "persistent_table"}),
+    ("A persistent confidence method", {METRICS, RELIABILITY, P + "rule_jobs:figure2", P + "rule_jobs:table"}),
     # a table needs its metrics (the catalog says which normalisation they fit) and its job
-    ("A persistent table", {"persistent_metrics", "persistent_table"}),
+    ("A persistent table", {METRICS, P + "rule_jobs:table"}),
 ])
 def test_the_extending_recipes_change_the_jobs_they_need(original, tmp_path, heading, reruns):
     """docs/extending.md's edits, applied to a copy, rerun what they change without `--forcerun`."""
@@ -112,15 +124,15 @@ def test_the_extending_recipes_change_the_jobs_they_need(original, tmp_path, hea
     assert _changed(original, _fingerprints(copy / "src")) == reruns
 
 
-def test_closure_of_a_script_holds_what_it_calls():
-    got = closure(REPO / "scripts" / "persistent_metrics.py")
+def test_closure_of_a_job_holds_what_it_calls_and_the_runner():
+    got = closure(METRICS)
     assert {("selfknow.protocols.persistent.jobs", "metrics_job"), ("selfknow.stats.smooth_ece", "smooth_ece"),
             ("selfknow.runlog", "job_log"), ("selfknow", None)} <= got
     assert not any(m.startswith(("selfknow.protocols.lcae", "selfknow.protocols.ladder", "selfknow.world"))
                    for m, _ in got)
 
 
-def test_every_scripted_rule_has_its_code_fingerprint():
+def test_every_job_rule_has_its_code_fingerprint():
     jobs = workflow_jobs(TEST_CONFIG, results=REPO / "results-unused")
     assert {j.rule for j in jobs if "code" not in j.params} == {"all_tables"}
     assert len({j.params["code"] for j in jobs if "code" in j.params}) > 30

@@ -22,7 +22,7 @@ LAYERS = [
     ("world", ["selfknow.world"]),
     ("report", ["selfknow.report"]),
     ("protocols", ["selfknow.protocols"]),
-    ("tools", ["selfknow.catalogs", "selfknow.code_inputs", "selfknow.dag", "selfknow.plan", "selfknow.plan_items", "selfknow.plan_runtimes", "selfknow.plan_report", "selfknow.placement", "selfknow.fidelity", "selfknow.preflight", "selfknow.rehearsal", "selfknow.response_io", "selfknow.cli"]),
+    ("tools", ["selfknow.catalogs", "selfknow.code_inputs", "selfknow.runner", "selfknow.dag", "selfknow.plan", "selfknow.plan_items", "selfknow.plan_runtimes", "selfknow.plan_report", "selfknow.placement", "selfknow.fidelity", "selfknow.preflight", "selfknow.rehearsal", "selfknow.response_io", "selfknow.cli"]),
 ]
 
 

@@ -1,18 +1,20 @@
 """The package code a workflow job executes, as a fingerprint for its params (docs/running.md).
 
-Snakemake reruns a job when its params change, but sees only a rule's own script; every script
-calls into this package. `script_fingerprint(script)` hashes the source of every function, class
-and module-level statement of `selfknow` that the script can reach, found by reading the source
-(`ast`), never by importing it: the Snakefile computes one per rule at each parse, which must
-stay light (no numpy, torch or scipy). Reached means named: a call or reference by name or
-through an imported module's attribute, a function-local import, and a string naming a module
+Snakemake reruns a job when its params change, but sees only a rule's own script, and every
+rule runs the same one (scripts/run_job.py, `selfknow.runner`). `job_fingerprint(job)` hashes
+the source of every function, class and module-level statement of `selfknow` that the rule's
+job (its "module:function") and the runner can reach, found by reading the source (`ast`),
+never by importing it: the Snakefile computes one per rule at each parse, which must stay
+light (no numpy, torch or scipy). Reached means named: a call or reference by name or through
+an imported module's attribute, a function-local import, and a string naming a module
 ("selfknow.models.hf", as registries import lazily) or a symbol ("selfknow.x:f"). A module
 reached is reached with the statements that run on its import (its own and its packages'), and
 a definition that locates files beside its module (`__file__`) brings the data files there (the
 prompts, the provider table). A module used other than through an attribute (`getattr(mod, n)`)
 counts whole. An import-time check (a module-level `if` that only raises) is not reached: it can
-stop a job, never change what it writes. So an edit to one function reruns the jobs whose scripts reach that function and
-nothing else; a comment or blank line outside the reached definitions changes nothing."""
+stop a job, never change what it writes. So an edit to one function reruns the jobs that reach
+that function and nothing else; a comment or blank line outside the reached definitions changes
+nothing."""
 from __future__ import annotations
 
 import ast
@@ -28,6 +30,9 @@ PACKAGE = "selfknow"
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: a string constant that names a module of the package, or one of its symbols ("module:name")
 _NAMED = re.compile(rf"^({PACKAGE}(?:\.\w+)*)(?::(\w+))?$")
+
+#: the function every rule's job runs under (scripts/run_job.py)
+RUNNER = f"{PACKAGE}.runner:run_job"
 
 #: a definition: (module, top-level name), or (module, None) for the statements run on import
 Symbol = tuple[str, "str | None"]
@@ -237,8 +242,7 @@ class _Reach:
 
     def _name(self, mod: _Module, name: str) -> None:
         if name in mod.defs:
-            if _is_module(mod.name):                 # a script's own definitions are all reached
-                self.out.add((mod.name, name))
+            self.out.add((mod.name, name))
         elif name in mod.bound:
             self.target(mod.bound[name])
 
@@ -261,17 +265,8 @@ def _edges(symbol: Symbol) -> frozenset[Symbol]:
     return frozenset(reach.out)
 
 
-def closure(script: str | Path) -> set[Symbol]:
-    """The package definitions the script at `script` can reach (module, name), with (module,
-    None) for the statements each reached module runs on import."""
-    path = Path(script)
-    source = path.read_text(encoding="utf-8")
-    root = _scan("<script>", path, source, ast.parse(source, filename=str(path)), "")
-    reach = _Reach()
-    for _, uses in [root.body, *root.defs.values()]:
-        reach.resolve(root, uses)
-    for t in root.bound.values():
-        reach.module(t[1])
+def _closed(reach: _Reach) -> set[Symbol]:
+    """Everything reachable from what `reach` names directly."""
     found, todo = set(), list(reach.out)
     while todo:
         sym = todo.pop()
@@ -279,6 +274,18 @@ def closure(script: str | Path) -> set[Symbol]:
             found.add(sym)
             todo.extend(_edges(sym) - found)
     return found
+
+
+def closure(job: str) -> set[Symbol]:
+    """What a rule's job reaches: the runner every job runs under (`RUNNER`) and the
+    "module:function" its `job` param names."""
+    reach = _Reach()
+    for ref in (RUNNER, job):
+        m = _NAMED.match(ref)
+        if not m or not m.group(2) or not _is_module(m.group(1)):
+            raise ValueError(f"{ref!r} is not a 'module:function' reference to a module of {PACKAGE}")
+        reach.symbol(m.group(1), m.group(2))
+    return _closed(reach)
 
 
 def _data_files(module: str) -> list[Path]:
@@ -311,7 +318,6 @@ def fingerprint(symbols: set[Symbol]) -> str:
 
 
 @lru_cache(maxsize=None)
-def script_fingerprint(script: str | Path) -> str:
-    """The fingerprint of the package code `script` (a rule's script) executes, the script
-    itself aside (Snakemake watches it)."""
-    return fingerprint(closure(Path(script).resolve()))
+def job_fingerprint(job: str) -> str:
+    """The fingerprint of the package code a rule's job executes (`job`: its "module:function")."""
+    return fingerprint(closure(job))

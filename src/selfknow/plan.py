@@ -333,13 +333,13 @@ class Planner:
         p, w = job.params, job.wildcards
         m, d = w["model"], w["dataset"]
         plan = plan_variant(w.get("variant", "transfer"), p["train_ckpts"], p["eval_ckpts"],
-                            with_transfer=any(k.dataset == TRANSFER for k in p["sc"]), pair_mode=p["pair_mode"])
+                            with_transfer=any(k.dataset == TRANSFER for k in p["sc_paths"]), pair_mode=p["pair_mode"])
         self.ledger.job(m, "persistent_variants", job.done)
         for ap in plan.adapters:
             frames = [self.sample(d, "train") for view in ap.views for _ in ap.data_for(view)]
-            self.ledger.train(m, "persistent_variants", self._train_tokens(frames, ap.n_answers, p["adapter"]["epochs"]),
+            self.ledger.train(m, "persistent_variants", self._train_tokens(frames, ap.n_answers, p["hparams"]["epochs"]),
                               done=job.done)
-        for s in plan.scorings if "conf" in job.outputs else ():
+        for s in plan.scorings if "out" in job.outputs else ():
             target = ([self.sample(d, "test")] if s.dataset == MAIN
                       else [self.sample(self.cfg["persistent"]["transfer_dataset"], sp) for sp in ("train", "test")])
             n = sum(t.n for t in target)
@@ -352,9 +352,9 @@ class Planner:
         p, d = job.params, job.wildcards["dataset"]
         gm = p["gcm_spec"]["name"]
         self.ledger.job(gm, "persistent_gcm", job.done)
-        if "adapter" in job.outputs:
+        if "adapter_dir" in job.outputs:
             self.ledger.train(gm, "persistent_gcm", self._train_tokens([self.sample(d, "train") for _ in p["train_ckpts"]],
-                                                                       1, p["adapter"]["epochs"]), done=job.done)
+                                                                       1, p["hparams"]["epochs"]), done=job.done)
         for target in [self.sample(d, "test") for _ in p["eval_ckpts"]] + [self.sample(d, "train")
                                                                               for _ in p["train_ckpts"]]:
             self.ledger.add(gm, "persistent_gcm", target.n, target.conf_tokens, target.n, done=job.done)
@@ -438,8 +438,8 @@ class Planner:
     def ladder_crosstask(self, job: DagJob) -> None:
         """A suite's answers by the job's own answering code, then the prior where it is asked."""
         p, w = job.params, job.wildcards
-        m = w["model"]
-        pool = self.crosstask_pool(w["suite"], p["suite"], p["items_per_domain"])
+        m, suite = w["model"], self.cfg["ladder"]["cross_task"]["suites"][w["suite"]]
+        pool = self.crosstask_pool(w["suite"], suite, p["items_per_domain"])
         lm = self.lm(m, self.last(m), "ladder_crosstask", job)
         answer_suite(lm, pool, p["loader"], chat=is_chat(p["spec"]), max_new_tokens=p["max_new_tokens"],
                      bbh_lenient=p["bbh_lenient"])
@@ -448,7 +448,7 @@ class Planner:
         pm = p["prompt_spec"]["name"]
         plm = lm if pm == m else PlanLM(self.ledger, model_entry(self.cfg, pm), self.last(pm), "ladder_crosstask",
                                         done=job.done)
-        zs_prior(plm, list(p["suite"]["domains"]), model=m, mode=p["prior_mode"],
+        zs_prior(plm, list(suite["domains"]), model=m, mode=p["prior_mode"],
                  max_new_tokens=p["prior_max_new_tokens"], chat=is_chat(p["prompt_spec"]))
 
     def ladder_extension(self, job: DagJob) -> None:

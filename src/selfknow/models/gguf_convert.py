@@ -72,3 +72,8 @@ def convert_gguf_to_hf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike,
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
+
+
+def convert_job(out: str) -> None:
+    """The workflow's SmolLM2 (rules/models.smk): the installed GGUF, converted to `out`."""
+    convert_gguf_to_hf(smollm2_gguf_path(), out)

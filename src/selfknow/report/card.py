@@ -125,3 +125,17 @@ def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_person
                       "protocols (a model in the registry only to serve, e.g. as judge, user or prompted model, "
                       "has every protocol there).")
     return {"models": len(card), "columns": card.shape[1] - 1}
+
+
+def knowledge_card_job(models: Sequence[str], last_ckpt: Mapping[str, str], persistent: Mapping[str, tuple[str, str]],
+                       report: Mapping, outputs: Mapping[str, str], config: Mapping, input_files: Sequence[str],
+                       lcae_persons: str | None = None, lcae_stage3: str | None = None,
+                       ladder_main: str | None = None) -> dict:
+    """The self-knowledge card (rules/card.smk), from what each protocol of the config wrote."""
+    from .tables import table_job_provenance
+
+    prov = table_job_provenance(config, input_files, report, models=list(models),
+                                sections=[s for s in ("lcae", "ladder", "persistent") if s in config])
+    return card_job(list(models), dict(last_ckpt), lcae_persons=lcae_persons, lcae_stage3=lcae_stage3,
+                    ladder_main=ladder_main, persistent=persistent, csv=outputs["self_knowledge_csv"],
+                    md=outputs["self_knowledge_md"], provenance=prov)

@@ -166,12 +166,16 @@ def caption_text(item: Mapping[str, str], report_dir: str | Path) -> str:
 
 def call_by_name(fn: Callable, known: Mapping[str, Any]) -> Any:
     """`fn` called with the values of `known` its parameters name (a builder's convention: it
-    takes what it needs by name)."""
+    takes what it needs by name), or with all of them where it takes any keyword (`**kw`)."""
     import inspect
 
     params = inspect.signature(fn).parameters
-    missing = [p for p in params if p not in known and params[p].default is inspect.Parameter.empty]
+    missing = [p for p, s in params.items() if p not in known and s.default is inspect.Parameter.empty
+               and s.kind not in (s.VAR_POSITIONAL, s.VAR_KEYWORD)]
     if missing:
         raise TypeError(f"{fn.__module__}.{fn.__name__} needs {missing}, which its job does not provide "
                         f"(it provides {sorted(known)})")
+    if any(s.kind is s.VAR_KEYWORD for s in params.values()):
+        return fn(**known)
     return fn(**{p: known[p] for p in params if p in known})
+

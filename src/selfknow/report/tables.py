@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import math
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -194,3 +195,13 @@ def write_table(df: pd.DataFrame, csv_path: str | Path, md_path: str | Path, *, 
         from selfknow.report.provenance import write_sidecar
 
         write_sidecar(provenance, csv_path)
+
+
+def table_job_provenance(config: Mapping, input_files: Sequence[str], report: Mapping, **what) -> dict:
+    """For a job that writes tables: set their rendering (config `report`; rendering only) and
+    return the provenance of its outputs (`selfknow.report.provenance.job_provenance` of
+    `input_files` with `what`: sections, models, datasets)."""
+    from selfknow.report.provenance import job_provenance
+
+    set_decimals(report["decimals"])
+    return job_provenance(config, input_files, **what)

@@ -184,3 +184,14 @@ def split_items(df: pd.DataFrame, seed: int, test_fraction: float = 0.5) -> dict
     is_test[perm[:n_test]] = True
     return {"train": df[~is_test].assign(split="train").reset_index(drop=True),
             "test": df[is_test].assign(split="test").reset_index(drop=True)}
+
+
+def items_job(dataset: str, spec: dict, seed: int, world: list[str], train: str, test: str) -> dict:
+    """The workflow's items of `dataset` (rules/data.smk): its train and test splits, from the
+    generated world's files (`world`) for a world dataset, from its source otherwise."""
+    from selfknow.records import write_parquet
+
+    splits = build_items(dataset, dict(spec), seed, Path(world[0]).parent if world else None)
+    for split, df in splits.items():
+        write_parquet(df, {"train": train, "test": test}[split])
+    return {split: len(df) for split, df in splits.items()}

@@ -20,32 +20,32 @@ def load_judge(spec: dict, cache_dir: str | None, labels: str):
     return load_lm({**spec, "chat": False} if labels == "constrained" else spec, ckpt, cache_dir=cache_dir)
 
 
-def greedy_job(test_path: str, train_path: str, spec: dict, checkpoint: str, out: str, *, n_shots: int,
+def greedy_job(test: str, train: str, spec: dict, ckpt: str, out: str, *, n_shots: int,
                n_items: int, seed: int, max_new_tokens: int, cache_dir: str) -> dict:
     """Greedy answers of one (model, checkpoint) on a dataset's test items (all, or a seeded
     sample of `n_items`), with fixed few-shot examples from the train split."""
-    items = read_parquet(test_path)
+    items = read_parquet(test)
     if n_items:
         items = sample_items(items, n_items, seed)
-    shots = fixed_shots(read_parquet(train_path), n_shots, seed)
-    lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
+    shots = fixed_shots(read_parquet(train), n_shots, seed)
+    lm = load_lm(spec, ckpt, cache_dir=cache_dir)
     chat = is_chat(spec)
     df = map_chunks(items, lambda c: greedy_answers(lm, c, shots=shots, chat=chat, max_new_tokens=max_new_tokens),
                     out, chunk_size=256, desc="greedy",
-                    params={"spec": spec, "ckpt": checkpoint, "shots": shots, "mnt": max_new_tokens,
+                    params={"spec": spec, "ckpt": ckpt, "shots": shots, "mnt": max_new_tokens,
                             "prompts": [CHAT_QA, CHAT_MCQ]},
-                    model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
+                    model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=ckpt))
     return {"items": len(df), "accuracy": round(float(df["correct"].mean()), 4),
             "unparsed": int(df["unparsed"].sum()), "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
 
 
-def llm_judge_job(generation_paths: list[str], test_path: str, spec: dict, out: str, *, n_items: int, seed: int,
+def llm_judge_job(generations: list[str], test: str, spec: dict, out: str, *, n_items: int, seed: int,
                   cache_dir: str, label_modes: list[str], multi_reference: bool) -> dict:
     """The judge audit (SPEC §0.3): the LLM judge on a seeded sample of greedy answers, each
     judged alone in the authors' request shape (`judge_candidates`), once per label mode of
     `label_modes`, beside exact match. Every judgment is kept, refused or unparsable included."""
-    gens = pd.concat([read_parquet(p) for p in generation_paths], ignore_index=True)
-    items = read_parquet(test_path).set_index("item_id")
+    gens = pd.concat([read_parquet(p) for p in generations], ignore_index=True)
+    items = read_parquet(test).set_index("item_id")
     sample = sample_items(gens.assign(item_id=gens["model"] + "@" + gens["checkpoint"] + ":" + gens["item_id"],
                                       source_item=gens["item_id"]), n_items, seed)
     questions = [items.loc[i, "question"] for i in sample["source_item"]]

@@ -383,3 +383,9 @@ def generate_world(cfg: dict | None, out_dir: str | os.PathLike) -> None:
     write_parquet(corpus, out / "corpus.parquet")
     write_parquet(qa, out / "qa.parquet")
     write_parquet(mcq, out / "mcq.parquet")
+
+
+def generate_job(world: dict, outputs: dict[str, str]) -> None:
+    """The workflow's world (rules/world.smk): every file `generate_world` writes, in the
+    directory of the rule's outputs."""
+    generate_world(dict(world), Path(outputs["corpus"]).parent)

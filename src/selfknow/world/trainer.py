@@ -170,3 +170,9 @@ def train_family(world_dir: str | os.PathLike, family_cfg: dict | None,
         model.train()
     write_csv(pd.DataFrame(log, columns=["step", "phase", "loss", "lr", "seconds"]), out / "train_log.csv")
     write_json({"family": cfg, "checkpoints": names, "world_dir": str(world_dir)}, out / "family.json")
+
+
+def train_job(corpus: str, family: dict, out: str, threads: int) -> None:
+    """One family of the workflow (rules/world.smk), trained on the generated world's corpus
+    with the job's threads."""
+    train_family(Path(corpus).parent, {**family, "threads": threads}, out)

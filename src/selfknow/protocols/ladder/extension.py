@@ -97,11 +97,11 @@ def ask_task(lm: LM, task: str, items: pd.DataFrame, *, chat: bool, max_new_toke
     return pd.DataFrame(records)
 
 
-def extension_job(item_paths: Mapping[str, str], spec: dict, out: str, *, model: str,
+def extension_job(inputs: Mapping[str, str], spec: dict, out: str, *, model: str,
                   datasets: Mapping[str, str], n_items: Mapping[str, int | None],
                   max_new_tokens: Mapping[str, int], confidence_max_new_tokens: int, sandbox: Mapping,
                   unfence_humaneval: bool, seed: int, cache_dir: str | None = None) -> dict:
-    """One answering model on the three tasks: `item_paths[task]` is the task dataset's test
+    """One answering model on the three tasks: `inputs[task]` is the task dataset's test
     items, of which `n_items[task]` are drawn with `seed` (None: all); `sandbox` holds the
     interpreter (`python`), `allow_unisolated` and the `Limits` fields. Writes RECORD_COLUMNS
     to `out`."""
@@ -113,9 +113,9 @@ def extension_job(item_paths: Mapping[str, str], spec: dict, out: str, *, model:
     lm = load_lm(spec, None, cache_dir=cache_dir)
     parts, summary = [], {}
     for task in TASKS:
-        items = sample_items(read_parquet(item_paths[task]), n_items[task], seed)
+        items = sample_items(read_parquet(inputs[task]), n_items[task], seed)
         if items.empty:
-            raise ValueError(f"{item_paths[task]}: no test items for the {task} task")
+            raise ValueError(f"{inputs[task]}: no test items for the {task} task")
         rec = ask_task(lm, task, items, chat=is_chat(spec), max_new_tokens=max_new_tokens[task],
                        confidence_max_new_tokens=confidence_max_new_tokens, code=code)
         parts.append(rec.assign(model=model, dataset=datasets[task]))

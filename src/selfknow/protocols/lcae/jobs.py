@@ -38,20 +38,20 @@ def _per_group(work: pd.DataFrame, column: str, fn) -> pd.DataFrame:
                      ignore_index=True)
 
 
-def stage1_job(items_path: str, spec: dict, checkpoint: str, strategies: list[str], out: str, *,
+def stage1_job(items_path: str, spec: dict, ckpt: str, strategies: list[str], out: str, *,
                cache_dir: str, max_new_tokens: int) -> dict:
     """Stage-1 records of one (model, checkpoint) under every strategy (one examinee each)."""
     items = read_parquet(items_path)
-    lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
+    lm = load_lm(spec, ckpt, cache_dir=cache_dir)
     chat = is_chat(spec)
     work = pd.concat([items.assign(strategy=s) for s in strategies], ignore_index=True)
     work["record_key"] = work["strategy"] + ":" + work["item_id"]
     df = map_chunks(
         work, lambda c: _per_group(c, "strategy", lambda g, s: answer_items(lm, g, s, chat=chat, max_new_tokens=max_new_tokens)),
         out, chunk_size=50, key="record_key", desc="stage1",
-        params={"spec": spec, "ckpt": checkpoint, "strategies": strategies, "mnt": max_new_tokens,
+        params={"spec": spec, "ckpt": ckpt, "strategies": strategies, "mnt": max_new_tokens,
                 "prompts": prompts_version()},
-        model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
+        model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=ckpt))
     return {"records": len(df), **{s: int((df["status"] == s).sum()) for s in STATUSES},
             "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
 
@@ -67,7 +67,7 @@ def irt_job(stage1_paths: list[str], out_persons: str, out_items: str, *, method
             "extreme_cols": int((items["extreme"] != "").sum()), "converged": converged}
 
 
-def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dict, checkpoint: str, out: str, *,
+def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dict, ckpt: str, out: str, *,
                conditions: list[str], repeats: int, cache_dir: str, reflection: str, temperature: float,
                max_new_tokens: int, base_slow_below: float = 0.5, base_error_p: str = "digits") -> dict:
     """Stage-2 records of one Standard-prompting examinee: every condition x repeat."""
@@ -75,7 +75,7 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
     stage1 = read_parquet(stage1_path)
     stage1 = stage1[stage1["strategy"] == "standard"]
     item_error_p = dict(zip(*read_parquet(irt_items_path)[["item_id", "item_error_p"]].T.values))
-    lm = load_lm(spec, checkpoint, cache_dir=cache_dir)
+    lm = load_lm(spec, ckpt, cache_dir=cache_dir)
     chat = is_chat(spec)
     work = pd.concat([items.assign(condition=c, repeat=r) for c in conditions for r in range(repeats)], ignore_index=True)
     work["record_key"] = work["condition"] + ":" + work["repeat"].astype(str) + ":" + work["item_id"]
@@ -88,11 +88,11 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
                           for (c, r), g in chunk.groupby(["condition", "repeat"], sort=False)], ignore_index=True)
 
     df = map_chunks(work, run, out, chunk_size=50, key="record_key", desc="stage2",
-                    params={"spec": spec, "ckpt": checkpoint, "conditions": conditions, "repeats": repeats,
+                    params={"spec": spec, "ckpt": ckpt, "conditions": conditions, "repeats": repeats,
                             "reflection": reflection, "t": temperature, "mnt": max_new_tokens,
                             **({} if chat else {"slow_below": base_slow_below, "error_p": base_error_p}),
                             "prompts": prompts_version()},
-                    model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=checkpoint))
+                    model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=ckpt))
     return {"records": len(df), "unparsed": int((~df["parsed"]).sum()), "slow": int((df["mode"] == "slow").sum()),
             "cache_hits": lm.stats.hits, "model_calls": lm.stats.misses}
 
