@@ -4,7 +4,7 @@
 rule knowledge_card:
     input:
         unpack(get_card_inputs),
-        input_paths(get_card_persistent),
+        persistent=input_paths(get_card_persistent),
     output:
         **named_table_targets("card", ["self_knowledge"]),
     params:

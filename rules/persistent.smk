@@ -83,8 +83,8 @@ if JUDGE["correctness"] == "llm":
 
 rule persistent_variant:
     input:
-        input_paths(get_variant_sc),
         get_model_files,
+        sc_paths=input_paths(get_variant_sc),
     output:
         out=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
         adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}"),
@@ -143,8 +143,8 @@ ruleorder: persistent_variant_slice > persistent_variant
 # trains the adapters and scores nothing.
 use rule persistent_variant as persistent_transfer_variant with:
     input:
-        input_paths(get_transfer_variant_sc),
         get_model_files,
+        sc_paths=input_paths(get_transfer_variant_sc),
     output:
         out=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
         adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
@@ -179,8 +179,8 @@ use rule persistent_transfer_variant as persistent_variance_adapters with:
 # or, without one, our own adapter trained per seed (method gcm_trained; the offline default).
 rule persistent_gcm_released:
     input:
-        input_paths(get_gcm_sc),
         get_gcm_model_files,
+        sc_paths=input_paths(get_gcm_sc),
     output:
         out=f"{R}/persistent/gcm/{{model}}/{{dataset}}/released.parquet",
     params:
@@ -207,8 +207,8 @@ rule persistent_gcm_released:
 
 rule persistent_gcm:
     input:
-        input_paths(get_gcm_sc),
         get_gcm_model_files,
+        sc_paths=input_paths(get_gcm_sc),
     output:
         out=f"{R}/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.parquet",
         adapter_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/gcm/seed{{seed}}"),
@@ -236,7 +236,7 @@ rule persistent_gcm:
 
 rule persistent_metrics:
     input:
-        input_paths(get_metrics_sc),
+        sc_paths=input_paths(get_metrics_sc),
         variant_paths=get_metrics_confs,
         gcm_paths=get_metrics_gcm,
     output:
@@ -276,7 +276,7 @@ rule persistent_metrics:
 # label, counted over the SC tables the metrics read, for the table notes.
 rule persistent_judge_counts:
     input:
-        input_paths(get_metrics_sc),
+        sc_paths=input_paths(get_metrics_sc),
     output:
         out=f"{R}/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.csv",
     localrule: True
@@ -299,7 +299,7 @@ for _table in persistent_table_names():
         name:
             f"persistent_{_table}"
         input:
-            paths_of(persistent_table_inputs(_table)),
+            files=paths_of(persistent_table_inputs(_table)),
         output:
             **named_table_targets("persistent", [_table]),
         localrule: True
@@ -356,7 +356,7 @@ for _figure, _d in persistent_transfer_figures():
 
 rule persistent_table7:
     input:
-        paths_of(persistent_table7_inputs()),
+        sc_paths=paths_of(persistent_table7_inputs()),
     output:
         **named_table_targets("persistent", ["table7"]),
     localrule: True
@@ -382,8 +382,8 @@ rule persistent_table7:
 # error rate of the GCM's backbone (the last checkpoint of `gcm_model`) on the contrast questions.
 rule persistent_figure2:
     input:
-        paths_of(persistent_figure2_metrics()),
-        paths_of(persistent_figure2_sc()),
+        metric_paths=paths_of(persistent_figure2_metrics()),
+        sc_paths=paths_of(persistent_figure2_sc()),
     output:
         **named_figure_targets("persistent", ["figure2"]),
         **named_table_targets("persistent", ["figure2"]),
@@ -414,7 +414,7 @@ rule persistent_figure2:
 # `equivalence` the surrogate method loads the NLI model, as persistent_metrics does.
 rule persistent_reliability:
     input:
-        input_paths(get_reliability_sc),
+        sc_paths=input_paths(get_reliability_sc),
         variant_paths=get_reliability_confs,
         gcm_paths=get_reliability_gcm,
     output:

@@ -298,7 +298,7 @@ def _snakemake_cmd(configfile: Path, target: Path) -> list[str]:
 @pytest.mark.slow
 def test_killed_snakemake_generation_job_reruns_to_identical_output(tmp_path):
     """DEPENDS ON config/test.yaml validating and on the workflow's generate_greedy rule
-    (rules/generate.smk, scripts/generate_greedy.py, selfknow.stages.jobs.greedy_job): the test adds
+    (rules/generate.smk, scripts/run_job.py, selfknow.stages.jobs.greedy_job): the test adds
     one `hf` model (a random tiny GPT-2) to that config and runs only its greedy generation of
     world_qa, killed after its first finished chunk, then rerun, against a clean run."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

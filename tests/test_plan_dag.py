@@ -52,8 +52,8 @@ def test_every_entry_names_a_rule(workflow_rules):
 
 
 def _workflow_copy(root: Path) -> Path:
-    """The workflow's rules, scripts, report catalog and Snakefile, copied to `root` (nothing
-    runs, but each rule's `code` param reads its script)."""
+    """The workflow's rules, script, report catalog and Snakefile, copied to `root` (nothing
+    runs; each rule's `code` param reads the package's source)."""
     for d in ("rules", "scripts", "workflow_report"):
         shutil.copytree(REPO / d, root / d)
     shutil.copy(REPO / "Snakefile", root / "Snakefile")

@@ -38,6 +38,12 @@ def test_keys_reach_the_function_by_name_and_wildcards_and_extras_where_it_takes
     assert got == {"sc_paths": ["a", "b"], "out": "o", "seed": 7, "model": "m", "threads": 3}
 
 
+def test_an_input_named_like_a_param_lists_its_files_and_the_job_gets_the_param():
+    got = _args(metrics, inputs={"sc_paths": ["a", "b"]}, outputs={"out": "o"},
+                params={"sc_paths": {("m", "test"): "a", ("m", "train"): "b"}, "seed": 1}, wildcards={"model": "m"})
+    assert got["sc_paths"] == {("m", "test"): "a", ("m", "train"): "b"}
+
+
 def test_a_key_the_function_does_not_take_is_an_error_naming_rule_and_key():
     with pytest.raises(TypeError, match=r"rule r: param 'extra' is not a parameter of job .*:metrics"):
         _args(metrics, inputs={"sc_paths": []}, outputs={"out": "o"}, params={"seed": 1, "extra": 2})

@@ -11,7 +11,9 @@ these names, what the job knows beyond them: `threads`, `config` (the workflow's
 `input_files` (every input path, for provenance), `inputs` and `outputs` (every named input
 or output as one mapping, in place of taking them one by one).
 
-Unnamed inputs are dependencies only (a model's weights, which the job finds by its spec).
+Unnamed inputs are dependencies only (a model's weights, which the job finds by its spec), and
+an input named like a param lists the files of that param's mapping (`input_paths`, rules/
+common.smk): the job gets the param.
 The params `RERUN_ONLY` exist for Snakemake to rerun the job when they change; the job does
 not receive them. Snakemake's lists (`Namedlist`) reach the function as plain lists."""
 from __future__ import annotations
@@ -51,6 +53,8 @@ def job_arguments(rule: str, fn: Callable, *, inputs: Mapping, outputs: Mapping,
         if kind != "param" and kind + "s" in takes:
             continue                                # taken whole, as `inputs` / `outputs`
         for k, v in named.items():
+            if kind == "input" and k in own:
+                continue                            # the files of the param of its name
             if k in given:
                 raise ValueError(f"rule {rule}: an {given[k][0]} and a {kind} are both named {k!r}")
 
