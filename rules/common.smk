@@ -23,9 +23,13 @@ from selfknow.protocols.ladder.catalog import TABLES as LADDER_CATALOG
 from selfknow.protocols.ladder.catalog import config_has as ladder_config_has
 from selfknow.protocols.lcae.catalog import TABLES as LCAE_CATALOG
 
-# Typed named inputs. Where a script must know which input file is which, one function returns
+# Typed named inputs. Where a job must know which input file is which, one function returns
 # a key -> path mapping; `input` takes its paths, `params` the mapping itself.
 from selfknow.protocols.persistent.inputs import input_paths, paths_of
+
+# Path templates (selfknow.paths, selfknow.protocols.<paper>.paths): one per file, for the
+# rules' outputs and the input functions alike.
+from selfknow import paths as SP
 
 try:
     # a relative input path is read from the folder of the config file that sets it
@@ -39,6 +43,13 @@ config.update(_CHECKED)
 config = _CHECKED
 
 R = config["results"]
+
+
+def rpath(template, **values):
+    """A path template under `results`, the fields `values` name filled in, the others kept
+    as wildcards."""
+    return f"{R}/{SP.fill(template, **values)}"
+
 MODELS = [m["name"] for m in config["models"]]
 DATASETS = list(config["datasets"])
 CHECKPOINTS = sorted({c for m in MODELS for c in checkpoint_names(config, m)})

@@ -19,8 +19,8 @@ rule persistent_sc:
         get_model_files,
         unpack(get_persistent_sc_items),
     output:
-        **{f"sc_{s}": f"{R}/persistent/{P_SC_STAGE}/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
-        **{f"beams_{s}": f"{R}/persistent/beams/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
+        **{f"sc_{s}": rpath(PP.SC, stage=P_SC_STAGE, split=s) for s in P_SPLITS},
+        **{f"beams_{s}": rpath(PP.BEAMS, split=s) for s in P_SPLITS},
     params:
         job="selfknow.protocols.persistent.rule_jobs:sc",
         weights=model_weights(get_model_spec),
@@ -59,9 +59,9 @@ if JUDGE["correctness"] == "llm":
         input:
             get_persistent_judge_files,
             unpack(get_persistent_sc_items),
-            **{f"cand_{s}": f"{R}/persistent/candidates/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
+            **{f"cand_{s}": rpath(PP.SC, stage="candidates", split=s) for s in P_SPLITS},
         output:
-            **{f"sc_{s}": f"{R}/persistent/sc/{{model}}/{{ckpt}}/{{dataset}}/{s}.parquet" for s in P_SPLITS},
+            **{f"sc_{s}": rpath(PP.SC, stage="sc", split=s) for s in P_SPLITS},
         params:
             job="selfknow.protocols.persistent.rule_jobs:judge",
             weights=model_weights(get_persistent_judge_spec),
@@ -86,8 +86,8 @@ rule persistent_variant:
         get_model_files,
         sc_paths=input_paths(get_variant_sc),
     output:
-        out=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
-        adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}"),
+        out=rpath(PP.CONF),
+        adapters_dir=directory(rpath(PP.ADAPTERS)),
     params:
         job="selfknow.protocols.persistent.rule_jobs:variant",
         weights=model_weights(get_model_spec),
@@ -117,9 +117,9 @@ rule persistent_variant:
 # 3 and 4, their confidence tables are cut from its table instead of trained and scored again.
 rule persistent_variant_slice:
     input:
-        transfer_conf=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
+        transfer_conf=rpath(PP.CONF, variant="transfer"),
     output:
-        out=f"{R}/persistent/conf/{{model}}/{{dataset}}/{{variant}}/seed{{seed}}.parquet",
+        out=rpath(PP.CONF),
     wildcard_constraints:
         **{k: _alt(v) for k, v in p_transfer_slices().items()},
     params:
@@ -146,9 +146,9 @@ use rule persistent_variant as persistent_transfer_variant with:
         get_model_files,
         sc_paths=input_paths(get_transfer_variant_sc),
     output:
-        out=f"{R}/persistent/conf/{{model}}/{{dataset}}/transfer/seed{{seed}}.parquet",
-        adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
-        hidden_out=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
+        out=rpath(PP.CONF, variant="transfer"),
+        adapters_dir=directory(rpath(PP.ADAPTERS, variant="transfer")),
+        hidden_out=rpath(PP.HIDDEN),
     wildcard_constraints:
         seed=str(P_VAR_SEEDS[0]),
     params:
@@ -169,8 +169,8 @@ use rule persistent_variant as persistent_transfer_variant with:
 
 use rule persistent_transfer_variant as persistent_variance_adapters with:
     output:
-        adapters_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/transfer/seed{{seed}}"),
-        hidden_out=f"{R}/persistent/hidden/{{model}}/{{dataset}}/seed{{seed}}.npz",
+        adapters_dir=directory(rpath(PP.ADAPTERS, variant="transfer")),
+        hidden_out=rpath(PP.HIDDEN),
     wildcard_constraints:
         seed=_alt([str(s) for s in P_VAR_SEEDS[1:]]),
 
@@ -182,7 +182,7 @@ rule persistent_gcm_released:
         get_gcm_model_files,
         sc_paths=input_paths(get_gcm_sc),
     output:
-        out=f"{R}/persistent/gcm/{{model}}/{{dataset}}/released.parquet",
+        out=rpath(PP.GCM_RELEASED),
     params:
         job="selfknow.protocols.persistent.jobs:released_gcm_job",
         weights=model_weights(get_gcm_spec),
@@ -210,8 +210,8 @@ rule persistent_gcm:
         get_gcm_model_files,
         sc_paths=input_paths(get_gcm_sc),
     output:
-        out=f"{R}/persistent/gcm/{{model}}/{{dataset}}/seed{{seed}}.parquet",
-        adapter_dir=directory(f"{R}/persistent/adapters/{{model}}/{{dataset}}/gcm/seed{{seed}}"),
+        out=rpath(PP.GCM),
+        adapter_dir=directory(rpath(PP.ADAPTERS, variant="gcm")),
     params:
         job="selfknow.protocols.persistent.rule_jobs:gcm",
         weights=model_weights(get_gcm_spec),
@@ -240,11 +240,10 @@ rule persistent_metrics:
         variant_paths=get_metrics_confs,
         gcm_paths=get_metrics_gcm,
     output:
-        out_metrics=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.parquet",
-        out_replicates=f"{R}/persistent/metrics/{{model}}/{{dataset}}/{{evalset}}.replicates.npz",
-        out_contrast=f"{R}/persistent/contrast/{{model}}/{{dataset}}/{{evalset}}.parquet",
-        # the confidences evaluated, as plain records (`selfknow export-records`)
-        out_records=f"{R}/persistent/records/{{model}}/{{dataset}}/{{evalset}}.parquet",
+        out_metrics=rpath(PP.METRICS),
+        out_replicates=rpath(PP.REPLICATES),
+        out_contrast=rpath(PP.CONTRAST),
+        out_records=rpath(PP.RECORDS),
     params:
         job="selfknow.protocols.persistent.jobs:metrics_job",
         sc_paths=get_metrics_sc,
@@ -278,7 +277,7 @@ rule persistent_judge_counts:
     input:
         sc_paths=input_paths(get_metrics_sc),
     output:
-        out=f"{R}/persistent/judge/{{model}}/{{dataset}}/{{evalset}}.csv",
+        out=rpath(PP.JUDGE_COUNTS),
     localrule: True
     params:
         job="selfknow.protocols.persistent.jobs:judge_count_job",

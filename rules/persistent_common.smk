@@ -10,6 +10,7 @@ from selfknow.protocols.persistent.inputs import (
     ScTable,
 )
 from selfknow.report.catalog import buildable
+from selfknow.protocols.persistent import paths as PP
 from selfknow.protocols.persistent.catalog import (
     TABLE as P_TABLE,
     TABLES as P_CATALOG,
@@ -71,27 +72,27 @@ def p_transfer_slices():
 
 
 def p_sc(model, ckpt, dataset, split):
-    return f"{R}/persistent/sc/{model}/{ckpt}/{dataset}/{split}.parquet"
+    return rpath(PP.SC, stage="sc", model=model, ckpt=ckpt, dataset=dataset, split=split)
 
 
 def p_conf(model, dataset, variant, seed):
-    return f"{R}/persistent/conf/{model}/{dataset}/{variant}/seed{seed}.parquet"
+    return rpath(PP.CONF, model=model, dataset=dataset, variant=variant, seed=seed)
 
 
 def p_hidden(model, dataset, seed):
-    return f"{R}/persistent/hidden/{model}/{dataset}/seed{seed}.npz"
+    return rpath(PP.HIDDEN, model=model, dataset=dataset, seed=seed)
 
 
 def p_gcm(model, dataset, seed):
     """The GCM's confidences: the released adapter's (one file), else our trained one's seed."""
     if "gcm_adapter" in PC:
-        return f"{R}/persistent/gcm/{model}/{dataset}/released.parquet"
-    return f"{R}/persistent/gcm/{model}/{dataset}/seed{seed}.parquet"
+        return rpath(PP.GCM_RELEASED, model=model, dataset=dataset)
+    return rpath(PP.GCM, model=model, dataset=dataset, seed=seed)
 
 
 def p_metric_files(model, dataset, evalset):
-    base = f"{R}/persistent/metrics/{model}/{dataset}/{evalset}"
-    return MetricFiles(f"{base}.parquet", f"{base}.replicates.npz")
+    where = {"model": model, "dataset": dataset, "evalset": evalset}
+    return MetricFiles(rpath(PP.METRICS, **where), rpath(PP.REPLICATES, **where))
 
 
 def _sc_inputs(model, dataset, train=(), test=(), transfer=()):
@@ -149,7 +150,7 @@ def get_variant_scratch_mb(wildcards):
 
 def get_persistent_sc_items(wildcards):
     """Each split's questions (the train split's also give the in-context examples)."""
-    return {s: f"{R}/items/{wildcards.dataset}/{s}.parquet" for s in P_SPLITS}
+    return {s: rpath(SP.ITEMS, dataset=wildcards.dataset, split=s) for s in P_SPLITS}
 
 
 def get_persistent_icl_by_domain(wildcards):
@@ -267,8 +268,9 @@ def persistent_reliability_files():
 def persistent_table_inputs(table):
     """The metric, contrast-size and judge-count files of every evaluation a table reads."""
     e = table_evalset(table)
-    return {Evaluation(m, d, e): EvalFiles(*p_metric_files(m, d, e), f"{R}/persistent/contrast/{m}/{d}/{e}.parquet",
-                                           f"{R}/persistent/judge/{m}/{d}/{e}.csv")
+    return {Evaluation(m, d, e): EvalFiles(*p_metric_files(m, d, e),
+                                           rpath(PP.CONTRAST, model=m, dataset=d, evalset=e),
+                                           rpath(PP.JUDGE_COUNTS, model=m, dataset=d, evalset=e))
             for m in P_MODELS for d in P_DATASETS}
 
 

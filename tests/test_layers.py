@@ -14,7 +14,7 @@ PACKAGE = REPO / "src" / "selfknow"
 
 #: the layers in order; a module may import its own layer and the ones before it
 LAYERS = [
-    ("config", ["selfknow.schema", "selfknow.config"]),
+    ("config", ["selfknow.schema", "selfknow.config", "selfknow.paths"]),
     ("records", ["selfknow.records", "selfknow.resumable", "selfknow.runlog", "selfknow.readers"]),
     ("stats", ["selfknow.stats"]),
     ("models", ["selfknow.models"]),
