@@ -30,6 +30,8 @@ from selfknow.protocols.persistent.inputs import input_paths, paths_of
 # Path templates (selfknow.paths, selfknow.protocols.<paper>.paths): one per file, for the
 # rules' outputs and the input functions alike.
 from selfknow import paths as SP
+from selfknow.protocols.ladder import paths as LDP
+from selfknow.protocols.lcae import paths as LP
 
 try:
     # a relative input path is read from the folder of the config file that sets it
@@ -175,7 +177,7 @@ def model_weights(*spec_getters):
 
 def model_files(name):
     """What a job that loads model `name` needs built first (world families, converted GGUF)."""
-    built = {"world": [f"{R}/world/models/{name}"], "smollm2": [f"{R}/models/smollm2"]}
+    built = {"world": [rpath(SP.WORLD_MODELS, family=name)], "smollm2": [rpath(SP.SMOLLM2)]}
     entry = _model_entry(name)
     return built[entry["source"]] if "source" in entry else []
 
@@ -191,7 +193,7 @@ def get_family_config(wildcards):
 def get_dataset_inputs(wildcards):
     """World datasets are built from the generated world; others load from their source."""
     loader = config["datasets"][wildcards.dataset]["loader"]
-    return [f"{R}/world/data/qa.parquet", f"{R}/world/data/mcq.parquet"] if loader.startswith("world_") else []
+    return [rpath(SP.WORLD_DATA, name=n) for n in ("qa", "mcq")] if loader.startswith("world_") else []
 
 
 def get_dataset_spec(wildcards):
@@ -199,7 +201,7 @@ def get_dataset_spec(wildcards):
 
 
 def table_targets(paper, names):
-    return [f"{R}/tables/{paper}/{n}.{ext}" for n in names for ext in ("csv", "md")]
+    return [rpath(SP.TABLE, paper=paper, name=n, ext=ext) for n in names for ext in ("csv", "md")]
 
 
 # The Snakemake report (`snakemake --report`): every catalog entry's caption, category,
@@ -248,7 +250,7 @@ def named_table_targets(paper, names):
         key = f"{paper}/{n}"
         shown = key in REPORT_CATALOG and REPORT_CATALOG[key]["kind"] == "table"
         for ext in TABLE_EXTS:
-            path = f"{R}/tables/{paper}/{n}.{ext}"
+            path = rpath(SP.TABLE, paper=paper, name=n, ext=ext)
             out[f"{n}_{ext}"] = report_item(f"{paper}/{n}", path) if ext == "html" and shown else path
     return out
 
@@ -281,12 +283,12 @@ def all_table_files():
     if "persistent" in config:
         files += persistent_table_files()
     files += table_targets("ladder", [t.name for t in LADDER_BUILT if t.writes_table])
-    files += [f"{R}/figures/ladder/{t.name}.png" for t in LADDER_BUILT if t.figure]
+    files += [rpath(SP.FIGURE, paper="ladder", name=t.name) for t in LADDER_BUILT if t.figure]
     if any(k in config for k in ("lcae", "ladder", "persistent")):
         files += table_targets("card", ["self_knowledge"])
     if "lcae" in config:
         files += table_targets("lcae", names(LCAE_CATALOG, figure=False))
-        files += [f"{R}/figures/lcae/{f}.png" for f in names(LCAE_CATALOG, figure=True)]
+        files += [rpath(SP.FIGURE, paper="lcae", name=f) for f in names(LCAE_CATALOG, figure=True)]
     return files
 
 
@@ -296,7 +298,7 @@ def world_models():
 
 def get_world_generations(wildcards):
     ds = config["world"]["qa_dataset"]
-    return {f"{m}@{c}": f"{R}/generations/{m}/{c}/greedy/{ds}.parquet"
+    return {f"{m}@{c}": rpath(SP.GENERATIONS, model=m, ckpt=c, dataset=ds)
             for m in world_models() for c in checkpoint_names(config, m)}
 
 
@@ -307,7 +309,7 @@ PERSISTENT_MODELS = config["persistent"]["models"] if "persistent" in config els
 def get_audit_generations(wildcards):
     """The last checkpoint of every persistent-protocol model on `judge.audit_dataset` (default:
     its first short-answer dataset)."""
-    return [f"{R}/generations/{m}/{checkpoint_names(config, m)[-1]}/greedy/{JUDGE['audit_dataset']}.parquet"
+    return [rpath(SP.GENERATIONS, model=m, ckpt=checkpoint_names(config, m)[-1], dataset=JUDGE["audit_dataset"])
             for m in PERSISTENT_MODELS]
 
 
@@ -336,17 +338,17 @@ def lcae_examinees():
 
 
 def lcae_files(stage):
-    return [f"{R}/lcae/{stage}/{m}/{c}.parquet" for m, c in lcae_examinees()]
+    return [rpath(LP.STAGE, stage=stage, model=m, ckpt=c) for m, c in lcae_examinees()]
 
 
 def get_card_inputs(wildcards):
     """Each protocol's per-model outputs that this config produces."""
     out = {}
     if "lcae" in config:
-        out["lcae_persons"] = f"{R}/lcae/irt/persons.parquet"
-        out["lcae_stage3"] = f"{R}/lcae/stage3.parquet"
+        out["lcae_persons"] = rpath(LP.IRT, part="persons")
+        out["lcae_stage3"] = rpath(LP.STAGE3)
     if "ladder" in config:
-        out["ladder_main"] = f"{R}/tables/ladder/main.csv"
+        out["ladder_main"] = rpath(SP.TABLE, paper="ladder", name="main", ext="csv")
     return out
 
 

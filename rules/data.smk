@@ -6,8 +6,8 @@ rule items:
     input:
         world=get_dataset_inputs,
     output:
-        train=f"{R}/items/{{dataset}}/train.parquet",
-        test=f"{R}/items/{{dataset}}/test.parquet",
+        train=rpath(SP.ITEMS, split="train"),
+        test=rpath(SP.ITEMS, split="test"),
     params:
         job="selfknow.stages.items:items_job",
         spec=get_dataset_spec,

@@ -4,10 +4,10 @@
 rule generate_greedy:
     input:
         get_model_files,
-        test=f"{R}/items/{{dataset}}/test.parquet",
-        train=f"{R}/items/{{dataset}}/train.parquet",
+        test=rpath(SP.ITEMS, split="test"),
+        train=rpath(SP.ITEMS, split="train"),
     output:
-        out=f"{R}/generations/{{model}}/{{ckpt}}/greedy/{{dataset}}.parquet",
+        out=rpath(SP.GENERATIONS),
     params:
         job="selfknow.stages.jobs:greedy_job",
         weights=model_weights(get_model_spec),

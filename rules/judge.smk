@@ -7,9 +7,9 @@ rule llm_judge:
     input:
         get_judge_model_files,
         generations=get_audit_generations,
-        test=f"{R}/items/{JUDGE['audit_dataset']}/test.parquet",
+        test=rpath(SP.ITEMS, dataset=JUDGE["audit_dataset"], split="test"),
     output:
-        out=f"{R}/judgments/llm_judge_audit.parquet",
+        out=rpath(SP.JUDGMENTS),
     params:
         job="selfknow.stages.jobs:llm_judge_job",
         weights=model_weights(get_judge_spec),

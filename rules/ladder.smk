@@ -6,9 +6,9 @@ rule ladder_answers:
     # the answering model alone: a local model's GPU job makes no request to an API user
     input:
         get_model_files,
-        items_path=f"{R}/items/{LAD['dataset']}/test.parquet",
+        items_path=rpath(SP.ITEMS, dataset=LAD["dataset"], split="test"),
     output:
-        out=f"{R}/ladder/sessions/{{model}}/answers.parquet",
+        out=rpath(LDP.ANSWERS),
     params:
         job="selfknow.protocols.ladder.jobs:answers_job",
         weights=model_weights(get_model_spec),
@@ -20,7 +20,7 @@ rule ladder_answers:
         answering=LADDER_ANSWERING,
         tiers=get_ladder_tiers,
         seed=config["seed"],
-        parts_dir=f"{R}/ladder/sessions/{{model}}/parts/answers",
+        parts_dir=rpath(LDP.ANSWER_PARTS),
         cache_dir=f"{R}/cache",
     threads: 1
     conda:
@@ -40,10 +40,10 @@ rule ladder_sessions:
     input:
         get_ladder_user_files,
         answers_path=rules.ladder_answers.output.out,
-        items_path=f"{R}/items/{LAD['dataset']}/test.parquet",
+        items_path=rpath(SP.ITEMS, dataset=LAD["dataset"], split="test"),
     output:
-        out_main=f"{R}/ladder/sessions/{{model}}/main.parquet",
-        out_alt=f"{R}/ladder/sessions/{{model}}/alt_user.parquet",
+        out_main=rpath(LDP.SESSIONS, run="main"),
+        out_alt=rpath(LDP.SESSIONS, run="alt_user"),
     params:
         job="selfknow.protocols.ladder.jobs:sessions_job",
         weights=model_weights(get_ladder_user_spec),
@@ -55,7 +55,7 @@ rule ladder_sessions:
         items_per_domain=LAD["items_per_domain"],
         user_max_new_tokens=LAD["user_max_new_tokens"],
         seed=config["seed"],
-        parts_dir=f"{R}/ladder/sessions/{{model}}/parts",
+        parts_dir=rpath(LDP.PARTS),
         cache_dir=f"{R}/cache",
     threads: 1
     conda:
@@ -75,8 +75,8 @@ rule ladder_prompted:
         get_ladder_prompted_files,
         turns_path=rules.ladder_sessions.output.out_main,
     output:
-        out_profiles=f"{R}/ladder/prompted/{{model}}/profiles.parquet",
-        out_query=f"{R}/ladder/prompted/{{model}}/query.parquet",
+        out_profiles=rpath(LDP.PROMPTED, part="profiles"),
+        out_query=rpath(LDP.PROMPTED, part="query"),
     params:
         job="selfknow.protocols.ladder.jobs:prompted_job",
         weights=model_weights(get_ladder_prompted_spec),

@@ -11,7 +11,7 @@ rule ladder_optimisation:
     input:
         turns_path=rules.ladder_sessions.output.out_main,
     output:
-        out_path=f"{R}/ladder/scores/{{model}}/optimisation.parquet",
+        out_path=rpath(LDP.SCORES, part="optimisation"),
     params:
         job="selfknow.protocols.ladder.optimisation:optimisation_job",
         seed=config["seed"],

@@ -73,11 +73,11 @@ LADDER_ANSWERING = {"format": LAD["answer_format"], "temperature": LAD["answer_t
 
 
 def ladder_score_outputs():
-    return {p: f"{R}/ladder/scores/{{model}}/{p}.parquet" for p in SCORE_PARTS}
+    return {p: rpath(LDP.SCORES, part=p) for p in SCORE_PARTS}
 
 
 def get_ladder_score_parts(wildcards):
-    return {p: [f"{R}/ladder/scores/{m}/{p}.parquet" for m in LADDER_MODELS] for p in SCORE_PARTS}
+    return {p: [rpath(LDP.SCORES, model=m, part=p) for m in LADDER_MODELS] for p in SCORE_PARTS}
 
 
 def ladder_figure_targets():
@@ -88,7 +88,7 @@ def ladder_figure_targets():
 # Table 34 (rules/ladder_heldout.smk)
 def react_dirs():
     """The directory of each ReAct configuration's produced records (ladder.react)."""
-    return [f"{R}/ladder/react/{c['model']}/{c['name']}" for c in LAD["react"]["configurations"]]
+    return [rpath(LDP.REACT, model=c["model"], react_config=c["name"]) for c in LAD["react"]["configurations"]]
 
 
 def get_ladder_table34_inputs(wildcards):
@@ -97,12 +97,13 @@ def get_ladder_table34_inputs(wildcards):
     Nothing for recorded trajectories (ladder.react_dataset): like a paper dataset read by the
     items rule, the local copy is read by the job, not tracked as an input."""
     if "react" in LAD:
-        return [f"{d}/{f}.jsonl" for d in react_dirs() for f in ("test", "zero_shot")]
+        return [rpath(LDP.REACT_RECORDS, model=c["model"], react_config=c["name"], part=f)
+                for c in LAD["react"]["configurations"] for f in ("test", "zero_shot")]
 
     if "react_dataset" in LAD:
         return {}
-    return {"turns": [f"{R}/ladder/sessions/{m}/main.parquet" for m in LADDER_MODELS],
-            "profiles": [f"{R}/ladder/prompted/{m}/profiles.parquet" for m in LADDER_MODELS]}
+    return {"turns": [rpath(LDP.SESSIONS, model=m, run="main") for m in LADDER_MODELS],
+            "profiles": [rpath(LDP.PROMPTED, model=m, part="profiles") for m in LADDER_MODELS]}
 
 
 def get_ladder_react_specs(wildcards):
@@ -122,6 +123,6 @@ def get_react_setting(wildcards):
 def get_ladder_appendix_inputs(wildcards):
     """Table 18's optimisation part of every model, Table 33's run configurations (each
     model's main and alternative-user sessions) and the score parts Figures 9 and 11 read."""
-    return {"optimisation": [f"{R}/ladder/scores/{m}/optimisation.parquet" for m in LADDER_MODELS],
-            "runs": [f"{R}/ladder/sessions/{m}/{k}.parquet" for m in LADDER_MODELS for k in ("main", "alt_user")],
-            **{p: [f"{R}/ladder/scores/{m}/{p}.parquet" for m in LADDER_MODELS] for p in LADDER_APPENDIX_PARTS}}
+    return {"optimisation": [rpath(LDP.SCORES, model=m, part="optimisation") for m in LADDER_MODELS],
+            "runs": [rpath(LDP.SESSIONS, model=m, run=k) for m in LADDER_MODELS for k in ("main", "alt_user")],
+            **{p: [rpath(LDP.SCORES, model=m, part=p) for m in LADDER_MODELS] for p in LADDER_APPENDIX_PARTS}}

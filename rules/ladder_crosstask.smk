@@ -12,8 +12,8 @@ rule ladder_crosstask:
         get_crosstask_l1,
         item_paths=get_crosstask_items,
     output:
-        out_answers=f"{R}/ladder/crosstask/{{suite}}/{{model}}/answers.parquet",
-        out_prior=f"{R}/ladder/crosstask/{{suite}}/{{model}}/prior.parquet",
+        out_answers=rpath(LDP.CROSSTASK, part="answers"),
+        out_prior=rpath(LDP.CROSSTASK, part="prior"),
     wildcard_constraints:
         suite="|".join(CT_SUITES),
     params:

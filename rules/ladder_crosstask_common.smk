@@ -13,7 +13,7 @@ def crosstask_loader(suite):
 
 def get_crosstask_items(wildcards):
     sc = CT["suites"][wildcards.suite]
-    return [f"{R}/items/{d}/{sc['split']}.parquet" for d in sc["datasets"]]
+    return [rpath(SP.ITEMS, dataset=d, split=sc["split"]) for d in sc["datasets"]]
 
 
 def get_crosstask_model_files(wildcards):
@@ -27,7 +27,7 @@ def get_crosstask_model_files(wildcards):
 
 def get_crosstask_l1(wildcards):
     """LADDER's prompted profiles of the model, whose L1 prior the job reads (prior 'l1')."""
-    return [f"{R}/ladder/prompted/{wildcards.model}/profiles.parquet"] if CT["prior"] == "l1" else []
+    return [rpath(LDP.PROMPTED, model=wildcards.model, part="profiles")] if CT["prior"] == "l1" else []
 
 
 def get_crosstask_prompt_spec(wildcards):
@@ -44,5 +44,5 @@ def get_crosstask_loader(wildcards):
 
 
 def get_crosstask_outputs(wildcards):
-    return {f"{s}_{part}": [f"{R}/ladder/crosstask/{s}/{m}/{part}.parquet" for m in CT["models"]]
+    return {f"{s}_{part}": [rpath(LDP.CROSSTASK, suite=s, model=m, part=part) for m in CT["models"]]
             for s in CT_SUITES for part in ("answers", "prior")}

@@ -8,7 +8,7 @@ rule ladder_extension:
         get_model_files,
         unpack(get_extension_items),
     output:
-        out=f"{R}/ladder/extension/{{model}}/records.parquet",
+        out=rpath(LDP.EXTENSION),
     params:
         job="selfknow.protocols.ladder.extension:extension_job",
         weights=model_weights(get_model_spec),

@@ -11,11 +11,11 @@ def extension_task_setting(key):
 
 
 def get_extension_items(wildcards):
-    return {t: f"{R}/items/{EXT[t]['dataset']}/test.parquet" for t in EXTENSION_TASKS}
+    return {t: rpath(SP.ITEMS, dataset=EXT[t]["dataset"], split="test") for t in EXTENSION_TASKS}
 
 
 def extension_record_files():
-    return expand(f"{R}/ladder/extension/{{model}}/records.parquet", model=EXT["models"])
+    return [rpath(LDP.EXTENSION, model=m) for m in EXT["models"]]
 
 
 def extension_loaders():

@@ -35,10 +35,10 @@ if "react" in LAD:
     rule ladder_react:
         input:
             get_model_files,
-            items_path=f"{R}/items/{LAD['react']['dataset']}/test.parquet",
+            items_path=rpath(SP.ITEMS, dataset=LAD["react"]["dataset"], split="test"),
         output:
-            test=f"{R}/ladder/react/{{model}}/{{react_config}}/test.jsonl",
-            zero_shot=f"{R}/ladder/react/{{model}}/{{react_config}}/zero_shot.jsonl",
+            test=rpath(LDP.REACT_RECORDS, part="test"),
+            zero_shot=rpath(LDP.REACT_RECORDS, part="zero_shot"),
         params:
             job="selfknow.protocols.ladder.rule_jobs:react_job",
             weights=model_weights(get_model_spec),

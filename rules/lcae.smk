@@ -7,9 +7,9 @@ LC = config["lcae"]
 
 rule lcae_sample:
     input:
-        test_items=f"{R}/items/{LC['dataset']}/test.parquet",
+        test_items=rpath(SP.ITEMS, dataset=LC["dataset"], split="test"),
     output:
-        out=f"{R}/lcae/items.parquet",
+        out=rpath(LP.ITEMS),
     params:
         job="selfknow.protocols.lcae.jobs:sample_job",
         n_items=LC["n_items"],
@@ -27,7 +27,7 @@ rule lcae_stage1:
         get_model_files,
         items_path=rules.lcae_sample.output.out,
     output:
-        out=f"{R}/lcae/stage1/{{model}}/{{ckpt}}.parquet",
+        out=rpath(LP.STAGE, stage="stage1"),
     params:
         job="selfknow.protocols.lcae.jobs:stage1_job",
         weights=model_weights(get_model_spec),
@@ -52,8 +52,8 @@ rule lcae_irt:
     input:
         stage1_paths=lcae_files("stage1"),
     output:
-        out_persons=f"{R}/lcae/irt/persons.parquet",
-        out_items=f"{R}/lcae/irt/items.parquet",
+        out_persons=rpath(LP.IRT, part="persons"),
+        out_items=rpath(LP.IRT, part="items"),
     params:
         job="selfknow.protocols.lcae.jobs:irt_job",
         method=LC["rasch_method"],
@@ -75,7 +75,7 @@ rule lcae_stage2:
         stage1_path=rules.lcae_stage1.output.out,
         irt_items_path=rules.lcae_irt.output.out_items,
     output:
-        out=f"{R}/lcae/stage2/{{model}}/{{ckpt}}.parquet",
+        out=rpath(LP.STAGE, stage="stage2"),
     params:
         job="selfknow.protocols.lcae.jobs:stage2_job",
         weights=model_weights(get_model_spec),
@@ -107,7 +107,7 @@ rule lcae_stage3:
         persons_path=rules.lcae_irt.output.out_persons,
         irt_items_path=rules.lcae_irt.output.out_items,
     output:
-        out=f"{R}/lcae/stage3.parquet",
+        out=rpath(LP.STAGE3),
     params:
         job="selfknow.protocols.lcae.jobs:stage3_job",
         eps=LC["lcae_eps"],

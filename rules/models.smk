@@ -4,7 +4,7 @@
 
 rule smollm2_convert:
     output:
-        out=directory(f"{R}/models/smollm2"),
+        out=directory(rpath(SP.SMOLLM2)),
     params:
         job="selfknow.models.gguf_convert:convert_job",
     conda:

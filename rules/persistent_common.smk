@@ -327,5 +327,5 @@ def persistent_figure2_sc():
 def persistent_table_files():
     """Every table and figure of the persistent paper that this config can build."""
     files = table_targets("persistent", [t.name for t in P_BUILT if t.writes_table])
-    files += [f"{R}/figures/persistent/{t.name}.png" for t in P_BUILT if t.figure and t.data_table]
+    files += [rpath(SP.FIGURE, paper="persistent", name=t.name) for t in P_BUILT if t.figure and t.data_table]
     return files + (persistent_reliability_files() if P_MODELS else [])

@@ -3,10 +3,7 @@
 
 rule world_generate:
     output:
-        corpus=f"{R}/world/data/corpus.parquet",
-        facts=f"{R}/world/data/facts.parquet",
-        qa=f"{R}/world/data/qa.parquet",
-        mcq=f"{R}/world/data/mcq.parquet",
+        **{name: rpath(SP.WORLD_DATA, name=name) for name in ("corpus", "facts", "qa", "mcq")},
     params:
         job="selfknow.world.generator:generate_job",
         world={"seed": config["world"]["seed"], **config["world"]["generator"]},
@@ -27,7 +24,7 @@ rule world_train:
     input:
         corpus=rules.world_generate.output.corpus,
     output:
-        out=directory(f"{R}/world/models/{{family}}"),
+        out=directory(rpath(SP.WORLD_MODELS)),
     params:
         job="selfknow.world.trainer:train_job",
         family=get_family_config,

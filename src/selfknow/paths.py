@@ -16,6 +16,9 @@ WORLD_DATA = "world/data/{name}.parquet"
 WORLD_MODELS = "world/models/{family}"
 JUDGMENTS = "judgments/llm_judge_audit.parquet"
 SMOLLM2 = "models/smollm2"
+#: a table's file (`ext`: csv, md, tex, html, json) and a figure
+TABLE = "tables/{paper}/{name}.{ext}"
+FIGURE = "figures/{paper}/{name}.png"
 
 
 def fill(template: str, **values) -> str:
