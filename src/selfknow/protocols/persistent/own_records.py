@@ -19,12 +19,14 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.paths import fill
 from selfknow.readers import read_records
 from selfknow.readers.plain import COLUMNS
 from selfknow.records import atomic_path, read_parquet, write_csv
 from selfknow.stats.persistent.contrast import METRICS
 
 from . import catalog as C
+from . import paths as PP
 from .evaluate import Result, evaluate, record_arrays
 from .metrics import reliability_frame
 from .tables import (METRIC_LABELS, SHORT, Col, MetricFile, Row, assemble, chance_check,
@@ -143,10 +145,9 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
 
 
 def _record_paths(results: str | Path, evalset: str) -> list[Path]:
-    paths = sorted(Path(results).glob(f"persistent/records/*/*/{evalset}.parquet"))
+    paths = sorted(Path(results).glob(fill(PP.RECORDS, model="*", dataset="*", evalset=evalset)))
     if not paths:
-        raise FileNotFoundError(f"{results}: no persistent records (persistent/records/<model>/<dataset>/"
-                                f"{evalset}.parquet); build the persistent tables first (a run from before "
+        raise FileNotFoundError(f"{results}: no persistent records ({fill(PP.RECORDS, evalset=evalset)}); build the persistent tables first (a run from before "
                                 "the metrics job wrote records: add --forcerun persistent_metrics)")
     return paths
 
