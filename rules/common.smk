@@ -40,7 +40,7 @@ try:
 except ConfigError as err:
     raise WorkflowError(str(err)) from None
 # Defaults filled in and every section strict (a read of a key the schema does not define
-# fails), both for the scripts (`snakemake.config`) and, top level included, for the rules.
+# fails), both for the jobs (their `config`) and, top level included, for the rules.
 config.update(_CHECKED)
 config = _CHECKED
 
@@ -85,7 +85,7 @@ def _model_entry(name):
 
 def model_resources(*spec_getters, runtime, bases=None, scratch_mb=None):
     """The scheduler resources of a job that loads models, for `resources: **model_resources(...)`:
-    `spec_getters` are the input functions that hand the job's script its model specs
+    `spec_getters` are the input functions that hand the job its model specs
     (wildcards -> spec, or None when the job does not load that one), `bases` (wildcards -> int)
     the copies of the first model's base weights it keeps resident, `scratch_mb` (wildcards ->
     int) the node-local disk it writes to $TMPDIR (disk_mb, sbatch --tmp). GPUs, memory,

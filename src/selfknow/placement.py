@@ -2,7 +2,7 @@
 the one place where GPUs, memory and the SLURM partition of a job are decided.
 
 A rule whose job loads models declares them (`rules/common.smk`, `model_resources`), with the
-same input functions that hand the specs to its script; everything else follows:
+same input functions that hand the specs to its job; everything else follows:
 
 - GPUs: the sum of the `gpu` entries of the models the job loads (every model a job loads is
   resident until the job ends: a local judge, a second model), so a job of API models alone

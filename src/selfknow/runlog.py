@@ -1,4 +1,4 @@
-"""Per-job logging for the workflow's scripts: stderr to the rule's log, timing, a summary line.
+"""Per-job logging for the workflow's jobs (`selfknow.runner`): stderr to the rule's log, timing, a summary line.
 
 Inside `job_log`, everything a job writes to stderr lands in the rule's log: Python-level
 writes (the `selfknow` logger, warnings, tqdm progress bars, which look up `sys.stderr` when a

@@ -194,7 +194,7 @@ PACKAGE_REPO = Path(__file__).resolve().parents[3]
 def job_provenance(config: Mapping, inputs: Iterable[str | os.PathLike], *, sections: Iterable[str] = (),
                    models: Iterable[str] = (), datasets: Iterable[str] = (),
                    repo_dir: str | os.PathLike | None = None) -> dict:
-    """Provenance of a workflow job's outputs, for a script: the config fragment of `sections`,
+    """Provenance of a workflow job's outputs: the config fragment of `sections`,
     `models` and `datasets`; each model's backend spec with the workflow-built paths filled in
     (`selfknow.config.model_spec`, so world models are fingerprinted from their checkpoint
     files); the hashes of the job's `inputs`; the commit of this package's checkout."""

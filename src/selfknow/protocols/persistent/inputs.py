@@ -5,8 +5,8 @@ split, the metric files of which model and dataset) receives them as one mapping
 the key is one of the NamedTuples below (or a model name), the value a path or, for files that
 come as a set, a NamedTuple of paths (`MetricFiles`, `EvalFiles`). One function of the rules
 builds the mapping; the rule gives `input:` its flat path list (`input_paths`, for the DAG) and
-`params:` the mapping itself (for the script), so the two cannot disagree. Keys and values are
-tuples of strings: they pickle into the script as they are, and their repr, which Snakemake
+`params:` the mapping itself (for the job), so the two cannot disagree. Keys and values are
+tuples of strings: they pickle into the job's script as they are, and their repr, which Snakemake
 records to rerun a job whose params changed, is the same on every run.
 """
 from __future__ import annotations

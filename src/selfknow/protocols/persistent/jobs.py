@@ -1,6 +1,6 @@
 """Workflow jobs of the persistent-calibration protocol (SPEC §1): each reads its inputs,
-computes, and writes its outputs atomically; the scripts in `scripts/persistent_*.py` call
-exactly one of them.
+computes, and writes its outputs atomically; each persistent rule's job (its param `job`,
+run by `selfknow.runner`) is one of them or an adapter of `rule_jobs` that calls one.
 
 - `sc_job`       beams (resumable) + self-consistency for one (model, checkpoint, dataset),
                  each of its splits; the candidates labelled by exact match, or left for
