@@ -93,3 +93,28 @@ def test_an_unnamed_output_is_an_error(tmp_path):
     sm.output._set_name("out", 0)
     with pytest.raises(ValueError, match="rule persistent_x: every output of a job's rule has a name"):
         run_job(sm)
+
+
+@pytest.mark.parametrize("configfile", ["config/test.yaml", "config/paper.yaml"])
+def test_every_job_of_a_dag_binds_its_rules_keys_to_its_function(configfile, tmp_path):
+    """Each rule of the tiny and the paper DAG (one job per rule) gives its job function
+    everything it needs and nothing it does not take, before anything runs."""
+    import importlib
+    import inspect
+
+    from conftest import REPO
+    from selfknow.dag import workflow_jobs
+
+    checked = set()
+    for job in workflow_jobs(REPO / configfile, results=tmp_path / "results"):
+        if job.norun or job.rule in checked:
+            continue
+        module, _, name = job.params["job"].partition(":")
+        fn = getattr(importlib.import_module(module), name)
+        inputs = {k: v[0] if len(v) == 1 and isinstance(v, list) and k not in job.params else v
+                  for k, v in job.inputs.items()}
+        known = job_arguments(job.rule, fn, inputs=inputs, outputs=job.outputs, params=job.params,
+                              wildcards=job.wildcards, extras={"threads": 1, "config": {}, "input_files": []})
+        inspect.signature(fn).bind(**known)
+        checked.add(job.rule)
+    assert len(checked) > 40
