@@ -141,6 +141,26 @@ def test_train_family_writes_loadable_deterministic_checkpoints(world, tmp_path)
     assert len(res) == 20 and res["correct"].dtype == bool
 
 
+def test_a_long_first_phase_and_a_lower_later_rate(world, tmp_path):
+    """The first phase runs `first_phase_epochs` passes and the later ones `epochs_per_phase` at
+    `later_lr_factor` x lr; the log holds the rate each step used (warm-up included)."""
+    from selfknow.world.trainer import _blocks, train_family, train_tokenizer
+
+    cfg = {**TINY_FAMILY, "max_steps_per_phase": None, "first_phase_epochs": 3, "later_lr_factor": 0.25,
+           "lr": 0.01, "warmup_steps": 4}
+    train_family(world, cfg, tmp_path / "f")
+    log = pd.read_csv(tmp_path / "f" / "train_log.csv")
+    corpus = pd.read_parquet(world / "corpus.parquet")
+    tok = train_tokenizer(corpus["text"].tolist(), cfg["vocab_size"])
+    blocks = [len(_blocks(corpus.loc[corpus["phase"] == p, "text"].tolist(), tok, cfg["seq_len"], "all")[0])
+              for p in range(SMALL["n_phases"])]
+    steps = log.groupby("phase").size().tolist()
+    assert steps == [3 * blocks[0] // 4] + [b // 4 for b in blocks[1:]]
+    assert log["lr"].iloc[:4].tolist() == pytest.approx([0.0025, 0.005, 0.0075, 0.01])
+    assert (log.loc[(log["phase"] == 0) & (log["step"] > 4), "lr"] == 0.01).all()
+    assert log.loc[log["phase"] > 0, "lr"].tolist() == pytest.approx([0.0025] * sum(steps[1:]))
+
+
 def test_checkpoint_name_is_known_before_training():
     from selfknow.world.trainer import checkpoint_name
 

@@ -138,7 +138,7 @@ def train_family(world_dir: str | os.PathLike, family_cfg: dict | None,
     opt = torch.optim.AdamW(model.parameters(), lr=float(cfg["lr"]), betas=(0.9, 0.98),
                             weight_decay=float(cfg["weight_decay"]))
     warm = max(int(cfg["warmup_steps"]), 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm))
+    base_lr = float(cfg["lr"])
 
     log, names = [], []
     step, t0 = 0, time.process_time()
@@ -149,22 +149,27 @@ def train_family(world_dir: str | os.PathLike, family_cfg: dict | None,
         if len(blocks) < bs:
             raise ValueError(f"{world_dir}/corpus.parquet: phase {phase} has {len(blocks)} blocks "
                              f"of {cfg['seq_len']} tokens, fewer than batch_size {bs}")
-        order = np.concatenate([rng.permutation(len(blocks)) for _ in range(int(cfg["epochs_per_phase"]))])
+        first = phase == min(corpus["phase"])
+        epochs = cfg["first_phase_epochs"] if first and cfg["first_phase_epochs"] else cfg["epochs_per_phase"]
+        lr_factor = 1.0 if first else float(cfg["later_lr_factor"])
+        order = np.concatenate([rng.permutation(len(blocks)) for _ in range(int(epochs))])
         n_steps = len(order) // bs
         if cfg["max_steps_per_phase"] is not None:
             n_steps = min(n_steps, int(cfg["max_steps_per_phase"]))
         for b in range(n_steps):
             rows = order[b * bs:(b + 1) * bs]
+            lr = base_lr * lr_factor * min(1.0, (step + 1) / warm)
+            for group in opt.param_groups:
+                group["lr"] = lr
             x = torch.from_numpy(blocks[rows])
             labels = x.masked_fill(~torch.from_numpy(masks[rows]), -100)
             loss = model(input_ids=x, labels=labels).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-            sched.step()
             opt.zero_grad(set_to_none=True)
             step += 1
-            log.append((step, int(phase), float(loss.detach()), sched.get_last_lr()[0], time.process_time() - t0))
+            log.append((step, int(phase), float(loss.detach()), lr, time.process_time() - t0))
         model.eval()
         names.append(_save_checkpoint(model, tokenizer, out, checkpoint_name(int(phase))).name)
         model.train()
