@@ -189,6 +189,42 @@ def test_stage2_base_error_probability_is_the_digit_expectation():
         assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_error_p="words")
 
 
+def test_calibrated_error_probability_recovers_the_examinees_own_reliability():
+    """answer_calibration recovers a planted logistic map from option probability to being right
+    (parameter recovery, 3,000 calibration items), and "calibrated" states one minus that map
+    of the Stage-2 answer's probability."""
+    from scipy.special import expit, logit
+
+    from selfknow.protocols.lcae.metacognition import answer_calibration
+
+    rng = np.random.default_rng(3)
+    n, slope, intercept = 3000, 0.6, -0.4
+    margin = rng.uniform(0, 4, n)            # log-odds of option a against each of the others
+    p_a = 1 / (1 + 3 * np.exp(-margin))
+    right = rng.random(n) < expit(slope * logit(p_a) + intercept)
+    cal = pd.DataFrame({"item_id": [f"c{i}" for i in range(n)], "question": [f"C{i}?" for i in range(n)],
+                        "choices": [["a", "b", "c", "d"]] * n, "answer": np.where(right, "A", "B")})
+    by_q = dict(zip(cal["question"], margin))
+
+    def loglik(context, continuation):
+        q = next(k for k in (*by_q, "Q one?") if k in context)
+        return float(by_q.get(q, 1.0)) if continuation == " a" else 0.0
+
+    lm = ScriptedLM(lambda p: "", loglik=loglik)
+    got = answer_calibration(lm, cal)
+    assert got == pytest.approx((slope, intercept), abs=0.12)
+    items = _items().iloc[:1]
+    stage1 = pd.DataFrame({"item_id": ["q1"], "strategy": "standard", "answer": ["A"]})
+    out = assess(lm, items, stage1, "baseline", {"q1": 0.1}, chat=False, repeat=0, base_error_p="calibrated",
+                 calibration=got)
+    p_q1 = 1 / (1 + 3 * np.exp(-1.0))
+    assert out["error_p"].iloc[0] == pytest.approx(1 - expit(got[0] * logit(p_q1) + got[1]))
+    with pytest.raises(ValueError, match="calibration map"):
+        assess(lm, items, stage1, "baseline", {"q1": 0.1}, chat=False, repeat=0, base_error_p="calibrated")
+    with pytest.raises(ValueError, match="both right and wrong"):
+        answer_calibration(lm, cal[right])
+
+
 def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
     items = _items()
     stage1 = pd.DataFrame({"item_id": items.item_id, "strategy": "standard", "answer": ["B", "C", "A"]})

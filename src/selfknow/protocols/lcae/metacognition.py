@@ -18,7 +18,10 @@ continuation likelihoods. Their error probability (`lcae.base_error_p`) is the e
 over the digits " 0".." 9" after "Probability that this answer is wrong (0-9):" divided by 9
 ("digits"; a prompt the world models never read, so their digit priors answer it), or one
 minus their own option probability of their final answer ("answer": after the IDS signal and
-the reflection where shown; peaked where options differ in length). A base LM cannot be
+the reflection where shown; peaked where options differ in length), or that probability
+through the examinee's own logistic calibration map ("calibrated", `answer_calibration`: fitted
+on its answers to train-split items, so it states how often answers it is that sure of are
+wrong). A base LM cannot be
 asked to choose its route: it takes Slow where its own option probability of its answer is
 below `lcae.base_slow_below` (`route_base`). The Slow reflection is the model's free recall
 of the question, after which the option is chosen again by cloze scoring (the revision). The answer is shown as the chosen option's text after the question, the form
@@ -155,9 +158,32 @@ def route_base(lm: LM, qs: list[str], chs: list[list[str]], answers: list, diff:
     return ["slow" if s > f else "fast" for f, s in ll]
 
 
+def answer_calibration(lm: LM, items: pd.DataFrame) -> tuple[float, float]:
+    """(slope, intercept) of the logistic map from the logit of a base LM's own option
+    probability of its cloze answer to that answer being right, fitted on `items` (train-split
+    items, never the Stage-2 ones) answered as Stage 1's Standard strategy answers them. It is
+    what the model would know of its own reliability had it seen its record on those items,
+    as a post-hoc map is fitted on the persistent protocol's train split (`base_error_p`
+    "calibrated")."""
+    from sklearn.linear_model import LogisticRegression
+
+    probs = option_probabilities(lm, list(items["question"]), [list(c) for c in items["choices"]])
+    right = np.array([letter_match(chosen_letter(p), a) for p, a in zip(probs, items["answer"])])
+    if right.all() or not right.any():
+        raise ValueError(f"lcae calibration: the examinee answers {int(right.sum())} of {len(right)} calibration "
+                         "items right; the map needs both right and wrong answers (raise lcae.calibration_items)")
+    fit = LogisticRegression(C=1.0).fit(_logit(np.array([p.max() for p in probs]))[:, None], right)
+    return float(fit.coef_[0, 0]), float(fit.intercept_[0])
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(p, 1e-6, 1 - 1e-6)
+    return np.log(p / (1 - p))
+
+
 def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
                 *, max_new_tokens: int = 16, base_slow_below: float = 0.5, base_error_p: str = "digits",
-                **_) -> pd.DataFrame:
+                calibration: tuple[float, float] | None = None, **_) -> pd.DataFrame:
     ans = dict(zip(stage1["item_id"], stage1["answer"]))
     ids, qs, chs = list(items["item_id"]), list(items["question"]), [list(c) for c in items["choices"]]
     diff = [_difficulty(cond, item_error_p[i]) for i in ids]
@@ -175,16 +201,22 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
                                            [reflections[k] for k in slow])
             for k, p in zip(slow, revised):
                 final[k] = chosen_letter(p)
-    if base_error_p == "answer":
+    if base_error_p in ("answer", "calibrated"):
         probs = option_probabilities(lm, qs, chs, [r + d for r, d in zip(reflections, diff)])
-        error_p = [1.0 - float(p[LETTERS.index(a)]) if a in LETTERS[:len(p)] else 1.0 for p, a in zip(probs, final)]
+        own = np.array([float(p[LETTERS.index(a)]) if a in LETTERS[:len(p)] else 0.0 for p, a in zip(probs, final)])
+        if base_error_p == "calibrated":
+            if calibration is None:
+                raise ValueError("lcae.base_error_p 'calibrated' needs the examinee's calibration map (answer_calibration)")
+            slope, intercept = calibration
+            own = 1.0 / (1.0 + np.exp(-(slope * _logit(own) + intercept)))
+        error_p = (1.0 - own).tolist()
         return pd.DataFrame(dict(item_id=ids, error_p=error_p, parsed=True, finish_reason="stop", mode=modes,
                                  final_answer=final,
                                  raw=[" ".join(f"{LETTERS[j]}={x:.2f}" for j, x in enumerate(p)) for p in probs],
                                  tokens_in=[len(cloze_prompt(q, r + d).split()) for q, r, d in zip(qs, reflections, diff)],
                                  tokens_out=0))
     if base_error_p != "digits":
-        raise ValueError(f"lcae.base_error_p must be 'answer' or 'digits', got {base_error_p!r}")
+        raise ValueError(f"lcae.base_error_p must be 'answer', 'calibrated' or 'digits', got {base_error_p!r}")
     prompts = [_answered(q, c, a, r) + f"{d}Probability that this answer is wrong (0-9):"
                for q, c, a, d, r in zip(qs, chs, final, diff, reflections)]
     # log-likelihoods, not next-token log-probs: a small model's tokenizer may split " 7" in two
@@ -200,14 +232,16 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
 
 def assess(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict, *,
            chat: bool, repeat: int, reflection: str = "generic", temperature: float = 0.0,
-           max_new_tokens: int = 256, base_slow_below: float = 0.5, base_error_p: str = "digits") -> pd.DataFrame:
+           max_new_tokens: int = 256, base_slow_below: float = 0.5, base_error_p: str = "digits",
+           calibration: tuple[float, float] | None = None) -> pd.DataFrame:
     """Stage-2 records of one Standard-prompting examinee under one condition and repeat
     (`base_slow_below`: a base LM's DPR route, `route_base`; `base_error_p`: how a base LM
     states its error probability, `assess_base`)."""
     if cond not in CONDITIONS:
         raise ValueError(f"unknown condition {cond!r}; known: {', '.join(CONDITIONS)}")
     fn = assess_chat if chat else assess_base
-    extra = {} if chat else {"base_slow_below": base_slow_below, "base_error_p": base_error_p}
+    extra = {} if chat else {"base_slow_below": base_slow_below, "base_error_p": base_error_p,
+                             "calibration": calibration}
     out = fn(lm, items, stage1, cond, item_error_p, repeat=repeat, reflection=reflection,
              temperature=temperature, max_new_tokens=max_new_tokens, **extra)
     ref = dict(zip(items["item_id"], items["answer"]))
