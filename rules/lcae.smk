@@ -74,6 +74,8 @@ rule lcae_stage2:
         items_path=rules.lcae_sample.output.out,
         stage1_path=rules.lcae_stage1.output.out,
         irt_items_path=rules.lcae_irt.output.out_items,
+        # a base LM's calibration map (base_error_p "calibrated") is fitted on train items
+        calibration_path=rpath(SP.ITEMS, dataset=LC["dataset"], split="train"),
     output:
         out=rpath(LP.STAGE, stage="stage2"),
     params:
@@ -87,6 +89,8 @@ rule lcae_stage2:
         max_new_tokens=LC["max_new_tokens"],
         base_slow_below=LC["base_slow_below"],
         base_error_p=LC["base_error_p"],
+        calibration_items=LC["calibration_items"],
+        seed=config["seed"],
         cache_dir=f"{R}/cache",
     threads: 1
     conda:

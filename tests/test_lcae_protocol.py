@@ -221,8 +221,8 @@ def test_calibrated_error_probability_recovers_the_examinees_own_reliability():
     assert out["error_p"].iloc[0] == pytest.approx(1 - expit(got[0] * logit(p_q1) + got[1]))
     with pytest.raises(ValueError, match="calibration map"):
         assess(lm, items, stage1, "baseline", {"q1": 0.1}, chat=False, repeat=0, base_error_p="calibrated")
-    with pytest.raises(ValueError, match="both right and wrong"):
-        answer_calibration(lm, cal[right])
+    k = int(right.sum())  # right on every item: the smoothed rate, no slope
+    assert answer_calibration(lm, cal[right]) == pytest.approx((0.0, logit((k + 0.5) / (k + 1))))
 
 
 def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
@@ -406,6 +406,10 @@ def test_item_fit_note_counts_every_item_and_table3_uses_the_papers_column_order
     # the BCE cost of one item at reference 0.5 stated as 0: -0.5 log(eps) - 0.5 log(1 - eps)
     note = method_note(method="jml", eps=1e-6, base_models=[])
     assert "costs 6.9 (at ε = 1e-15: 17.3; at 1e-3: 3.5)" in note and "(L-1)/L" in note
+    # the note names the reading the run used, or lists every reading when it is not known
+    note = method_note(method="jml", eps=1e-6, base_models=["wm"], base_error_p="calibrated")
+    assert "lcae.base_error_p (= calibrated: one minus" in note and "digits" not in note
+    assert all(k in method_note(method="jml", eps=1e-6, base_models=["wm"]) for k in ("digits:", "answer:", "calibrated:"))
 
 
 def test_table_notes_count_unparsed_and_truncated_replies_and_state_the_choices(tmp_path):

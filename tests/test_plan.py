@@ -68,7 +68,14 @@ def test_lcae_requests_by_hand(lcae_config):
     # 2 conditions x 3 items; greedy local decoding shares the 2 repeats, an API model does not
     assert _row(df, "chat", "lcae_stage2")["requests"] == 6
     assert _row(df, "api", "lcae_stage2")["requests"] == 12
-    # a base model reads 10 digit log-likelihoods per item and condition, repeats shared
+    # a base model ("calibrated") scores the 4 options of the 2 train items for its calibration
+    # map and the 3 items' options after the IDS signal; Baseline's are Stage 1's Standard ones
+    assert _row(df, "base", "lcae_stage2")["requests"] == 2 * 4 + 3 * 4
+    # with "digits" it reads 10 digit log-likelihoods per item and condition, repeats shared
+    cfg = yaml.safe_load(lcae_config.read_text())
+    cfg["lcae"]["base_error_p"] = "digits"
+    (lcae_config.parent / "digits").mkdir()
+    df, _ = make_plan(_config(cfg, lcae_config.parent / "digits"))
     assert _row(df, "base", "lcae_stage2")["requests"] == 2 * 3 * 10
 
 
@@ -231,7 +238,7 @@ def test_cli_plan_prints_table_and_csv(lcae_config, tmp_path, capsys):
     assert main(["plan", str(lcae_config), "--csv", str(tmp_path / "plan.csv")]) == 0
     out = capsys.readouterr().out
     assert "| api | lcae_stage2 | 1 (0) | 12 |" in out and "**total**" in out
-    assert pd.read_csv(tmp_path / "plan.csv")["requests"].sum() == 6 + 6 + 27 + 6 + 12 + 60
+    assert pd.read_csv(tmp_path / "plan.csv")["requests"].sum() == 6 + 6 + 27 + 6 + 12 + (2 * 4 + 3 * 4)
 
 
 def test_plan_writes_each_jobs_time_limit_from_its_hours(lcae_config, tmp_path):

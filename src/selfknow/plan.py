@@ -29,12 +29,11 @@ How the requests are found, stage by stage:
   priors by the job's own answering and prior code (no prior request with `prior: l1`), the
   persistent judge as one request per question (`labels: generate`) or per beam (`constrained`,
   an upper bound on the candidate groups).
-- The persistent variant jobs' counts follow the variant plans the jobs resolve
-  (`plan_variant`): one request per (adapter, scoring checkpoint, answering checkpoint, test
-  question), an upper bound, since the same answer of two checkpoints read by one scorer is one
-  request (about 10 % fewer in the tiny config, whose checkpoints answer alike). Adapter
-  training is device time only: its forward and backward passes are counted as 3 x the
-  training tokens (`TRAIN_PASSES`).
+- The persistent variant jobs' counts follow the variant plans the jobs resolve (`plan_variant`):
+  one request per (adapter, scoring checkpoint, answering checkpoint, test question), an upper
+  bound, since the same answer of two checkpoints read by one scorer is one request (about 10 %
+  fewer in the tiny config, whose checkpoints answer alike). Adapter training is device time
+  only: its forward and backward passes are counted as 3 x the training tokens (`TRAIN_PASSES`).
 
 Tokens: prompts are measured as characters / `CHARS_PER_TOKEN`; completions as the requests'
 budgets (an upper bound: an answer stops at its stop string); beams as `num_beams` x budget.
@@ -70,7 +69,7 @@ from selfknow.protocols.ladder.crosstask import answer_suite, sample_suite
 from selfknow.protocols.ladder.prompted import lsa_query_confidence, zs_prior
 from selfknow.protocols.ladder.react_agent import pick_items, run_agent
 from selfknow.protocols.lcae.examinees import answer_items
-from selfknow.protocols.lcae.metacognition import assess
+from selfknow.protocols.lcae.metacognition import answer_calibration, assess
 from selfknow.protocols.persistent.prompts import confidence_prompt, qa_prompts, question_shots
 from selfknow.protocols.persistent.variants import MAIN, TRANSFER, plan_variant
 from selfknow.stages.generation import fixed_shots, greedy_answers
@@ -500,11 +499,12 @@ class Planner:
         items = self.lcae_items()
         error_p = {i: 0.5 for i in items["item_id"]}  # IRT_ItemErrorP: only its printed value is in a prompt
         lm = self.lm(w["model"], w["ckpt"], "lcae_stage2", job)
+        cal = None if is_chat(p["spec"]) or p["base_error_p"] != "calibrated" else answer_calibration(
+            lm, self.items.sample(self.cfg["lcae"]["dataset"], "train", p["calibration_items"], self.seed))
         for cond in p["conditions"]:
             for r in range(p["repeats"]):
-                assess(lm, items, standard, cond, error_p, chat=is_chat(p["spec"]), repeat=r, reflection=p["reflection"],
-                       temperature=p["temperature"], max_new_tokens=p["max_new_tokens"],
-                       base_slow_below=p["base_slow_below"], base_error_p=p["base_error_p"])
+                assess(lm, items, standard, cond, error_p, chat=is_chat(p["spec"]), repeat=r, calibration=cal,
+                       **{k: p[k] for k in ("reflection", "temperature", "max_new_tokens", "base_slow_below", "base_error_p")})
         if {"dpr", "ids_dpr"} & set(p["conditions"]):
             self.ledger.note(w["model"], "lcae_stage2", "DPR routes: about half the items taken as slow"
                              if is_chat(p["spec"]) else "DPR routes: Slow where the placeholder option "

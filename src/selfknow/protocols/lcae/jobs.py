@@ -8,7 +8,7 @@ from selfknow.stages.items import sample_items
 from selfknow.models import load_lm
 from selfknow.models.registry import repeats_share_requests
 from selfknow.protocols.lcae.examinees import STATUSES, answer_items
-from selfknow.protocols.lcae.metacognition import assess
+from selfknow.protocols.lcae.metacognition import answer_calibration, assess
 from selfknow.protocols.lcae.prompting import prompts_version
 from selfknow.records import read_parquet, write_parquet
 from selfknow.resumable import map_chunks
@@ -69,14 +69,22 @@ def irt_job(stage1_paths: list[str], out_persons: str, out_items: str, *, method
 
 def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dict, ckpt: str, out: str, *,
                conditions: list[str], repeats: int, cache_dir: str, reflection: str, temperature: float,
-               max_new_tokens: int, base_slow_below: float = 0.5, base_error_p: str = "digits") -> dict:
-    """Stage-2 records of one Standard-prompting examinee: every condition x repeat."""
+               max_new_tokens: int, base_slow_below: float = 0.5, base_error_p: str = "digits",
+               calibration_path: str | None = None, calibration_items: int = 300, seed: int = 0) -> dict:
+    """Stage-2 records of one Standard-prompting examinee: every condition x repeat (a base LM
+    with `base_error_p` "calibrated" first fits its calibration map on `calibration_items` items
+    of `calibration_path`, drawn with `seed`)."""
     items = read_parquet(items_path)
     stage1 = read_parquet(stage1_path)
     stage1 = stage1[stage1["strategy"] == "standard"]
     item_error_p = dict(zip(*read_parquet(irt_items_path)[["item_id", "item_error_p"]].T.values))
     lm = load_lm(spec, ckpt, cache_dir=cache_dir)
     chat = is_chat(spec)
+    calibration = None
+    if not chat and base_error_p == "calibrated":
+        if calibration_path is None:
+            raise ValueError("lcae stage 2: base_error_p 'calibrated' needs the train items (calibration_path)")
+        calibration = answer_calibration(lm, sample_items(read_parquet(calibration_path), calibration_items, seed))
     work = pd.concat([items.assign(condition=c, repeat=r) for c in conditions for r in range(repeats)], ignore_index=True)
     work["record_key"] = work["condition"] + ":" + work["repeat"].astype(str) + ":" + work["item_id"]
 
@@ -84,13 +92,14 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
         return pd.concat([assess(lm, g.drop(columns=["condition", "repeat", "record_key"]), stage1, c, item_error_p,
                                  chat=chat, repeat=int(r), reflection=reflection, temperature=temperature,
                                  max_new_tokens=max_new_tokens, base_slow_below=base_slow_below,
-                                 base_error_p=base_error_p)
+                                 base_error_p=base_error_p, calibration=calibration)
                           for (c, r), g in chunk.groupby(["condition", "repeat"], sort=False)], ignore_index=True)
 
     df = map_chunks(work, run, out, chunk_size=50, key="record_key", desc="stage2",
                     params={"spec": spec, "ckpt": ckpt, "conditions": conditions, "repeats": repeats,
                             "reflection": reflection, "t": temperature, "mnt": max_new_tokens,
                             **({} if chat else {"slow_below": base_slow_below, "error_p": base_error_p}),
+                            **({} if calibration is None else {"calibration": calibration}),
                             "prompts": prompts_version()},
                     model=lm.identity(), finalize=lambda d: d.assign(model=spec["name"], checkpoint=ckpt))
     return {"records": len(df), "unparsed": int((~df["parsed"]).sum()), "slow": int((df["mode"] == "slow").sum()),

@@ -164,14 +164,14 @@ def answer_calibration(lm: LM, items: pd.DataFrame) -> tuple[float, float]:
     items, never the Stage-2 ones) answered as Stage 1's Standard strategy answers them. It is
     what the model would know of its own reliability had it seen its record on those items,
     as a post-hoc map is fitted on the persistent protocol's train split (`base_error_p`
-    "calibrated")."""
+    "calibrated"). An examinee right on all of them or none has no slope to fit: its map states
+    its smoothed rate of right answers, (k + 0.5) / (n + 1), whatever its probability."""
     from sklearn.linear_model import LogisticRegression
 
     probs = option_probabilities(lm, list(items["question"]), [list(c) for c in items["choices"]])
     right = np.array([letter_match(chosen_letter(p), a) for p, a in zip(probs, items["answer"])])
     if right.all() or not right.any():
-        raise ValueError(f"lcae calibration: the examinee answers {int(right.sum())} of {len(right)} calibration "
-                         "items right; the map needs both right and wrong answers (raise lcae.calibration_items)")
+        return 0.0, float(_logit(np.array([(right.sum() + 0.5) / (right.size + 1)]))[0])
     fit = LogisticRegression(C=1.0).fit(_logit(np.array([p.max() for p in probs]))[:, None], right)
     return float(fit.coef_[0, 0]), float(fit.intercept_[0])
 

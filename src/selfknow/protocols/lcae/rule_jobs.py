@@ -23,4 +23,5 @@ def tables_job(stage3_path: str, persons_path: str, items_path: str, outputs: Ma
     return write_tables(stage3_path, persons_path, items_path, dict(outputs), outputs["figure2"], dict(prices),
                         [m for m, s in specs.items() if stage2_repeats_shared(s, lc["stage2_temperature"])],
                         method=method, eps=eps, base_models=[m for m, s in specs.items() if not is_chat(s)],
+                        base_error_p=lc["base_error_p"],
                         provenance=prov, modes_note=modes_note(list(specs.values())))

@@ -179,7 +179,16 @@ def bce_cost(eps: float, e: float = 0.5) -> float:
     return float(-(e * np.log(eps) + (1 - e) * np.log1p(-eps)))
 
 
-def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
+#: how a base LM states its Stage-2 error probability, by `lcae.base_error_p`
+BASE_ERROR_P = {
+    "digits": "the expected digit 0-9 after 'Probability that this answer is wrong (0-9):' by likelihood / 9",
+    "answer": "one minus their own option probability of their final answer",
+    "calibrated": ("one minus their own option probability of their final answer through their own logistic "
+                   "calibration map, fitted on their answers to lcae.calibration_items train-split items"),
+}
+
+
+def method_note(*, method: str, eps: float, base_models: list[str], base_error_p: str | None = None) -> str:
     """The choices the paper leaves open that every LCAE number rests on (docs/deviations.md,
     "Deviations from the papers")."""
     est = ("joint maximum likelihood with the (L-1)/L bias correction" if method == "jml"
@@ -192,9 +201,10 @@ def method_note(*, method: str, eps: float, base_models: list[str]) -> str:
            f"reference 0.5 stated as 0 costs {bce_cost(eps):.1f} (at ε = 1e-15: {bce_cost(1e-15):.1f}; "
            f"at 1e-3: {bce_cost(1e-3):.1f})."]
     if base_models:
+        stated = (f"= {base_error_p}: {BASE_ERROR_P[base_error_p]}" if base_error_p else
+                  "; " + "; ".join(f"{k}: {v}" for k, v in BASE_ERROR_P.items()))
         out.append(f"Base LMs ({', '.join(base_models)}) answer by option likelihood and state their error "
-                   f"probability by lcae.base_error_p (digits: the expected digit 0-9 by likelihood / 9; answer: one minus "
-                   f"their own option probability of their final answer), not in words; their DPR route follows "
+                   f"probability by lcae.base_error_p ({stated}), not in words; their DPR route follows "
                    f"lcae.base_slow_below (Slow where their own option probability of their answer is below it; 0: "
                    f"the likelihoods of the words Fast and Slow).")
     return " ".join(out)
@@ -230,12 +240,14 @@ def item_fit(items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 
 def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str], figure2: str | None,
                  prices: dict[str, list[float]], shared_repeats: list[str] | None, *, method: str, eps: float,
-                 base_models: list[str], provenance: dict | None = None, modes_note: str = "") -> dict:
+                 base_models: list[str], base_error_p: str | None = None, provenance: dict | None = None,
+                 modes_note: str = "") -> dict:
     """Every LCAE target of the catalog (`catalog.TABLES`: each table's builder, title and
     notes): `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
     names the examinee models whose Stage-2 repeats shared one set of requests
     (`jobs.stage2_repeats_shared`; None: unknown, no note), `base_models` those that answer by
-    likelihood; `figure2` None skips Figure 2 (records from elsewhere without prices); `method`
+    likelihood, and `base_error_p` how they state their error probability (None: unknown, every
+    reading listed); `figure2` None skips Figure 2 (records from elsewhere without prices); `method`
     and `eps` are the config's Rasch estimator and BCE clip, stated in the notes; with
     `provenance`, every table and the figure get its sidecar; `modes_note`
     (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
@@ -244,7 +256,7 @@ def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: 
 
     s3 = read_parquet(stage3_path)
     fit_notes = replies_note(read_parquet(persons_path), s3) + "\n\n" + method_note(
-        method=method, eps=eps, base_models=base_models)
+        method=method, eps=eps, base_models=base_models, base_error_p=base_error_p)
     known = {"stage3": s3, "items": read_parquet(items_path), "shared_repeats": shared_repeats,
              "modes_note": modes_note, "fit_notes": fit_notes}
     for name in names(TABLES, figure=False):
