@@ -8,7 +8,7 @@ import torch
 from sklearn.isotonic import IsotonicRegression
 from sklearn.metrics import brier_score_loss, roc_auc_score
 
-from selfknow.stats.classification import auc, brier
+from selfknow.stats.classification import auc, brier, logistic_fit
 from selfknow.stats.isotonic import fit_isotonic
 from selfknow.stats.persistent.bootstrap import (bootstrap_persistent, component_classes, default_block,
                                                  draw_block, replicate_counts, replicate_rngs,
@@ -33,6 +33,27 @@ def test_auc_brier_match_sklearn(case):
     y[0], y[1] = 0, 1
     assert abs(auc(p, y) - roc_auc_score(y, p)) < 1e-12
     assert abs(brier(p, y) - brier_score_loss(y, p)) < 1e-12
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_logistic_fit_matches_sklearn_and_recovers_a_planted_map(case):
+    """The one-feature L2 logistic fit (LCAE's calibration map) equals scikit-learn's
+    LogisticRegression(C) at its optimum, on small and separable-leaning samples too; on a
+    large sample it recovers the planted slope and intercept."""
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(case)
+    n, C = [6, 40, 300, 2000, 20000][case], [1.0, 0.1, 1.0, 10.0, 1.0][case]
+    x = rng.normal(0, 2, n)
+    y = rng.random(n) < 1 / (1 + np.exp(-(1.5 * x - 0.7)))
+    y[0], y[1] = False, True
+    got = logistic_fit(x, y, C=C)
+    ref = LogisticRegression(C=C, tol=1e-12, max_iter=10_000).fit(x[:, None], y)
+    assert got == pytest.approx((ref.coef_[0, 0], ref.intercept_[0]), abs=1e-6)
+    if n == 20000:
+        assert got == pytest.approx((1.5, -0.7), abs=0.06)
+    with pytest.raises(ValueError, match="all one class"):
+        logistic_fit(x, np.ones(n))
 
 
 # ---------------------------------------------------------------- SmoothECE vs relplot

@@ -1,4 +1,5 @@
-"""Answer-level scores shared by the papers: AUROC, Brier score, binned ECE.
+"""Answer-level scores shared by the papers: AUROC, Brier score, binned ECE; and the one-feature
+logistic fit that calibrates a score (LCAE's base-LM error probabilities).
 
 Pure numpy; inputs are confidences in [0, 1] and 0/1 correctness labels.
 """
@@ -45,3 +46,35 @@ def binned_ece(conf, correct, n_bins: int = 10) -> float:
     conf_sum = np.bincount(idx, weights=p, minlength=n_bins)
     acc_sum = np.bincount(idx, weights=y, minlength=n_bins)
     return float(np.abs(conf_sum - acc_sum).sum() / p.size)
+
+
+def logistic_fit(x, y, C: float = 1.0, tol: float = 1e-10, max_iter: int = 100) -> tuple[float, float]:
+    """(slope, intercept) of a one-feature logistic regression of 0/1 labels `y` on `x`, with
+    the penalty slope² / (2C) and a free intercept (scikit-learn's `LogisticRegression(C=C)`
+    objective), by Newton's method with step halving; the objective is strictly convex, but
+    it has no minimum when `y` is all 0 or all 1 (an error)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"logistic_fit: x and y must be 1-d of one length, got {x.shape} and {y.shape}")
+    if y.min() == y.max():
+        raise ValueError("logistic_fit: the labels are all one class; no finite fit exists")
+    X = np.column_stack([x, np.ones_like(x)])
+    ridge = np.array([1.0 / C, 0.0])
+
+    def objective(beta):
+        z = X @ beta
+        return float(np.logaddexp(0.0, z).sum() - y @ z + 0.5 * ridge[0] * beta[0] ** 2)
+
+    beta = np.zeros(2)
+    for _ in range(max_iter):
+        p = 1.0 / (1.0 + np.exp(-(X @ beta)))
+        grad = X.T @ (p - y) + ridge * beta
+        if np.abs(grad).max() < tol * len(y):
+            return float(beta[0]), float(beta[1])
+        hess = (X * (p * (1 - p))[:, None]).T @ X + np.diag(ridge)
+        step, f0 = np.linalg.solve(hess, grad), objective(beta)
+        t = 1.0
+        while objective(beta - t * step) > f0 and t > 1e-10:
+            t /= 2
+        beta = beta - t * step
+    raise ValueError(f"logistic_fit: Newton's method did not converge in {max_iter} iterations")

@@ -38,6 +38,7 @@ import pandas as pd
 
 from selfknow.stages.judge import final_answer_letter, letter_match
 from selfknow.stages.mcq import chosen_letter, cloze_prompt, option_probabilities
+from selfknow.stats.classification import logistic_fit
 from selfknow.models.base import LM
 from selfknow.protocols.lcae.prompting import LETTERS, fill, template
 
@@ -166,14 +167,11 @@ def answer_calibration(lm: LM, items: pd.DataFrame) -> tuple[float, float]:
     as a post-hoc map is fitted on the persistent protocol's train split (`base_error_p`
     "calibrated"). An examinee right on all of them or none has no slope to fit: its map states
     its smoothed rate of right answers, (k + 0.5) / (n + 1), whatever its probability."""
-    from sklearn.linear_model import LogisticRegression
-
     probs = option_probabilities(lm, list(items["question"]), [list(c) for c in items["choices"]])
     right = np.array([letter_match(chosen_letter(p), a) for p, a in zip(probs, items["answer"])])
     if right.all() or not right.any():
         return 0.0, float(_logit(np.array([(right.sum() + 0.5) / (right.size + 1)]))[0])
-    fit = LogisticRegression(C=1.0).fit(_logit(np.array([p.max() for p in probs]))[:, None], right)
-    return float(fit.coef_[0, 0]), float(fit.intercept_[0])
+    return logistic_fit(_logit(np.array([p.max() for p in probs])), right)
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
