@@ -51,8 +51,11 @@ def binned_ece(conf, correct, n_bins: int = 10) -> float:
 def logistic_fit(x, y, C: float = 1.0, tol: float = 1e-10, max_iter: int = 100) -> tuple[float, float]:
     """(slope, intercept) of a one-feature logistic regression of 0/1 labels `y` on `x`, with
     the penalty slope² / (2C) and a free intercept (scikit-learn's `LogisticRegression(C=C)`
-    objective), by Newton's method with step halving; the objective is strictly convex, but
-    it has no minimum when `y` is all 0 or all 1 (an error)."""
+    objective), by Newton's method with step halving, stopped when the Newton decrement says
+    the objective is within `tol` of its minimum or no step lowers it in floating point. The
+    objective is strictly convex, but it has no minimum when `y` is all 0 or all 1 (an error)."""
+    from scipy.special import expit
+
     x, y = np.asarray(x, float), np.asarray(y, float)
     if x.shape != y.shape or x.ndim != 1:
         raise ValueError(f"logistic_fit: x and y must be 1-d of one length, got {x.shape} and {y.shape}")
@@ -67,14 +70,16 @@ def logistic_fit(x, y, C: float = 1.0, tol: float = 1e-10, max_iter: int = 100) 
 
     beta = np.zeros(2)
     for _ in range(max_iter):
-        p = 1.0 / (1.0 + np.exp(-(X @ beta)))
+        p = expit(X @ beta)
         grad = X.T @ (p - y) + ridge * beta
-        if np.abs(grad).max() < tol * len(y):
-            return float(beta[0]), float(beta[1])
         hess = (X * (p * (1 - p))[:, None]).T @ X + np.diag(ridge)
-        step, f0 = np.linalg.solve(hess, grad), objective(beta)
-        t = 1.0
-        while objective(beta - t * step) > f0 and t > 1e-10:
+        step = np.linalg.solve(hess, grad)
+        if grad @ step / 2 < tol:
+            return float(beta[0]), float(beta[1])
+        f0, t = objective(beta), 1.0
+        while objective(beta - t * step) >= f0:
             t /= 2
+            if t < 1e-12:
+                return float(beta[0]), float(beta[1])
         beta = beta - t * step
     raise ValueError(f"logistic_fit: Newton's method did not converge in {max_iter} iterations")
