@@ -20,7 +20,8 @@ TOP = {"A": -0.2, "B": -1.9, " A": -3.0, "7": -4.0}
 class FakeServer:
     """OpenAI-compatible server (Chat Completions, Responses, completions). `failures` is
     consumed one per request ("429", "500", "hang"); a prompt containing FAIL always gets 500,
-    BAD gets 400; `delay` slows every answer (to observe concurrency); `give_logprobs=False`
+    BAD gets 400; with `gather` n, requests wait (at most 10 s) until
+    n are in flight at once, the first time (to observe concurrency under any load); `give_logprobs=False`
     ignores the logprobs parameter. `reasoning=True` serves a reasoning model: the parameters
     it rejects get HTTP 400 (`reasoning_rule_violation`), and it spends `reasoning_spend` hidden
     tokens from the token limit before its 3-token answer (an empty, cut answer if the limit
@@ -31,12 +32,13 @@ class FakeServer:
         self.reasoning_spend = 0
         self.failures: list[str] = []
         self.requests: list[tuple[str, dict, dict]] = []
-        self.delay = 0.0
         self.hang_s = 2.0
         self.retry_after = "0.3"  # seconds, the Retry-After of a "429" failure
         self.give_logprobs = True
         self.in_flight = 0
         self.max_in_flight = 0
+        self.gather = 0
+        self.gathered = threading.Event()
         self.lock = threading.Lock()
         server = self
 
@@ -48,7 +50,11 @@ class FakeServer:
                     mode = server.failures.pop(0) if server.failures else "ok"
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    if server.gather and server.in_flight >= server.gather:
+                        server.gathered.set()
                 try:
+                    if server.gather:
+                        server.gathered.wait(10)
                     self._answer(mode, body)
                 finally:
                     with server.lock:
@@ -72,7 +78,6 @@ class FakeServer:
                                                       "param": param, "code": "unsupported_parameter"}})
                 if mode == "hang":
                     time.sleep(server.hang_s)
-                time.sleep(server.delay)
                 self._send(200, server.respond(self.path, body))
 
         self.httpd, self.url, self.thread = serve(Handler)
@@ -248,7 +253,7 @@ def test_connection_refused_is_retried_then_fails(server):
 
 
 def test_bounded_concurrency(server):
-    server.delay = 0.15
+    server.gather = 3  # a fixed delay let a loaded machine start the threads one after another
     lm = load_lm(spec(server, max_concurrency=3), cache_dir=None)
     out = lm.generate([f"p{i}" for i in range(9)], max_new_tokens=2)
     assert [g.text for g in out] == [f"echo: p{i}\nsecond line" for i in range(9)]
