@@ -52,15 +52,15 @@ class FakeServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                     if server.gather and server.in_flight >= server.gather:
                         server.gathered.set()
-                try:
-                    if server.gather:
-                        server.gathered.wait(10)
-                    self._answer(mode, body)
-                finally:
-                    with server.lock:
-                        server.in_flight -= 1
+                if server.gather:
+                    server.gathered.wait(10)
+                self._answer(mode, body)
 
             def _send(self, code, obj, headers=()):
+                # out of flight before the reply is written: a client that has read it may send
+                # its next request before this thread runs again
+                with server.lock:
+                    server.in_flight -= 1
                 send_json(self, code, obj, headers)
 
             def _answer(self, mode, body):
