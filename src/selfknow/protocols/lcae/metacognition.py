@@ -35,6 +35,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit, logit
 
 from selfknow.stages.judge import final_answer_letter, letter_match
 from selfknow.stages.mcq import chosen_letter, cloze_prompt, option_probabilities
@@ -175,8 +176,7 @@ def answer_calibration(lm: LM, items: pd.DataFrame) -> tuple[float, float]:
 
 
 def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(p, 1e-6, 1 - 1e-6)
-    return np.log(p / (1 - p))
+    return logit(np.clip(p, 1e-6, 1 - 1e-6))
 
 
 def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
@@ -206,7 +206,7 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
             if calibration is None:
                 raise ValueError("lcae.base_error_p 'calibrated' needs the examinee's calibration map (answer_calibration)")
             slope, intercept = calibration
-            own = 1.0 / (1.0 + np.exp(-(slope * _logit(own) + intercept)))
+            own = expit(slope * _logit(own) + intercept)
         error_p = (1.0 - own).tolist()
         return pd.DataFrame(dict(item_id=ids, error_p=error_p, parsed=True, finish_reason="stop", mode=modes,
                                  final_answer=final,
