@@ -523,15 +523,45 @@ def test_an_inode_or_fd_flood_stops_at_its_limit(python, secret, who, flood):
     assert 0 < int(r.stdout) <= cap
 
 
-def test_one_process_may_start_no_child_and_no_thread(python):
+@pytest.mark.parametrize("who", WHO)
+def test_one_process_may_start_no_child_and_no_thread(python, secret, who):
     limits = Limits(wall_s=5.0, cpu_s=1, memory_mb=256, max_processes=1, max_file_mb=4, output_bytes=4000,
                     max_inodes=256, max_fds=64)
     for code in ("import subprocess\nsubprocess.run(['true'])", "import threading\nthreading.Thread(target=print).start()"):
-        r = run_python(code, limits, python, allow_unisolated=False)
+        r = _run(who, code, python, secret, limits)
         assert r.status == "failed" and ("Resource temporarily unavailable" in r.stderr
                                          or "can't start new thread" in r.stderr), r.stderr
     for config in ("config.yaml", "config/paper.yaml"):
         assert load_config(REPO / config)["ladder"]["extension"]["sandbox"]["max_processes"] == 1
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_the_process_limit_ignores_the_callers_other_processes(python, secret, who):
+    """Processes of the caller's uid that start while the sandbox starts (another job, another
+    test suite) neither count against the snippet's limit nor make its start fail."""
+    if who != "me" and os.geteuid() != 0:
+        pytest.skip("switching to an unprivileged user needs root")
+    sleeper = ["sleep", "30"] if who == "me" else _as_user(["sleep", "30"], {"PATH": "/usr/bin:/bin"})
+    others: list[subprocess.Popen] = []
+    done = threading.Event()
+
+    def crowd():
+        while not done.is_set() and len(others) < 200:
+            others.append(subprocess.Popen(sleeper))
+            time.sleep(0.01)
+
+    t = threading.Thread(target=crowd, daemon=True)
+    t.start()
+    try:
+        r = _run(who, "print(sum(range(10)))", python, secret)
+    finally:
+        done.set()
+        t.join()
+        for proc in others:
+            proc.kill()
+            proc.wait()
+    assert len(others) > 1
+    assert r.passed and r.stdout.strip() == "45", r.stderr
 
 
 # ----------------------------------------------------------------------------- forging a pass

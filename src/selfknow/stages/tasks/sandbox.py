@@ -20,8 +20,10 @@ Isolation (`isolation()` probes it once per interpreter), the kernel's, not a Py
   signal can reach one), and when the init ends with the interpreter the kernel kills every
   process left in it.
 - *limits* (always): RLIMIT_CPU, RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NPROC (`max_processes`: 1 by
-  default, no child and no thread), RLIMIT_NOFILE (`max_fds`), no core files, and a wall clock
-  in the parent; the child runs in its own session, killed when it ends or times out.
+  default, no child and no thread; under namespaces set inside them, where it counts only the
+  sandbox's own processes, not the caller's uid's), RLIMIT_NOFILE (`max_fds`), no core files,
+  and a wall clock in the parent; the child runs in its own session, killed when it ends or
+  times out.
 
 Where namespaces do not work, generated code is refused (`SandboxError`) unless the caller
 passes `allow_unisolated` (config `ladder.extension.sandbox.allow_unisolated`): then only the
@@ -168,7 +170,8 @@ def _child_setup(limits: Limits | None, uid: int | None, nproc: int | None):
             resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if nproc is not None:
+                resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             resource.setrlimit(resource.RLIMIT_NOFILE, (limits.max_fds, limits.max_fds))
         if uid is not None:
             _drop_to(uid)
@@ -264,10 +267,15 @@ def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, ow
     """Run `code` (None limits: the probe's trivial run), its output kept in `capture`."""
     python = shutil.which(python, path="/usr/bin:/bin") or python  # a bare name: as the child's PATH finds it
     uid = _fresh_uid() if own_uid else None
-    nproc = None
-    if limits is not None:
-        # as root with a uid of its own, the count is exact; `unshare` and the namespace's init are 2 more
-        nproc = (limits.max_processes if uid is not None else _own_task_count() + limits.max_processes) + 2 * namespaces
+    # under namespaces SETUP sets the limit inside them, where it counts only the sandbox's own
+    # processes: `unshare` and the namespace's init are 2 more than the snippet's (and the
+    # probe's run is held to one, so that a kernel that counts the whole uid fails the probe)
+    inner_nproc = (limits.max_processes if limits is not None else 1) + 2
+    outer_nproc = None
+    if limits is not None and not namespaces:
+        # as root with a uid of its own the count is exact; without one it races with the
+        # caller's other processes, as any limit on a shared uid does
+        outer_nproc = limits.max_processes if uid is not None else _own_task_count() + limits.max_processes
     # in the system's temporary directory, which every uid can traverse (the scratch directory
     # is written, and under namespaces the new root mounted on the job directory, as the snippet's uid)
     job = tempfile.mkdtemp(prefix="selfknow-sandbox-")
@@ -291,7 +299,8 @@ def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, ow
         exe, needed = _interpreter(python)
         argv = [_unshare(), "--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork",
                 "--kill-child", python, "-I", "-B", "-c", SETUP, HARNESS, exe, job,
-                str(limits.max_file_mb if limits else 1), str(limits.max_inodes if limits else 64), str(proof_w),
+                str(limits.max_file_mb if limits else 1), str(limits.max_inodes if limits else 64), str(inner_nproc),
+                str(proof_w),
                 str(status_w), *needed]
     else:
         argv = [python, "-I", "-B", "-c", HARNESS, scratch, str(proof_w)]
@@ -301,7 +310,7 @@ def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, ow
             start = time.monotonic()
             try:
                 proc = subprocess.Popen(argv, cwd=scratch, env=env, stdin=stdin, stdout=fo, stderr=fe,
-                                        pass_fds=(proof_w, status_w), preexec_fn=_child_setup(limits, uid, nproc),
+                                        pass_fds=(proof_w, status_w), preexec_fn=_child_setup(limits, uid, outer_nproc),
                                         start_new_session=True)
             except (OSError, subprocess.SubprocessError) as e:
                 raise SandboxError(f"sandbox: could not start {argv[0]}: {e}") from e

@@ -18,14 +18,17 @@ needs, pivot_root, the old root detached), from these pieces:
   `/home`, `/root`, `/run`, host `/tmp`, `/var`, project or results directory).
 """
 
-# argv = [harness, python, job dir, scratch MB, scratch inodes, proof fd, status fd, bound
-# path...]. Runs as the first process of the new namespaces, as their root; exits 125 naming
-# the step that failed. It stays as their init: it writes the harness's wait status to the
-# status fd (`unshare` cannot pass on a death by signal), and its exit ends every process left
-# in the namespace.
+# argv = [harness, python, job dir, scratch MB, scratch inodes, process limit, proof fd, status
+# fd, bound path...]. Runs as the first process of the new namespaces, as their root; exits 125
+# naming the step that failed. It stays as their init: it writes the harness's wait status to
+# the status fd (`unshare` cannot pass on a death by signal), and its exit ends every process
+# left in the namespace. The process limit is set here, not before `unshare`: since Linux 5.14
+# RLIMIT_NPROC counts the processes of the limited process's own user namespace, so the limit
+# holds exactly this sandbox's processes (`unshare`, this init, the harness and what it
+# starts), whatever else the caller's uid starts or ends meanwhile.
 SETUP = r'''
-import ctypes, os, sys
-harness, python, job, scratch_mb, inodes, proof_fd, status_fd, binds = *sys.argv[1:8], sys.argv[8:]
+import ctypes, os, resource, sys
+harness, python, job, scratch_mb, inodes, nproc, proof_fd, status_fd, binds = *sys.argv[1:9], sys.argv[9:]
 libc = ctypes.CDLL(None, use_errno=True)
 def need(ok, what):
     if ok != 0:
@@ -84,7 +87,12 @@ need(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")  # PR_SET_NO_NEW_PRIVS
 need(libc.prctl(4, 0, 0, 0, 0), "not dumpable")  # PR_SET_DUMPABLE: no ptrace, no /proc/1/fd
 status_fd = int(status_fd)
 os.set_inheritable(status_fd, False)
-child = os.fork()
+resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
+try:
+    child = os.fork()
+except OSError as e:
+    os.write(2, f"sandbox setup: starting the interpreter: {e.strerror}\n".encode())
+    os._exit(125)
 if child == 0:
     os.execv(python, [python, "-I", "-B", "-c", harness, scratch, proof_fd])
 os.close(int(proof_fd))
