@@ -178,15 +178,17 @@ def test_stage2_base_error_probability_is_the_digit_expectation():
 
     lm = ScriptedLM(lambda p: "", loglik=loglik)
     ie = {"q1": 0.1, "q2": 0.5, "q3": 0.9}
-    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_error_p="digits")
-    ids = assess(lm, items, stage1, "ids", ie, chat=False, repeat=0, base_error_p="digits")
+    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_slow_below=0.5, base_error_p="digits")
+    ids = assess(lm, items, stage1, "ids", ie, chat=False, repeat=0, base_slow_below=0.5, base_error_p="digits")
     assert np.allclose(base["error_p"], 1.0) and np.allclose(ids["error_p"], 0.0, atol=1e-12)
     assert base["correct_final"].all()
     # the words' route (base_slow_below 0): " Fast" is the likelier route
     dpr = assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0, base_error_p="digits")
     assert (dpr["mode"] == "fast").all()  # " Fast" is the likelier route
     with pytest.raises(ValueError, match="base_error_p must be"):
-        assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_error_p="words")
+        assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_slow_below=0.5, base_error_p="words")
+    with pytest.raises(ValueError, match="needs lcae.base_slow_below and lcae.base_error_p"):
+        assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0)
 
 
 def test_calibrated_error_probability_recovers_the_examinees_own_reliability():
@@ -215,12 +217,12 @@ def test_calibrated_error_probability_recovers_the_examinees_own_reliability():
     assert got == pytest.approx((slope, intercept), abs=0.12)
     items = _items().iloc[:1]
     stage1 = pd.DataFrame({"item_id": ["q1"], "strategy": "standard", "answer": ["A"]})
-    out = assess(lm, items, stage1, "baseline", {"q1": 0.1}, chat=False, repeat=0, base_error_p="calibrated",
+    out = assess(lm, items, stage1, "baseline", {"q1": 0.1}, chat=False, repeat=0, base_slow_below=0.5, base_error_p="calibrated",
                  calibration=got)
     p_q1 = 1 / (1 + 3 * np.exp(-1.0))
     assert out["error_p"].iloc[0] == pytest.approx(1 - expit(got[0] * logit(p_q1) + got[1]))
     with pytest.raises(ValueError, match="calibration map"):
-        assess(lm, items, stage1, "baseline", {"q1": 0.1}, chat=False, repeat=0, base_error_p="calibrated")
+        assess(lm, items, stage1, "baseline", {"q1": 0.1}, chat=False, repeat=0, base_slow_below=0.5, base_error_p="calibrated")
     k = int(right.sum())  # right on every item: the smoothed rate, no slope
     assert answer_calibration(lm, cal[right]) == pytest.approx((0.0, logit((k + 0.5) / (k + 1))))
 
@@ -243,12 +245,13 @@ def test_stage2_base_routes_slow_where_the_model_is_unsure_of_its_answer():
     assert list(dpr["mode"]) == ["fast", "slow", "slow"]
     # the Slow items are re-answered after the reflection: q2 by its likeliest option, A
     assert list(dpr["final_answer"]) == ["B", "A", "A"]
-    assert (assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0.2)["mode"]
+    assert (assess(lm, items, stage1, "dpr", ie, chat=False, repeat=0, base_slow_below=0.2,
+                   base_error_p="digits")["mode"]
             == ["fast", "slow", "fast"]).all()
     # the error probability it states: one minus its own probability of its final answer
     p_sure = 1 / (1 + 3 * np.exp(-3.5))
     assert np.allclose(dpr["error_p"], [1 - p_sure, 1 - p_sure, 0.75])
-    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_error_p="answer")
+    base = assess(lm, items, stage1, "baseline", ie, chat=False, repeat=0, base_slow_below=0.5, base_error_p="answer")
     assert np.allclose(base["error_p"], [1 - p_sure, 1 - (1 - p_sure) / 3, 0.75])
 
 

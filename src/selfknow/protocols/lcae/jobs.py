@@ -69,8 +69,8 @@ def irt_job(stage1_paths: list[str], out_persons: str, out_items: str, *, method
 
 def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dict, ckpt: str, out: str, *,
                conditions: list[str], repeats: int, cache_dir: str, reflection: str, temperature: float,
-               max_new_tokens: int, base_slow_below: float = 0.5, base_error_p: str = "digits",
-               calibration_path: str | None = None, calibration_items: int = 300, seed: int = 0) -> dict:
+               max_new_tokens: int, base_slow_below: float, base_error_p: str, calibration_path: str,
+               calibration_items: int, seed: int) -> dict:
     """Stage-2 records of one Standard-prompting examinee: every condition x repeat (a base LM
     with `base_error_p` "calibrated" first fits its calibration map on `calibration_items` items
     of `calibration_path`, drawn with `seed`)."""
@@ -82,8 +82,6 @@ def stage2_job(items_path: str, stage1_path: str, irt_items_path: str, spec: dic
     chat = is_chat(spec)
     calibration = None
     if not chat and base_error_p == "calibrated":
-        if calibration_path is None:
-            raise ValueError("lcae stage 2: base_error_p 'calibrated' needs the train items (calibration_path)")
         calibration = answer_calibration(lm, sample_items(read_parquet(calibration_path), calibration_items, seed))
     work = pd.concat([items.assign(condition=c, repeat=r) for c in conditions for r in range(repeats)], ignore_index=True)
     work["record_key"] = work["condition"] + ":" + work["repeat"].astype(str) + ":" + work["item_id"]

@@ -180,7 +180,7 @@ def _logit(p: np.ndarray) -> np.ndarray:
 
 
 def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict,
-                *, max_new_tokens: int = 16, base_slow_below: float = 0.5, base_error_p: str = "digits",
+                *, base_slow_below: float, base_error_p: str, max_new_tokens: int = 16,
                 calibration: tuple[float, float] | None = None, **_) -> pd.DataFrame:
     ans = dict(zip(stage1["item_id"], stage1["answer"]))
     ids, qs, chs = list(items["item_id"]), list(items["question"]), [list(c) for c in items["choices"]]
@@ -230,13 +230,16 @@ def assess_base(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, it
 
 def assess(lm: LM, items: pd.DataFrame, stage1: pd.DataFrame, cond: str, item_error_p: dict, *,
            chat: bool, repeat: int, reflection: str = "generic", temperature: float = 0.0,
-           max_new_tokens: int = 256, base_slow_below: float = 0.5, base_error_p: str = "digits",
+           max_new_tokens: int = 256, base_slow_below: float | None = None, base_error_p: str | None = None,
            calibration: tuple[float, float] | None = None) -> pd.DataFrame:
     """Stage-2 records of one Standard-prompting examinee under one condition and repeat
     (`base_slow_below`: a base LM's DPR route, `route_base`; `base_error_p`: how a base LM
-    states its error probability, `assess_base`)."""
+    states its error probability, `assess_base`; both needed for a base LM, config
+    `lcae.base_slow_below` and `lcae.base_error_p`)."""
     if cond not in CONDITIONS:
         raise ValueError(f"unknown condition {cond!r}; known: {', '.join(CONDITIONS)}")
+    if not chat and (base_slow_below is None or base_error_p is None):
+        raise ValueError("a base LM's Stage 2 needs lcae.base_slow_below and lcae.base_error_p")
     fn = assess_chat if chat else assess_base
     extra = {} if chat else {"base_slow_below": base_slow_below, "base_error_p": base_error_p,
                              "calibration": calibration}
