@@ -1,4 +1,6 @@
 """`selfknow check-estimators`: seed-averaged AUC, its bootstrap interval, the sd, pass/fail."""
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -81,6 +83,13 @@ def test_cli_reports_cells_and_strict_exit(tmp_path, capsys):
     assert "0 of 1 (method, dataset, checkpoint) cells pass" in out
     assert pd.read_csv(tmp_path / "cells.csv").loc[0, "n_seeds"] == 3
     assert main(["check-estimators", str(tmp_path / "r.csv"), "--bootstrap", "100", "--strict"]) == 1
+
+
+def test_the_probe_without_scikit_learn_says_how_to_get_it(tmp_path, monkeypatch):
+    """The core install has no scikit-learn: --probe stops first, naming the package."""
+    monkeypatch.setitem(sys.modules, "sklearn", None)
+    with pytest.raises(SystemExit, match="--probe needs scikit-learn.*pip install scikit-learn"):
+        main(["check-estimators", str(tmp_path / "absent.csv"), "--probe"])
 
 
 def test_probe_recovers_a_planted_direction_and_finds_none_in_noise():

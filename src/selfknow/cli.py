@@ -20,6 +20,7 @@ function running it). A command signals bad input by raising ``ValueError`` (or
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from dataclasses import dataclass
@@ -468,6 +469,9 @@ def run_check_estimators(args: argparse.Namespace) -> int:
     from selfknow.readers.plain import read_plain
     from selfknow.records import write_csv
 
+    if args.probe and importlib.util.find_spec("sklearn") is None:
+        raise SystemExit("selfknow check-estimators: --probe needs scikit-learn, which the core install leaves out "
+                         "(pip install scikit-learn; the [test] extra has it)")
     src = args.records
     records = export_records(src, model=args.model) if src.is_dir() else read_plain(src)
     cells = check_estimators(records, n_boot=args.bootstrap, seed=args.seed)
