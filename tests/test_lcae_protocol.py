@@ -396,6 +396,24 @@ def test_table1_prints_reference_points_and_which_examinees_beat_the_constant():
     assert "differs from Baseline in 3 of 3 examinees" in note
 
 
+def test_the_lcae_check_needs_an_examinee_above_the_constant_and_routes_that_change_something():
+    from selfknow.protocols.lcae.check import lcae_check
+
+    def stage3(gain, slow):
+        return pd.DataFrame([{"examinee": ex, "condition": cond, "repeat": 0, "theta": 0.0,
+                              "lcae": np.log(2) - gain - (0.01 if cond in ("dpr", "ids_dpr") and slow else 0),
+                              "lcae_gain": gain, "lcae_gain_se": 0.02, "n_items": 10,
+                              "n_slow": slow if cond in ("dpr", "ids_dpr") else 0}
+                             for ex in ("a", "b") for cond in ("baseline", "ids", "dpr", "ids_dpr")])
+
+    lines, ok = lcae_check(stage3(0.1, 2))
+    assert ok and lines[0].startswith("LCAE: 2 of 2 examinees beat the constant")
+    assert "LCAE DPR: Slow on 4 of 20 assessments; differs from Baseline in 2 of 2 examinees" in lines
+    assert not lcae_check(stage3(0.01, 2))[1]  # 0.01 ± 1.96 x 0.02 reaches below 0
+    lines, ok = lcae_check(stage3(0.1, 0))
+    assert not ok and "differs from IDS in 0 of 2 examinees" in lines[-2] and lines[-1] == "LCAE check fails"
+
+
 def test_item_fit_note_counts_every_item_and_table3_uses_the_papers_column_order():
     from selfknow.protocols.lcae.tables import item_fit_summary, method_note, top_models_table
 

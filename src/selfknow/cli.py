@@ -480,9 +480,23 @@ def run_check_estimators(args: argparse.Namespace) -> int:
     print(summary_line(cells))
     if args.csv:
         write_csv(cells, args.csv)
+    lcae_ok = _print_lcae(src) if src.is_dir() else True
     if args.probe:
         _print_probe(args, cells)
-    return 1 if args.strict and not cells["passed"].all() else 0
+    return 1 if args.strict and not (cells["passed"].all() and lcae_ok) else 0
+
+
+def _print_lcae(results: Path) -> bool:
+    """Issue #46's LCAE check on a results directory's Stage-3 records, when it has them."""
+    from selfknow.protocols.lcae.check import lcae_check
+    from selfknow.records import read_parquet
+
+    path = results / "lcae" / "stage3.parquet"
+    if not path.exists():
+        return True
+    lines, ok = lcae_check(read_parquet(path))
+    print("\n" + "\n".join(lines))
+    return ok
 
 
 def _print_probe(args: argparse.Namespace, cells) -> None:

@@ -44,7 +44,7 @@ def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame,
             col = per_ex[f"{value}_{k}"].mean().reindex(wide.index)
             table[REFERENCE_LABELS[k]] = col.to_numpy()
             mean_row[REFERENCE_LABELS[k]] = float(col.mean())
-        beats = _beats_constant(stage3, value, conds)
+        beats = beats_constant(stage3, value, conds)
         table["beats 0.5 in"] = [", ".join(CONDITION_LABELS[c] for c in beats.get(ex, [])) or "none"
                                  for ex in wide.index]
         n_beat = {c: sum(c in v for v in beats.values()) for c in conds}
@@ -73,7 +73,7 @@ def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame,
     return table, "\n\n".join(notes)
 
 
-def _beats_constant(stage3: pd.DataFrame, value: str, conds: list[str]) -> dict[str, list[str]]:
+def beats_constant(stage3: pd.DataFrame, value: str, conds: list[str]) -> dict[str, list[str]]:
     """Per examinee, the conditions whose mean gain over the constant 0.5 (over repeats) has a
     95 % normal interval above 0; a repeat's standard error is over items, and the repeats'
     mean takes their mean standard error (repeats of one examinee are positively correlated,
@@ -86,23 +86,35 @@ def _beats_constant(stage3: pd.DataFrame, value: str, conds: list[str]) -> dict[
     return {ex: [c for c in conds if c in v] for ex, v in out.items()}
 
 
-def routes_note(stage3: pd.DataFrame) -> str:
-    """How many items each DPR route took, per routing condition, and in how many examinees a
-    routing condition's final answers or assessments differ from its condition without routing."""
-    parts = []
+def route_counts(stage3: pd.DataFrame) -> list[dict]:
+    """Per routing condition: its assessments on the Slow route (`n_slow`) of `n`, its
+    examinees, and in how many of them (`differ`; None without the plain condition) the final
+    answers or assessments differ from its condition without routing."""
+    out = []
     for cond, plain in (("dpr", "baseline"), ("ids_dpr", "ids")):
         d = stage3[stage3["condition"] == cond]
         if d.empty:
             continue
-        n_slow, n = int(d["n_slow"].sum()), int(d["n_items"].sum())
-        text = (f"{CONDITION_LABELS[cond]}: Slow on {n_slow} and Fast on {n - n_slow} of {n} assessments "
-                f"(items x repeats x {d['examinee'].nunique()} examinees)")
+        row = {"condition": cond, "plain": plain, "n_slow": int(d["n_slow"].sum()), "n": int(d["n_items"].sum()),
+               "examinees": int(d["examinee"].nunique()), "differ": None}
         p = stage3[stage3["condition"] == plain]
         if not p.empty:
             a = d.groupby("examinee")[["lcae", "theta"]].mean()
             b = p.groupby("examinee")[["lcae", "theta"]].mean().reindex(a.index)
-            differ = int((~np.isclose(a.to_numpy(), b.to_numpy(), rtol=0, atol=1e-12)).any(axis=1).sum())
-            text += f"; differs from {CONDITION_LABELS[plain]} in {differ} of {len(a)} examinees"
+            row["differ"] = int((~np.isclose(a.to_numpy(), b.to_numpy(), rtol=0, atol=1e-12)).any(axis=1).sum())
+        out.append(row)
+    return out
+
+
+def routes_note(stage3: pd.DataFrame) -> str:
+    """How many items each DPR route took, per routing condition, and in how many examinees a
+    routing condition's final answers or assessments differ from its condition without routing."""
+    parts = []
+    for r in route_counts(stage3):
+        text = (f"{CONDITION_LABELS[r['condition']]}: Slow on {r['n_slow']} and Fast on {r['n'] - r['n_slow']} "
+                f"of {r['n']} assessments (items x repeats x {r['examinees']} examinees)")
+        if r["differ"] is not None:
+            text += f"; differs from {CONDITION_LABELS[r['plain']]} in {r['differ']} of {r['examinees']} examinees"
         parts.append(text)
     return ("DPR routes: " + "; ".join(parts) + ".") if parts else ""
 
