@@ -489,9 +489,10 @@ def run_check_estimators(args: argparse.Namespace) -> int:
 def _print_lcae(results: Path) -> bool:
     """Issue #46's LCAE check on a results directory's Stage-3 records, when it has them."""
     from selfknow.protocols.lcae.check import lcae_check
+    from selfknow.protocols.lcae.paths import STAGE3
     from selfknow.records import read_parquet
 
-    path = results / "lcae" / "stage3.parquet"
+    path = results / STAGE3
     if not path.exists():
         return True
     lines, ok = lcae_check(read_parquet(path))
