@@ -219,7 +219,7 @@ rule persistent_gcm:
         gcm_spec=get_gcm_spec,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
-        hparams=PC["adapter"],
+        hparams=PC["gcm_training"],
         cache_dir=f"{R}/cache",
     threads: 1
     conda:

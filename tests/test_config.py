@@ -79,6 +79,15 @@ def test_typo_key(cfg):
     assert "unknown key 'persistent.min_contrats'" in _err(cfg)
 
 
+def test_gcm_training_overrides_adapter_keys_and_refuses_others(cfg):
+    cfg["persistent"]["adapter"] = {"epochs": 5, "lr": 0.1}
+    cfg["persistent"]["gcm_training"] = {"lr": 0.3}
+    gcm = validate_config(copy.deepcopy(cfg))["persistent"]["gcm_training"]
+    assert gcm["epochs"] == 5 and gcm["lr"] == 0.3 and gcm["r"] == subschema("persistent.adapter")["properties"]["r"]["default"]
+    cfg["persistent"]["gcm_training"] = {"epoch": 3}
+    assert "unknown key 'persistent.gcm_training.epoch'" in _err(cfg)
+
+
 def test_typo_top_level_key(cfg):
     cfg["modles"] = []
     assert "unknown key 'modles'" in _err(cfg)
@@ -254,6 +263,7 @@ def test_defaults_are_filled_from_the_schema_and_derived_ones_from_their_key(cfg
         assert out["persistent"][key] == subschema(f"persistent.{key}")["default"]
     assert out["persistent"]["variance_seeds"] == [3, 4]            # default: seeds
     assert out["persistent"]["bootstrap_ece_replicates"] == 77      # default: bootstrap_replicates
+    assert out["persistent"]["gcm_training"] == out["persistent"]["adapter"]   # default: adapter
     assert out["ladder"]["lsa_query_sessions"] == 9                 # default: n_sessions
     assert out["judge"]["audit_dataset"] == "world_qa_a"            # default: the first persistent dataset
     assert out["world"]["qa_dataset"] == "world_qa_a"

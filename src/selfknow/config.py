@@ -94,6 +94,7 @@ def _fill_derived_defaults(cfg: dict) -> None:
     if p:
         p.setdefault("variance_seeds", p["seeds"])
         p.setdefault("bootstrap_ece_replicates", p["bootstrap_replicates"])
+        p["gcm_training"] = {**p["adapter"], **p.get("gcm_training", {})}
         cfg["judge"].setdefault("audit_dataset", p["datasets"][0])
     if "world" in cfg:
         cfg["world"].setdefault("qa_dataset", p["datasets"][0] if p else "world_qa")
