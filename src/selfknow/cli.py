@@ -480,14 +480,15 @@ def run_check_estimators(args: argparse.Namespace) -> int:
     print(summary_line(cells))
     if args.csv:
         write_csv(cells, args.csv)
-    lcae_ok = _print_lcae(src) if src.is_dir() else True
+    lcae_ok = _print_lcae(src)
     if args.probe:
         _print_probe(args, cells)
     return 1 if args.strict and not (cells["passed"].all() and lcae_ok) else 0
 
 
 def _print_lcae(results: Path) -> bool:
-    """Issue #46's LCAE check on a results directory's Stage-3 records, when it has them."""
+    """Issue #46's LCAE check on a results directory's Stage-3 records, when it has them (records
+    given as a file have none)."""
     from selfknow.protocols.lcae.check import lcae_check
     from selfknow.protocols.lcae.paths import STAGE3
     from selfknow.records import read_parquet

@@ -118,7 +118,8 @@ def base_model_dir(spec: dict, checkpoint: str | None) -> str:
 
 def _hparams(spec: dict, threads: int, extra: Mapping | None = None) -> dict:
     """`train_adapter`'s settings for a model entry's job: its device ("auto" resolved to the
-    job's GPU or the CPU, as `side_device`), GPUs, dtype, and `extra` (config `persistent.adapter`)."""
+    job's GPU or the CPU, as `side_device`), GPUs, dtype, and `extra` (config `persistent.adapter`, or
+    `persistent.gcm_training` for the GCM)."""
     device = spec.get("device", "cpu")
     hp = {"num_threads": int(threads), "device": side_device(spec) if device == "auto" else device,
           "gpus": int(spec.get("gpu", 0))}
