@@ -4,6 +4,7 @@ and afterwards the machine must hold no file the snippet wrote outside its scrat
 no process it started, and its output no secret of its parent."""
 from __future__ import annotations
 
+import base64
 import getpass
 import json
 import os
@@ -328,7 +329,7 @@ def test_an_interpreter_that_cannot_start_is_a_sandbox_error(tmp_path):
 # ----------------------------------------------------------------------------- the host's filesystem
 @pytest.mark.parametrize("who", WHO)
 def test_the_snippet_sees_only_what_the_interpreter_needs(python, secret, who):
-    _, needed = sandbox._interpreter(python)
+    _, needed, _ = sandbox._interpreter(python)
     tmp = tempfile.gettempdir()  # the job directory's, whose path the working directory keeps
     tops = {p for p in ("bin", "lib", "lib64", "sbin", "lib32", "libx32") if os.path.lexists("/" + p)}
     expected = tops | {"usr", "etc", "dev", "proc"} | {p.split(os.sep)[1] for p in (*needed, tmp)}
@@ -347,19 +348,59 @@ def test_the_snippet_sees_only_what_the_interpreter_needs(python, secret, who):
     assert len(listed[4]) == 1 and cwd == os.path.join(tmp, listed[4][0], "scratch")
 
 
+@pytest.mark.parametrize("who", WHO)
+def test_the_snippet_sees_the_standard_library_only(python, secret, who):
+    sites = _site_dirs(python)
+    assert any(Path(d).is_dir() and any(Path(d).iterdir()) for d in sites), sites  # something to hide
+    code = (f"import json, os, sys\nprint(json.dumps(sys.path))\n"
+            f"print(json.dumps({{d: os.listdir(d) for d in {list(sites)!r} if os.path.isdir(d)}}))")
+    r = _run(who, code, python, secret)
+    assert r.passed, r.stderr
+    path, listed = map(json.loads, r.stdout.splitlines())
+    assert not [p for p in path if "-packages" in p] and path[-1].endswith("lib-dynload"), path
+    assert listed and all(v == [] for v in listed.values()), listed
+
+
+#: extension modules of the standard library left off the allowlist, by the name each is
+#: refused under; the last imported under another name (its init resolves by the last component)
+UNLISTED = {"mmap": "import mmap", "_ctypes": "import _ctypes", "_lsprof": "import cProfile",
+            "_testcapi": "import _testcapi",
+            "x.mmap": ("import importlib.util\nfrom importlib.machinery import PathFinder\n"
+                        "spec = importlib.util.spec_from_file_location('x.mmap', PathFinder.find_spec('mmap').origin)\n"
+                        "importlib.util.module_from_spec(spec)")}
+
+
+@pytest.mark.parametrize("who", WHO)
+def test_extension_modules_load_by_allowlist_whatever_their_name(python, secret, who):
+    code = "\n".join([f"try:\n    exec({c!r})\n    print({k!r}, 'loaded')\nexcept ImportError as e:\n"
+                      f"    print(e)" for k, c in UNLISTED.items()]
+                     # uuid falls back to pure Python without _uuid
+                     + ["import hashlib, json, math, subprocess, uuid",
+                        "print(hashlib.md5(b'').hexdigest(), math.comb(5, 2))"])
+    r = _run(who, code, python, secret)
+    assert r.passed, r.stderr
+    assert r.stdout.splitlines() == [f"sandbox: extension module {m} is not allowed" for m in UNLISTED] + [
+        "d41d8cd98f00b204e9800998ecf8427e 10"], r.stdout
+
+
 def _fake_interpreter(tmp_path: Path, exe: str, prefix: str) -> str:
     """A stand-in that answers the sandbox's question as an interpreter at `exe` in `prefix` would."""
     fake = tmp_path / exe.replace("/", "-")  # one path per answer: the sandbox asks each interpreter once
-    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' {exe} {prefix} {prefix}\n")
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' {exe} {prefix} {prefix} '[\"{prefix}/lib/site-packages\"]'\n")
     fake.chmod(0o755)
     return str(fake)
 
 
 def test_the_interpreter_runs_from_its_base_with_its_prefix_bound(tmp_path):
     subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
-    assert sandbox._interpreter(str(tmp_path / "venv" / "bin" / "python")) == (os.path.realpath("/usr/bin/python3"), ())
+    # the base interpreter's site directories, which the sandbox hides, not the venv's
+    base_sites = subprocess.run(["/usr/bin/python3", "-I", "-c", "import site; print(*site.getsitepackages())"],
+                                capture_output=True, text=True, check=True).stdout.split()
+    exe, needed, sites = sandbox._interpreter(str(tmp_path / "venv" / "bin" / "python"))
+    assert (exe, needed) == (os.path.realpath("/usr/bin/python3"), ())
+    assert set(base_sites) <= set(sites) and not any(p.startswith(str(tmp_path)) for p in sites), sites
     outside = _fake_interpreter(tmp_path, "/opt/py/bin/python3.12", "/opt/py")
-    assert sandbox._interpreter(outside) == ("/opt/py/bin/python3.12", ("/opt/py",))
+    assert sandbox._interpreter(outside) == ("/opt/py/bin/python3.12", ("/opt/py",), ("/opt/py/lib/site-packages",))
     with pytest.raises(SandboxError, match="lives in / itself"):
         sandbox._interpreter(_fake_interpreter(tmp_path, "/python3", "/"))
 
@@ -581,10 +622,26 @@ def handler(signum, frame):
 fresh.signal(fresh.SIGUSR1, handler)
 os.kill(os.getpid(), fresh.SIGUSR1)
 """
-# (b) a child interpreter (no audit hook) reads the harness's memory around objects whose
-# addresses it is given, finds the 32-byte bytes object of hex digits and writes it to the proof fd
-READER = r"""
-import ctypes, os, re, struct, sys
+# Scanning a process's memory for the token: `read(address, n)` gives the bytes there (fewer
+# where unmapped); the scan looks around objects at addresses `near` for the 32-byte bytes
+# object of hex digits (its type, at `bytes_type`, and size, then the digits and their NUL) and
+# writes it to `fd`
+SCAN = r"""
+def scan(read, bytes_type, near, fd):
+    import os, re, struct
+    head = struct.pack("<QQ", bytes_type, 32)
+    for start in sorted({(a >> 16 << 16) + k * (1 << 16) for a in near for k in range(-256, 256)}):
+        raw = read(start, (1 << 16) + 128)
+        for m in re.finditer(re.escape(head), raw):
+            body = raw[m.start() + 24:m.start() + 57]
+            if re.fullmatch(rb"[0-9a-f]{32}\0", body):
+                os.write(fd, body[:32])
+                return True
+    return False
+"""
+# (b) a child interpreter (no audit hook) reads the harness's memory with process_vm_readv
+READER = SCAN + r"""
+import ctypes, os, sys
 pid, fd, bytes_type, *near = map(int, sys.argv[1:])
 libc = ctypes.CDLL(None, use_errno=True)
 class IOVec(ctypes.Structure):
@@ -592,29 +649,29 @@ class IOVec(ctypes.Structure):
 libc.process_vm_readv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong,
                                   ctypes.c_ulong]
 libc.process_vm_readv.restype = ctypes.c_ssize_t
-head, size = struct.pack("<QQ", bytes_type, 32), (1 << 16) + 128
-buf, errors = ctypes.create_string_buffer(size), set()
-for start in sorted({(a >> 16 << 16) + k * (1 << 16) for a in near for k in range(-256, 256)}):
+errors = set()
+def read(start, size):
+    buf = ctypes.create_string_buffer(size)
     local, remote = IOVec(ctypes.addressof(buf), size), IOVec(start, size)
     n = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
     if n < 0:
         errors.add(os.strerror(ctypes.get_errno()))
-        continue
-    for m in re.finditer(re.escape(head), buf.raw[:n]):
-        body = buf.raw[m.start() + 24:m.start() + 57]
-        if re.fullmatch(rb"[0-9a-f]{32}\0", body):
-            os.write(fd, body[:32])
-            sys.exit()
-print("no token:", sorted(errors))
+    return buf.raw[:max(n, 0)]
+if not scan(read, bytes_type, near, fd):
+    print("no token:", sorted(errors))
 """
-FORGE_BY_READING = f"""
-import fcntl, os, stat, subprocess, sys
+# the proof pipe: the harness's only write-only pipe (stdout and stderr are files)
+FIND_PROOF = """
+import fcntl, os, stat
 def write_only_pipe(fd):
     try:
         return stat.S_ISFIFO(os.fstat(fd).st_mode) and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY
     except OSError:
         return False
 proof = [fd for fd in range(3, 1024) if write_only_pipe(fd)]
+"""
+FORGE_BY_READING = FIND_PROOF + f"""
+import subprocess, sys
 near = [str(id(x)) for x in (sys.argv, sys.modules, os)]
 subprocess.run([sys.executable, '-c', {READER!r}, str(os.getpid()), str(proof[0]), str(id(bytes)), *near],
                pass_fds=proof)
@@ -629,8 +686,9 @@ def _without_the_lockdown(code: str, python: str) -> tuple[bool, str]:
     token = secrets.token_hex(16).encode()
     proof_r, proof_w = os.pipe()
     with tempfile.TemporaryDirectory() as scratch, open(Path(scratch, "out"), "wb") as out:
-        subprocess.run([python, "-I", "-B", "-c", HARNESS.replace("    _lockdown()\n", ""), scratch, str(proof_w)],
-                       input=token + code.encode(), stdout=out, stderr=out, pass_fds=(proof_w,), timeout=60)
+        argv = [HARNESS.replace("    _lockdown()\n", "") if a == HARNESS else a
+                for a in sandbox._harness(python, scratch, proof_w)]
+        subprocess.run(argv, input=token + code.encode(), stdout=out, stderr=out, pass_fds=(proof_w,), timeout=60)
         output = Path(scratch, "out").read_text()
     os.close(proof_w)
     try:
@@ -670,3 +728,202 @@ def test_no_child_can_trace_the_harness(python, secret, who):
         assert output.startswith("ptrace 0 "), output  # PTRACE_SEIZE: attached without stopping it
     r = _run(who, TRACE, python, secret, HOSTILE_LIMITS)
     assert r.passed and r.stdout.startswith("ptrace -1 Operation not permitted"), (r.stdout, r.stderr)
+
+
+# ----------------------------------------------------------------------------- native code of its own
+# Three routes to native code in the harness's process that pass no audited call, each blocked
+# by two defences. For each: with every defence on the wrong program fails, as both users; with
+# the route's two defences switched off it forges a pass (so the route is real); with either
+# one alone it fails, naming what refused it (so each defence holds on its own).
+WRONG = "raise AssertionError('the program itself fails')\n"
+
+
+def _stdlib_only_off(monkeypatch) -> None:
+    """The site directories on the path (no -S) and in the snippet's root (not hidden)."""
+    harness, interpreter = sandbox._harness, sandbox._interpreter
+    assert "-S" in harness("python3", "/scratch", 3)
+    monkeypatch.setattr(sandbox, "_harness", lambda *a: [x for x in harness(*a) if x != "-S"])
+    monkeypatch.setattr(sandbox, "_interpreter", lambda python: (*interpreter(python)[:2], ()))
+
+
+def _replacing(name: str, old: str, new: str):
+    def off(monkeypatch) -> None:
+        text = getattr(sandbox, name)
+        assert text.count(old) == 1, old
+        monkeypatch.setattr(sandbox, name, text.replace(old, new))
+    return off
+
+
+DEFENCES = {
+    "stdlib only": _stdlib_only_off,
+    "noexec scratch": _replacing("SETUP", "SCRATCH_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC",
+                                 "SCRATCH_FLAGS = MS_NOSUID | MS_NODEV"),
+    "extension allowlist": _replacing("HARNESS", ' or (\n                args[1] is not None and args[1] not in files)',
+                                      ""),
+    "no subinterpreter": _replacing("HARNESS", ', "cpython.PyInterpreterState_New"', ""),
+}
+
+
+def _site_dirs(python: str) -> tuple[str, ...]:
+    return sandbox._interpreter(python)[2]
+
+
+# reading this process's memory for SCAN with libc's `write(fd, address(a), n)`: a page at a
+# time into a pipe, where an unmapped page is EFAULT, not a crash
+PIPE_READ = """
+pr, pw = os.pipe()
+def read(start, size):
+    pages = []
+    for a in range(start, start + size, 4096):
+        if write(pw, address(a), 4096) != 4096:
+            break
+        pages.append(os.read(pr, 4096))
+    return b"".join(pages)
+"""
+
+
+def _cffi_forgery(python: str) -> str:
+    """Route 1: cffi's backend from the interpreter's site directories calls libc's write on any
+    address, which reads the harness's memory."""
+    if not any(any(Path(d).glob("_cffi_backend*")) for d in _site_dirs(python)):
+        pytest.skip(f"no _cffi_backend in {python}'s site directories to try the route with")
+    return FIND_PROOF + SCAN + f"""
+import sys
+sys.path[:0] = {list(_site_dirs(python))!r}  # were they not on the path already
+import _cffi_backend as b
+voidp = b.new_pointer_type(b.new_void_type())
+args = (b.new_primitive_type("int"), voidp, b.new_primitive_type("size_t"))
+write = b.load_library(None).load_function(b.new_function_type(args, b.new_primitive_type("ssize_t"), False), "write")
+address = lambda a: b.cast(voidp, a)
+""" + PIPE_READ + """
+scan(read, id(bytes), [id(x) for x in (sys.argv, sys.modules, os)], proof[0])
+"""
+
+
+STEAL_C = r"""
+#include <Python.h>
+#include <unistd.h>
+/* walks the caller's frames and writes the `token` local of the one that has it to its `proof_fd` */
+static PyObject *steal(PyObject *self, PyObject *unused) {
+    PyObject *frame = (PyObject *)PyEval_GetFrame();
+    Py_XINCREF(frame);
+    while (frame != NULL && frame != Py_None) {
+        PyObject *locals = PyObject_GetAttrString(frame, "f_locals");
+        PyObject *token = locals ? PyDict_GetItemString(locals, "token") : NULL;
+        PyObject *fd = locals ? PyDict_GetItemString(locals, "proof_fd") : NULL;
+        if (token && fd && PyBytes_Check(token) && PyLong_Check(fd))
+            if (write((int)PyLong_AsLong(fd), PyBytes_AS_STRING(token), PyBytes_GET_SIZE(token)) < 0)
+                return PyErr_SetFromErrno(PyExc_OSError);
+        Py_XDECREF(locals);
+        PyObject *back = PyObject_GetAttrString(frame, "f_back");
+        Py_DECREF(frame);
+        frame = back;
+    }
+    PyErr_Clear();
+    Py_RETURN_NONE;
+}
+static PyMethodDef methods[] = {{"steal", steal, METH_NOARGS, NULL}, {NULL, NULL, 0, NULL}};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "steal", NULL, -1, methods};
+PyMODINIT_FUNC PyInit_steal(void) { return PyModule_Create(&module); }
+"""
+
+
+@pytest.fixture(scope="module")
+def steal_extension(python, tmp_path_factory) -> tuple[bytes, str]:
+    """Route 2's extension, built here with the machine's compiler against `python`'s headers:
+    its bytes and file suffix."""
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    if gcc is None:
+        pytest.skip("no C compiler (gcc or cc) to build the extension of route 2")
+    ask = ("import importlib.machinery as m, sysconfig\nprint(sysconfig.get_paths()['include'])\n"
+           "print(m.EXTENSION_SUFFIXES[0])")
+    include, suffix = subprocess.run([python, "-I", "-c", ask], capture_output=True, text=True,
+                                     check=True).stdout.splitlines()
+    if not Path(include, "Python.h").is_file():
+        pytest.skip(f"no Python.h in {include} to build the extension of route 2 against")
+    build = tmp_path_factory.mktemp("steal")
+    (build / "steal.c").write_text(STEAL_C)
+    done = subprocess.run([gcc, "-shared", "-fPIC", "-O1", f"-I{include}", "-o", str(build / "steal.so"),
+                           str(build / "steal.c")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return (build / "steal.so").read_bytes(), suffix
+
+
+def _extension_forgery(extension: tuple[bytes, str]) -> str:
+    """Route 2: a shared object written to the scratch directory and imported."""
+    data, suffix = extension
+    return f"""
+import base64, os, sys
+with open('steal{suffix}', 'wb') as f:
+    f.write(base64.b64decode({base64.b64encode(data).decode()!r}))
+sys.path.insert(0, os.getcwd())
+import steal
+steal.steal()
+"""
+
+
+SUBINTERPRETER_READS = FIND_PROOF + SCAN + """
+import ctypes
+write, address = ctypes.CDLL(None).write, ctypes.c_void_p
+""" + PIPE_READ + """
+scan(read, BYTES_TYPE, NEAR, proof[0])
+"""
+# Route 3: `_xxsubinterpreters` under another name; its interpreter has no audit hook, and
+# ctypes there reads the harness's memory
+SUBINTERPRETER_FORGERY = f"""
+import importlib.util, os, sys
+from importlib.machinery import PathFinder
+spec = importlib.util.spec_from_file_location('x._xxsubinterpreters', PathFinder.find_spec('_xxsubinterpreters').origin)
+interpreters = importlib.util.module_from_spec(spec)
+near = [id(x) for x in (sys.argv, sys.modules, os)]
+code = {SUBINTERPRETER_READS!r}.replace('BYTES_TYPE', str(id(bytes))).replace('NEAR', repr(near))
+interpreters.run_string(interpreters.create(), code)
+"""
+
+#: route: (its two defences, what each says when it refuses the route)
+ROUTES = {
+    "1: C extension on the path": (("stdlib only", "No module named '_cffi_backend'"),
+                                   ("extension allowlist", "sandbox: extension module _cffi_backend is not allowed")),
+    "2: shared object written and imported": (("noexec scratch", "failed to map segment from shared object"),
+                                              ("extension allowlist",
+                                               "sandbox: extension module steal is not allowed")),
+    "3: second interpreter": (("extension allowlist",
+                               "sandbox: extension module x._xxsubinterpreters is not allowed"),
+                              # the hook's PermissionError, as CPython reports a refused creation
+                              ("no subinterpreter", "RuntimeError: interpreter creation failed")),
+}
+
+
+@pytest.fixture()
+def route_code(request, python, route) -> str:
+    """The route's forgery followed by a wrong program."""
+    if route.startswith("1"):
+        code = _cffi_forgery(python)
+    elif route.startswith("2"):
+        code = _extension_forgery(request.getfixturevalue("steal_extension"))
+    else:
+        code = SUBINTERPRETER_FORGERY
+    return code + WRONG
+
+
+@pytest.mark.parametrize("who", WHO)
+@pytest.mark.parametrize("route", list(ROUTES))
+def test_native_code_of_its_own_cannot_forge_a_pass(python, secret, who, route, route_code):
+    r = _run(who, route_code, python, secret)
+    assert r.status == "failed" and "the program itself fails" not in r.stderr, (r.stdout, r.stderr)
+    assert any(refusal in r.stderr for _, refusal in ROUTES[route]), r.stderr
+
+
+@pytest.mark.parametrize("route", list(ROUTES))
+@pytest.mark.parametrize("on", [None, 0, 1])
+def test_each_defence_alone_refuses_the_route(python, monkeypatch, route, route_code, on):
+    """`on` None: both of the route's defences off, where the route forges a pass; else that one
+    of them alone on, which refuses the route."""
+    for k, (defence, _) in enumerate(ROUTES[route]):
+        if k != on:
+            DEFENCES[defence](monkeypatch)
+    r = run_python(route_code, LIMITS, python, allow_unisolated=False)
+    if on is None:
+        assert r.passed and "the program itself fails" in r.stderr, (r.status, r.stdout, r.stderr)
+    else:
+        assert r.status == "failed" and ROUTES[route][on][1] in r.stderr, (r.stdout, r.stderr)

