@@ -305,6 +305,9 @@ def test_without_namespaces_generated_code_is_refused_unless_allowed(monkeypatch
     r = run_python("print(sum(range(10)))", LIMITS, python, allow_unisolated=True)
     assert r.passed and r.stdout.strip() == "45" and "namespaces" not in r.isolation
     assert not run_python("import os\nos._exit(0)", LIMITS, python, allow_unisolated=True).passed
+    # the audit hook's extension allowlist holds there too
+    r = run_python(SUBINTERPRETER_FORGERY + WRONG, LIMITS, python, allow_unisolated=True)
+    assert r.status == "failed" and "extension module x._xxsubinterpreters is not allowed" in r.stderr, r.stderr
 
 
 def test_output_is_cut_to_its_tail(python):
