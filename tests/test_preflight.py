@@ -212,3 +212,41 @@ def test_without_network_preflight_ends_within_its_bound_naming_what_it_could_no
     assert f"models[tiny].checkpoints[s1].revision: org/tiny@step2 {hub}" in lines
     assert f"datasets.hubbed.hub_id: cais/mmlu@c30699e {hub}" in lines
     assert len(lines) == 3, lines
+
+
+def test_a_hub_that_answers_but_hangs_on_a_check_is_bounded_per_check(setup, monkeypatch):
+    """The hub answers preflight's probe, then never answers the checkpoint's model-info
+    request: that check ends at the timeout, naming it."""
+    import http.server
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def do_GET(self):
+            release.wait(30)
+
+        def log_message(self, *args):
+            pass
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{hub.server_address[1]}"
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", url)
+        setup["models"][2]["checkpoints"][0]["revision"] = "step2"  # not in the cache: the hub is asked
+        start = time.monotonic()
+        got = preflight(setup, timeout_s=1)
+        assert time.monotonic() - start < 1 + 1 + 5  # the probe, then one bounded check, plus slack
+        assert got == ["models[tiny].checkpoints[s1].revision: org/tiny@step2: TimeoutError: no answer within 1 s"]
+    finally:
+        release.set()
+        hub.shutdown()
+        hub.server_close()

@@ -18,7 +18,8 @@ minutes before any job queues for hours.
 
 Every network check is bounded: the endpoints and the hub are asked at once, each for at most
 `timeout_s` seconds (DNS included), and what has not answered by then is a problem naming the
-URL; the hub's checks are then skipped, each named. Without network preflight so ends within
+URL; the hub's checks are then skipped, each named (with the hub answering, each of them is
+bounded by `timeout_s` too). Without network preflight so ends within
 `timeout_s` (10 s by default) plus its local checks.
 
 One line per problem, each naming the config key (a model by its name), all of them before the
@@ -58,6 +59,20 @@ def within(calls: Mapping[Hashable, Callable[[], object]], timeout_s: float) -> 
 
 def _silent(timeout_s: float) -> str:
     return f"no answer within {timeout_s:g} s"
+
+
+def _error_within(fn: Callable[[], object], timeout_s: float) -> Exception | None:
+    """The exception `fn()` raised, None when it returned, within `timeout_s`; a TimeoutError
+    naming the bound when it had not."""
+    def run():
+        try:
+            fn()
+        except Exception as err:  # handed to the caller, which names the check
+            return err
+        return "done"
+
+    got = within({"call": run}, timeout_s)["call"]
+    return TimeoutError(_silent(timeout_s)) if got is None else None if got == "done" else got
 
 
 def _model_key(m: dict, key: str) -> str:
@@ -149,9 +164,10 @@ def hub_down(timeout_s: float) -> str | None:
     return None if got == "" else f"the hub {constants.ENDPOINT} is unreachable ({got or _silent(timeout_s)})"
 
 
-def check_hub_models(config: dict, down: str | None = None) -> list[str]:
-    """hf model checkpoints whose hub id does not resolve at its revision; with the hub `down`
-    (`hub_down`), those not in the local cache are named as not checked."""
+def check_hub_models(config: dict, down: str | None = None, timeout_s: float = TIMEOUT_S) -> list[str]:
+    """hf model checkpoints whose hub id does not resolve at its revision, each hub request
+    bounded by `timeout_s`; with the hub `down` (`hub_down`), those not in the local cache are
+    named as not checked."""
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
 
@@ -176,15 +192,15 @@ def check_hub_models(config: dict, down: str | None = None) -> list[str]:
             if down:
                 problems.append(f"{where}: {m['hub_id']}@{rev or 'main'} not checked: {down}")
                 continue
-            try:
-                HfApi().model_info(m["hub_id"], revision=rev)
-            except Exception as err:  # the hub's errors: not found, gated, unreachable
+            # the hub's errors: not found, gated, unreachable, no answer in time
+            err = _error_within(lambda: HfApi().model_info(m["hub_id"], revision=rev), timeout_s)
+            if err is not None:
                 problems.append(f"{where}: {m['hub_id']}@{rev or 'main'}: {type(err).__name__}: "
                                 f"{str(err).splitlines()[0] if str(err) else ''}")
     return problems
 
 
-def check_datasets(config: dict, down: str | None = None) -> list[str]:
+def check_datasets(config: dict, down: str | None = None, timeout_s: float = TIMEOUT_S) -> list[str]:
     """Datasets whose local copy is missing or malformed, or whose hub copy does not resolve
     with the installed `datasets`; with the hub `down` (`hub_down`), the hub copies are named
     as not checked."""
@@ -212,18 +228,19 @@ def check_datasets(config: dict, down: str | None = None) -> list[str]:
         if down and not Path(spec["hub_id"]).exists():
             problems.append(f"{where}.hub_id: {spec['hub_id']}@{spec.get('revision')} not checked: {down}")
             continue
-        problems += _hub_dataset(where, spec)
+        problems += _hub_dataset(where, spec, timeout_s)
     return problems
 
 
-def _hub_dataset(where: str, spec: dict) -> list[str]:
+def _hub_dataset(where: str, spec: dict, timeout_s: float) -> list[str]:
     try:
         import datasets
     except ImportError:
         return [f"{where}.hub_id: the `datasets` package is not installed (pip install -e '.[paper]')"]
-    try:
-        datasets.load_dataset_builder(spec["hub_id"], spec.get("config_name"), revision=spec.get("revision"))
-    except Exception as err:  # datasets raises many kinds: missing, offline, script-based
+    # datasets raises many kinds: missing, offline, script-based; or retries past the bound
+    err = _error_within(lambda: datasets.load_dataset_builder(spec["hub_id"], spec.get("config_name"),
+                                                              revision=spec.get("revision")), timeout_s)
+    if err is not None:
         first = str(err).splitlines()[0] if str(err) else ""
         return [f"{where}.hub_id: {spec['hub_id']}@{spec.get('revision')} does not load with datasets "
                 f"{datasets.__version__}: {type(err).__name__}: {first}"]
@@ -272,7 +289,7 @@ def preflight(config: dict, *, timeout_s: float = TIMEOUT_S, cluster: bool = Fal
     probe.join(timeout_s + 1)
     down = hub.get("down", f"the hub is unreachable ({_silent(timeout_s)})")
     return (endpoints + (check_served_here(config) if cluster else []) + missing_model_paths(config)
-            + check_hub_models(config, down) + check_datasets(config, down))
+            + check_hub_models(config, down, timeout_s) + check_datasets(config, down, timeout_s))
 
 
 def skipped(config: dict) -> bool:
