@@ -122,7 +122,9 @@ def scratch_extra(scratch_mb):
         defaults = workflow.resource_settings.default_resources
         if defaults is not None and not isinstance(defaults, Resources):
             defaults = Resources.from_mapping(defaults)
-        site = defaults["slurm_extra"].evaluate(wildcards, **aux).value if defaults and "slurm_extra" in defaults else None
+        site = None
+        if defaults and "slurm_extra" in defaults:
+            site = defaults["slurm_extra"].evaluate(wildcards, **aux).value
         return placement.join_slurm_extra(site, placement.scratch_request(scratch_mb(wildcards)))
 
     return extra

@@ -55,9 +55,9 @@ def read_lm_eval(path: str | Path, *, checkpoint: str | None = None,
 
     ``checkpoint``: the label of every record (default: the run's ``model_name``).
     ``methods``: multiple-choice confidence methods (default: one per task, module doc), and
-    ``confidence_field`` where listed. ``metric`` / ``confidence_field``: correctness and confidence fields of generation
-    tasks. ``filter``: which filter's samples to read when a task logged several. ``tasks``:
-    the tasks to read (default: every task of every run).
+    ``confidence_field`` where listed. ``metric`` / ``confidence_field``: correctness and
+    confidence fields of generation tasks. ``filter``: which filter's samples to read when a
+    task logged several. ``tasks``: the tasks to read (default: every task of every run).
     """
     for method in methods or ():
         if method not in MC_METRIC and method != confidence_field:
