@@ -22,11 +22,12 @@ include: "rules/common.smk"
 
 
 # Before a launch (not a dry run) of a config with `preflight: true`: stop on any problem with
-# its endpoints, keys, hub models or datasets (selfknow.preflight); SELFKNOW_SKIP_PREFLIGHT=1 skips.
+# its endpoints, keys, hub models or datasets (selfknow.preflight), and, when jobs run on other
+# nodes (--profile slurm), with a model served at localhost; SELFKNOW_SKIP_PREFLIGHT=1 skips.
 onstart:
     from selfknow.preflight import preflight_or_stop
 
-    preflight_or_stop(config)
+    preflight_or_stop(config, cluster=workflow.non_local_exec)
 
 
 include: "rules/models.smk"

@@ -108,8 +108,26 @@ def model_resources(*spec_getters, runtime, bases=None, scratch_mb=None):
         gpu_model=lambda wildcards: placement.gpu_model(placement.job_gpus(loads(wildcards))),
         runtime=runtime,
         **({} if scratch_mb is None else {"disk_mb": lambda wildcards: max(scratch_mb(wildcards), 1000),
-                                          "slurm_extra": lambda wildcards: placement.scratch_request(scratch_mb(wildcards))}),
+                                          "slurm_extra": scratch_extra(scratch_mb)}),
     )
+
+
+def scratch_extra(scratch_mb):
+    """`slurm_extra` of a job that asks for `scratch_mb` (wildcards -> MB) of node-local scratch:
+    the site's own `slurm_extra` (the profile's or the command line's default-resources, which
+    a rule's value would replace) followed by the scratch request (sbatch --tmp)."""
+    from snakemake.resources import Resources
+
+    def extra(wildcards, **aux):
+        defaults = workflow.resource_settings.default_resources
+        if defaults is not None and not isinstance(defaults, Resources):
+            defaults = Resources.from_mapping(defaults)
+        site = None
+        if defaults and "slurm_extra" in defaults:
+            site = defaults["slurm_extra"].evaluate(wildcards, **aux).value
+        return placement.join_slurm_extra(site, placement.scratch_request(scratch_mb(wildcards)))
+
+    return extra
 
 
 _RUNTIMES = {}
@@ -117,19 +135,20 @@ _RUNTIMES = {}
 
 def planned_runtime(stage, default):
     """The `runtime=` of the jobs the plan counts under `stage`: wildcards -> the job's
-    minutes from the plan (`selfknow plan` writes {R}/plan/runtimes.json, the plan's wall time
-    with a margin: selfknow.plan.runtime_limits), at least `default`, which also serves a job
-    the file does not list (no plan made yet, or one of another config: docs/slurm.md) and a
-    job of an API model answering at once, whose time its rate limits decide, not the plan."""
+    minutes from the plan (`selfknow plan` writes <results>/plan/runtimes.json, the plan's wall
+    time with a margin: selfknow.plan.runtime_limits; read from the run's results, else from
+    those its config files name, selfknow.placement.runtimes_files), at least `default`, which
+    also serves a job no such file lists (no plan made yet, or one of another config:
+    docs/slurm.md) and a job of an API model answering at once, whose time its rate limits
+    decide, not the plan."""
     import json
-    import os
 
     def minutes(wildcards):
         if "limits" not in _RUNTIMES:
-            path = f"{R}/plan/runtimes.json"
+            found = [p for p in placement.runtimes_files(R, workflow.configfiles) if os.path.exists(p)]
             _RUNTIMES["limits"] = {}
-            if os.path.exists(path):
-                with open(path, encoding="utf-8") as f:
+            if found:
+                with open(found[0], encoding="utf-8") as f:
                     _RUNTIMES["limits"] = json.load(f)
         return max(default, _RUNTIMES["limits"].get(placement.runtime_key(stage, dict(wildcards.items())), default))
 

@@ -429,3 +429,40 @@ def test_sigterm_unwinds_a_job_so_its_scratch_files_are_removed(tmp_path):
         proc.wait(timeout=30)
     assert not scratch.exists()
     assert "job failed after" in log.read_text()
+
+
+@pytest.mark.slow
+def test_a_killed_snakemake_resumes_as_the_docs_say(shared_data, tmp_path):
+    """A SIGKILLed Snakemake leaves its lock: the same command is refused until the documented
+    `snakemake --unlock` (docs/running.md, "When something fails"), after which it reruns the
+    job it left incomplete. The run works in a directory of its own (`--directory`), so its
+    lock and the unlock touch no other run of this checkout."""
+    sessions = shared_data / "ladder-selfbound" / "sessions"
+    if not sessions.is_dir():
+        pytest.skip("ladder-selfbound data absent")
+    assert "snakemake --unlock --configfile CONFIG" in (REPO / "docs" / "running.md").read_text()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    work, results = tmp_path / "work", tmp_path / "results"
+    work.mkdir()
+    target = results / "tables" / "ladder" / "import_aggregates.csv"
+    flags = ["-s", str(REPO / "Snakefile"), "-d", str(work), "--configfile", str(REPO / "config.yaml"),
+             "--cores", "1"]
+    config = ["--config", f"results={results}", f"ladder_import_dir={sessions}"]
+    cmd = [sys.executable, "-m", "snakemake", *flags]
+    proc = subprocess.Popen([*cmd, str(target), *config], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    log = results / "logs" / "ladder" / "import.log"
+    try:
+        _kill_when(proc, log.exists, 0.5)  # the job runs, under the run's lock
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert not target.exists() and any((work / ".snakemake" / "locks").iterdir())
+    again = subprocess.run([*cmd, str(target), *config], env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode != 0 and "cannot be locked" in again.stdout + again.stderr
+    unlock = subprocess.run([*cmd, "--unlock", *config], env=env, capture_output=True, text=True, timeout=300)
+    assert unlock.returncode == 0, unlock.stderr[-3000:]
+    rerun = subprocess.run([*cmd, "--rerun-incomplete", str(target), *config], env=env, capture_output=True,
+                           text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert len(pd.read_csv(target)) == 45  # 5 models x the importer's 9 estimators

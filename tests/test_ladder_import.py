@@ -23,10 +23,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import run_snakemake
 from selfknow.protocols.ladder.aggregate import import_aggregates, read_released_aggregates, score_sessions
 from selfknow.protocols.ladder.feedback import decode_feedback
 from selfknow.protocols.ladder.records import NON_MMLU_DOMAINS, TURN_COLUMNS, import_sessions
 from selfknow.protocols.ladder.estimators import RELEASED_OFFLINE
+from selfknow.protocols.ladder.tables import IMPORT_ESTIMATORS
 from selfknow.protocols.ladder.metrics import ece
 
 METRICS = ["CBF", "ECE", "Brier", "AUROC", "HR"]
@@ -85,6 +87,36 @@ def test_reproduces_released_aggregates(reproduced, ladder_dir):
     written = pd.read_csv(out)
     assert list(written.columns) == ["model", "baseline", "CBF", "ECE", "Brier", "AUROC", "HR"]
     assert len(written) == len(agg)
+
+
+@pytest.mark.slow
+def test_the_workflow_imports_released_sessions_with_the_default_settings(ladder_dir, tmp_path):
+    """The README's import in the DAG (`--config ladder_import_dir=DIR`, default
+    `ladder_import_estimators: []`) builds the import table: the importer's estimators, the
+    released ones equal to the released aggregates; a listed estimator adds to them."""
+    results = tmp_path / "results"
+    table = results / "tables" / "ladder" / "import_aggregates.csv"
+    run_snakemake(str(table), "--cores", "1", "--config", f"results={results}",
+                  f"ladder_import_dir={ladder_dir / 'sessions'}")
+    written = pd.read_csv(table)
+    assert set(written["baseline"]) == set(IMPORT_ESTIMATORS) and set(written["model"]) == set(MODELS)
+    released = read_released_aggregates(ladder_dir / "aggregates")
+    m = written.merge(released, on=["model", "baseline"], suffixes=("", "_released"), validate="1:1")
+    assert len(m) == len(MODELS) * len(RELEASED_OFFLINE)
+    assert (np.abs(m[METRICS].to_numpy() - m[[f"{k}_released" for k in METRICS]].to_numpy()) <= 0.001).all()
+
+
+def test_listed_import_estimators_add_to_the_importers(monkeypatch, tmp_path):
+    from selfknow.protocols.ladder import rule_jobs, tables
+
+    seen = {}
+    monkeypatch.setattr(rule_jobs, "table_job_provenance", lambda *a, **k: {})
+    monkeypatch.setattr(tables, "import_job", lambda src, csv, md, est, **k: seen.setdefault("est", est))
+    outputs = {"import_aggregates_csv": "a.csv", "import_aggregates_md": "a.md"}
+    rule_jobs.import_job("dir", [], outputs, {}, {})
+    assert seen.pop("est") == IMPORT_ESTIMATORS
+    rule_jobs.import_job("dir", ["EM-Joint", "Extra"], outputs, {}, {})
+    assert seen["est"] == [*IMPORT_ESTIMATORS, "Extra"]
 
 
 def test_spec_ece_variant_would_not_reproduce(turns):

@@ -135,16 +135,30 @@ def test_slurm_logs_go_under_the_runs_results(tmp_path):
 def test_multi_checkpoint_jobs_with_views_in_files_ask_for_scratch(tmp_path, monkeypatch):
     """Olmo 3 32B's views (64 GB each) wait in $TMPDIR files: its variant jobs with several
     views ask for them all as disk (sbatch --tmp); the 7-8B ones, whose views wait in memory,
-    for none."""
+    for none. A site's own sbatch flags (`--default-resources "slurm_extra='--exclusive'"`)
+    reach every submitted job, those with scratch included."""
     for k, v in SITE.items():
         monkeypatch.setenv(k, v)
-    scratch = {}
-    for job in dag_jobs(REPO / "config" / "paper.yaml", tmp_path / "results", _profile_defaults()):
+    scratch, submitted = {}, 0
+    for job in dag_jobs(REPO / "config" / "paper.yaml", tmp_path / "results",
+                        _profile_defaults() + ["slurm_extra='--exclusive'"]):
+        if job.rule.name in job.dag.workflow._localrules or job.rule.norun:
+            continue
+        submitted += 1
+        extra = job.resources.get("slurm_extra") or ""
+        assert extra.split()[0] == "--exclusive", f"{job}: slurm_extra {extra!r}"
         if job.rule.name in ("persistent_variant", "persistent_transfer_variant", "persistent_variance_adapters"):
-            extra = job.resources.get("slurm_extra") or ""
-            mb = int(extra[len("--tmp="):-1]) if extra else 0
-            assert not extra or job.resources["disk_mb"] == mb
+            tmp = [o for o in extra.split() if o.startswith("--tmp=")]
+            mb = int(tmp[0][len("--tmp="):-1]) if tmp else 0
+            assert not tmp or job.resources["disk_mb"] == mb
             scratch.setdefault(job.wildcards["model"], set()).add(mb)
+    assert submitted > 400
     assert scratch["olmo3-7b"] == {0} and scratch["marin-8b"] == {0}
     big = max(scratch["olmo3-32b"])
     assert big >= 4 * 64e9 / 2**20  # four views of 32B parameters in bf16
+
+
+def test_site_and_job_sbatch_flags_join():
+    assert placement.join_slurm_extra("--exclusive", placement.scratch_request(5)) == "--exclusive --tmp=5M"
+    assert placement.join_slurm_extra(None, placement.scratch_request(0)) == ""
+    assert placement.join_slurm_extra(" --qos=high ", "") == "--qos=high"

@@ -9,7 +9,7 @@ import pytest
 
 from selfknow.cli import main
 from selfknow.config import validate_config
-from selfknow.preflight import SKIP_ENV, preflight, preflight_or_stop
+from selfknow.preflight import SKIP_ENV, check_served_here, preflight, preflight_or_stop
 from selfknow.rehearsal.server import StandInServer
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -149,3 +149,104 @@ def test_every_problem_of_a_config_one_line_each_naming_the_model(setup, tmp_pat
         "models[qwen-max].api_key_env", "models[local-a].path", "models[local-b].checkpoints[s9].path",
         "models[tiny].checkpoints[s1].revision", "datasets.mmlu.path"]
     assert "preflight: 5 problem(s)" in out.err
+
+
+def test_a_model_served_at_localhost_is_refused_for_jobs_on_cluster_nodes(setup, monkeypatch):
+    """The stand-in server listens on 127.0.0.1: fine for a local run; for a SLURM run each
+    job that calls it (an API model's jobs go to the CPU partition) would reach its own node."""
+    monkeypatch.setenv("SELFKNOW_SLURM_PARTITION", "cpu")
+    assert preflight(setup) == []
+    got = preflight(setup, cluster=True)
+    assert [g.split(":")[0] for g in got] == ["models[qwen-max].base_url", "models[gpt-5.4].base_url"]
+    assert all("run on cluster nodes (cpu)" in g and "docs/slurm.md" in g for g in got)
+    monkeypatch.delenv("SELFKNOW_SLURM_PARTITION")
+    setup["models"][0]["base_url"] = "http://vllm.node07:8002/v1"  # a named host: its jobs reach it
+    setup["models"][1]["base_url"] = "http://[::1]:8002/v1"
+    (line,) = check_served_here(setup)
+    assert line.startswith("models[gpt-5.4].base_url: http://[::1]:8002/v1 is the node a job runs on")
+    assert "(the cluster's default partition)" in line
+
+
+@pytest.fixture
+def black_hole():
+    """A port on 127.0.0.1 that takes connections and never answers, as a host whose network
+    drops every packet would leave a client waiting."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+
+
+def test_without_network_preflight_ends_within_its_bound_naming_what_it_could_not_reach(setup, tmp_path, black_hole):
+    """No network: the hub (HF_ENDPOINT) and an API endpoint never answer. Preflight ends
+    within its stated bound (timeout + 1 s, plus local checks) and names both, and each hub
+    check it skipped; before, the hub libraries retried for minutes."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    setup["models"][0]["base_url"] = f"{black_hole}/v1"
+    setup["models"][2]["checkpoints"][0]["revision"] = "step2"  # not in the cache: the hub is asked
+    setup["datasets"]["hubbed"] = {"loader": "mmlu", "hub_id": "cais/mmlu", "config_name": "all",
+                                   "revision": "c30699e", "subjects": ["anatomy"], "subject_range": [0, 2]}
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(json.loads(json.dumps(setup))))
+    timeout_s, slack_s = 2.0, 3.0
+    script = ("import json, sys, time\nfrom selfknow.rehearsal.harness import load_config\n"
+              "from selfknow.preflight import preflight\nimport datasets, huggingface_hub\n"
+              f"cfg = load_config([{str(cfg)!r}], check_paths=False)\nt = time.monotonic()\n"
+              f"problems = preflight(cfg, timeout_s={timeout_s})\n"
+              "print(json.dumps({'s': time.monotonic() - t, 'problems': problems}))\n")
+    env = {**__import__("os").environ, "HF_HUB_OFFLINE": "0", "HF_DATASETS_OFFLINE": "0", "HF_ENDPOINT": black_hole}
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.splitlines()[-1])
+    assert got["s"] <= timeout_s + 1 + slack_s, got
+    lines = got["problems"]
+    assert f"models[qwen-max].base_url: {black_hole}/v1/models unreachable (no answer within 2 s)" in lines
+    hub = f"not checked: the hub {black_hole} is unreachable (no answer within 2 s)"
+    assert f"models[tiny].checkpoints[s1].revision: org/tiny@step2 {hub}" in lines
+    assert f"datasets.hubbed.hub_id: cais/mmlu@c30699e {hub}" in lines
+    assert len(lines) == 3, lines
+
+
+def test_a_hub_that_answers_but_hangs_on_a_check_is_bounded_per_check(setup, monkeypatch):
+    """The hub answers preflight's probe, then never answers the checkpoint's model-info
+    request: that check ends at the timeout, naming it."""
+    import http.server
+    import threading
+    import time
+
+    release = threading.Event()
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_HEAD(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def do_GET(self):
+            release.wait(30)
+
+        def log_message(self, *args):
+            pass
+
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{hub.server_address[1]}"
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", url)
+        setup["models"][2]["checkpoints"][0]["revision"] = "step2"  # not in the cache: the hub is asked
+        start = time.monotonic()
+        got = preflight(setup, timeout_s=1)
+        assert time.monotonic() - start < 1 + 1 + 5  # the probe, then one bounded check, plus slack
+        assert got == ["models[tiny].checkpoints[s1].revision: org/tiny@step2: TimeoutError: no answer within 1 s"]
+    finally:
+        release.set()
+        hub.shutdown()
+        hub.server_close()

@@ -16,6 +16,7 @@ import pytest
 from scipy.special import softmax
 
 from model_fixtures import build_tiny_gpt2
+from selfknow.cli import main
 from selfknow.readers import read_records
 from selfknow.readers.lm_eval import MC_METRIC
 from selfknow.stats.classification import brier
@@ -360,3 +361,51 @@ def test_persistent_eval_reads_an_lm_eval_output_from_the_command_line(lm_eval_r
     assert "option-likelihood" in table and "length_confidence" in table
     metrics = __import__("pandas").read_csv(tmp_path / "eval" / "metrics.csv")
     assert set(metrics["method"]) == {"option-likelihood", "length_confidence"}
+
+
+def _mixed_run(root: Path) -> Path:
+    """One run with a multiple-choice task `mc` (acc and acc_norm logged) and a generation task
+    `gen` whose process_results logs `length_confidence`, two questions each."""
+    date = "2026-01-01T00-00-00.000000"
+    configs = {"mc": {"output_type": "multiple_choice", "target_delimiter": " "},
+               "gen": {"output_type": "generate_until"}}
+    (root / f"results_{date}.json").write_text(json.dumps({"model_name": "m", "configs": configs}))
+    mc = [{"doc_id": i, "target": "0", "acc": 1.0, "acc_norm": 1.0,
+           "arguments": {f"gen_args_{j}": {"arg_0": "Q:", "arg_1": o} for j, o in enumerate([" ab", " b"])},
+           "filtered_resps": [["-1.0", "False"], ["-2.0", "False"]]} for i in range(2)]
+    gen = [{"doc_id": i, "exact_match": i, "length_confidence": 0.25 * (i + 1)} for i in range(2)]
+    for task, samples in (("mc", mc), ("gen", gen)):
+        (root / f"samples_{task}_{date}.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    return root
+
+
+def test_listed_methods_keep_the_generation_tasks_confidence_field(tmp_path):
+    """--methods option-likelihood-norm --confidence-field length_confidence: the generation
+    task's records stay (they were dropped); the field may also be listed among the methods."""
+    run = _mixed_run(tmp_path)
+    got = read_records(run, "lm-eval", methods=["option-likelihood-norm"], confidence_field="length_confidence")
+    assert got[["dataset", "method"]].value_counts().to_dict() == {("mc", "option-likelihood-norm"): 2,
+                                                                   ("gen", "length_confidence"): 2}
+    assert got.loc[got.dataset == "gen", "confidence"].tolist() == [0.25, 0.5]
+    both = read_records(run, "lm-eval", methods=["length_confidence", "option-likelihood"],
+                        confidence_field="length_confidence")
+    assert both.method.tolist() == ["length_confidence"] * 2 + ["option-likelihood"] * 2
+    only = read_records(run, "lm-eval", methods=["length_confidence"], confidence_field="length_confidence")
+    assert set(only.method) == {"length_confidence"} and len(only) == 2
+    with pytest.raises(ValueError, match=r"unknown lm-eval method 'length_confidence'.*--confidence-field "
+                                         r"length_confidence"):
+        read_records(run, "lm-eval", methods=["length_confidence"])
+
+
+def test_records_of_one_checkpoint_stop_naming_the_checkpoints_option(tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    run, out = _mixed_run(tmp_path / "run"), tmp_path / "eval"
+    assert main(["persistent-eval", str(run), str(out), "--format", "lm-eval", "--confidence-field",
+                 "length_confidence", "--min-contrast", "1", "--bootstrap", "5", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "hold one evaluation checkpoint ('m')" in err and "--checkpoints" in err, err
+    assert not out.exists()
+    plain = tmp_path / "plain.csv"
+    plain.write_text("item,checkpoint,method,correct,confidence\nq0,c1,p,1,0.9\nq1,c1,p,0,0.2\n")
+    assert main(["persistent-eval", str(plain), str(out), "--min-contrast", "1", "--bootstrap", "5", "--quiet"]) == 2
+    assert "hold one evaluation checkpoint ('c1')" in capsys.readouterr().err

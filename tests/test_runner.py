@@ -95,6 +95,24 @@ def test_an_unnamed_output_is_an_error(tmp_path):
         run_job(sm)
 
 
+def empty_ok(sc_paths, out, estimators):
+    return {"estimators": estimators}
+
+
+def test_a_param_whose_value_is_an_empty_list_still_has_its_name(tmp_path):
+    """ladder_import's default `estimators=[]` (config ladder_import_estimators) is a named
+    param; a value left unnamed is still an error."""
+    sys.modules[THIS].empty_ok = empty_ok
+    sm = _snakemake(tmp_path, f"{THIS}:empty_ok", estimators=[])
+    run_job(sm)
+    assert "estimators=[]" in (tmp_path / "job.log").read_text()
+    sm.params = Params([f"{THIS}:empty_ok", [], 3])
+    sm.params._set_name("job", 0)
+    sm.params._set_name("estimators", 1)
+    with pytest.raises(ValueError, match="rule persistent_x: every param of a job's rule has a name"):
+        run_job(sm)
+
+
 @pytest.mark.parametrize("configfile", ["config/test.yaml", "config/paper.yaml"])
 def test_every_job_of_a_dag_binds_its_rules_keys_to_its_function(configfile, tmp_path):
     """Each rule of the tiny and the paper DAG (one job per rule) gives its job function

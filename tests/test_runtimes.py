@@ -1,15 +1,17 @@
 """A cluster run that finishes: under the SLURM profile every job of the paper config gets a
 time limit at least the plan's estimate of its wall time (`selfknow plan` writes the limits the
-rules take), and no job calls a model served on localhost, which is whatever node SLURM picks."""
+rules take) wherever the run writes its results, and no job calls a model served on localhost,
+which is whatever node SLURM picks."""
 from __future__ import annotations
 
 import json
 from urllib.parse import urlparse
 
 import pytest
+import yaml
 
 from conftest import REPO
-from selfknow.placement import runtime_key
+from selfknow.placement import runtime_key, runtimes_files
 from selfknow.plan import planned_jobs
 from selfknow.plan_runtimes import MAX_RUNTIME_MIN, RUNTIME_MARGIN
 from test_placement import _profile_defaults, _specs
@@ -17,12 +19,36 @@ from test_placement import _profile_defaults, _specs
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "0.0.0.0"}
 
 
+def _paper_config(tmp_path, results):
+    """config/paper.yaml with its `results:` at `results`, written in `tmp_path` (its relative
+    dataset paths made absolute, as read from config/)."""
+    raw = yaml.safe_load((REPO / "config" / "paper.yaml").read_text())
+    raw["results"] = str(results)
+    for spec in raw["datasets"].values():
+        for key in ("path", "possible_answer_path"):
+            if key in spec:
+                spec[key] = str((REPO / "config" / spec[key]).resolve())
+    path = tmp_path / "paper.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def test_runtimes_files_follow_the_config_when_results_go_elsewhere(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("results: mine\n")
+    assert runtimes_files("mine", [cfg]) == ["mine/plan/runtimes.json"]
+    assert runtimes_files("/scratch/x", [cfg]) == ["/scratch/x/plan/runtimes.json", "mine/plan/runtimes.json"]
+    assert runtimes_files("/scratch/x", [tmp_path / "none.yaml"])[1] == "results/plan/runtimes.json"
+
+
 @pytest.mark.slow
 def test_paper_jobs_fit_their_time_limits_and_reach_no_localhost(tmp_path):
-    config, results = REPO / "config" / "paper.yaml", tmp_path / "results"
-    limits_file = results / "plan" / "runtimes.json"
-    # the limits `selfknow plan` writes (make_plan's write_runtimes), then the DAG that reads them
-    jobs = planned_jobs(config, results=results, default_resources=_profile_defaults(), runtimes=limits_file)
+    # planned as `selfknow plan config/paper.yaml` plans (limits under the config's `results`),
+    # launched as cluster users launch it: `--config results=/scratch/...`
+    own, elsewhere = tmp_path / "own", tmp_path / "scratch"
+    config, limits_file = _paper_config(tmp_path, own), own / "plan" / "runtimes.json"
+    jobs = planned_jobs(config, results=elsewhere, default_resources=_profile_defaults(), runtimes=limits_file)
+    assert not (elsewhere / "plan").exists()
     limits = json.loads(limits_file.read_text())
     assert len(jobs) > 400  # every job that makes model requests
     over, local = [], []

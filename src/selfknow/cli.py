@@ -320,7 +320,14 @@ register("rehearse", "Run config/paper.yaml + config/rehearsal.yaml end to end o
 def _configure_preflight(p: argparse.ArgumentParser) -> None:
     p.add_argument("configs", nargs="+", type=Path,
                    help="config files, later ones merged over earlier ones as Snakemake merges them")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds per endpoint request")
+    from selfknow.preflight import TIMEOUT_S
+
+    p.add_argument("--timeout", type=float, default=TIMEOUT_S,
+                   help=f"seconds each network check may take, DNS included (default {TIMEOUT_S:g}); the hub and "
+                        "the endpoints are asked at once")
+    p.add_argument("--cluster", action="store_true",
+                   help="check as for a run whose jobs run on cluster nodes (--profile slurm; the workflow's own "
+                        "check knows): a model served at localhost is a problem")
 
 
 def run_preflight(args: argparse.Namespace) -> int:
@@ -329,7 +336,7 @@ def run_preflight(args: argparse.Namespace) -> int:
     from selfknow.rehearsal.harness import load_config
 
     config = load_config([str(c) for c in args.configs], check_paths=False)
-    problems = preflight(config, timeout_s=args.timeout)
+    problems = preflight(config, timeout_s=args.timeout, cluster=args.cluster)
     for line in problems:
         print(line)
     print(f"preflight: {len(problems)} problem(s) in {' + '.join(map(str, args.configs))}", file=sys.stderr)

@@ -52,6 +52,11 @@ def scratch_request(mb: int) -> str:
     return f"--tmp={mb}M" if mb > 0 else ""
 
 
+def join_slurm_extra(*options: str | None) -> str:
+    """One `slurm_extra` from several (the site's, a job's own), in order, empty ones left out."""
+    return " ".join(o.strip() for o in options if o and o.strip())
+
+
 def gpu_model(gpus: int, environ: Mapping[str, str] = os.environ) -> str | None:
     """The GPU type a job with `gpus` GPUs asks for (--gpus=TYPE:N); None: any type."""
     return (environ.get(GPU_MODEL_ENV) or None) if gpus else None
@@ -68,8 +73,6 @@ def slurm_logdir(argv: Sequence[str], cwd: str | os.PathLike = ".") -> str:
     profile's `slurm-logdir`: `results` from `--config results=...`, else from the last
     `--configfile` that sets it, else from the default config.yaml (`cwd`'s), else the schema's
     default; so SLURM's logs sit beside the run's own logs wherever `results:` points."""
-    import yaml
-
     files, overrides, current = [], {}, None
     for arg in argv[1:]:
         if arg.startswith("-"):
@@ -82,13 +85,33 @@ def slurm_logdir(argv: Sequence[str], cwd: str | os.PathLike = ".") -> str:
             files.append(arg)
         elif current == "config" and "=" in arg:
             overrides.update([arg.split("=", 1)])
-    results = overrides.get("results")
-    for f in reversed(files or [os.path.join(cwd, "config.yaml")]):
-        if results is not None:
-            break
+    results = overrides.get("results") or config_results(files or ["config.yaml"], cwd)
+    return os.path.join(str(results), "logs", "slurm")
+
+
+def config_results(configfiles: Sequence[str | os.PathLike], cwd: str | os.PathLike = ".") -> str:
+    """The `results:` the config files set (the last that sets it; relative to `cwd`, the
+    working directory, when relative), else the schema's default: where a run of them writes
+    when the command line does not say otherwise."""
+    import yaml
+
+    for f in reversed(list(configfiles)):
         try:
             with open(os.path.join(cwd, f), encoding="utf-8") as fh:
                 results = (yaml.safe_load(fh) or {}).get("results")
         except OSError:
             continue
-    return os.path.join(str(results or "results"), "logs", "slurm")
+        if results is not None:
+            return str(results)
+    return "results"
+
+
+def runtimes_files(results: str, configfiles: Sequence[str | os.PathLike]) -> list[str]:
+    """Where the rules look for the plan's time limits (`selfknow plan`'s runtimes file), in
+    order: under the run's `results`, then under the `results:` of its config files, where
+    `selfknow plan CONFIG` writes by default; so a run launched with `--config
+    results=ELSEWHERE` keeps the limits of its config's plan (the limits depend on the config,
+    not on where its outputs go)."""
+    own = os.path.join(config_results(configfiles), "plan", "runtimes.json")
+    run = os.path.join(str(results), "plan", "runtimes.json")
+    return [run] if os.path.abspath(own) == os.path.abspath(run) else [run, own]

@@ -35,7 +35,9 @@ def _named(rule: str, kind: str, items) -> dict[str, Any]:
     """The named entries of a Snakemake `Namedlist`; an output or param without a name is an
     error (its job could not take it)."""
     out = {k: _plain(v) for k, v in items.items()}
-    if kind != "input" and sum(len(v) if isinstance(v, list) else 1 for v in out.values()) < len(items):
+    # an output list spans several items and a param list (empty ones too) is one item: ask
+    # the Namedlist which items no name covers rather than count them
+    if kind != "input" and any(name is None for name, _ in items._allitems()):
         raise ValueError(f"rule {rule}: every {kind} of a job's rule has a name (the job takes it by name)")
     return out
 

@@ -51,7 +51,8 @@ def read_records(path: str | Path, fmt: str = "auto", *, methods: Sequence[str] 
     every format takes (`selfknow persistent-eval`'s flags):
 
     - `methods`: the confidence methods to keep, in this order (lm-eval: its multiple-choice
-      methods; inspect: "sequence-prob" or "score:NAME" each; plain: the `method` values);
+      methods, and a generation task's `confidence_field`, which is kept when not listed;
+      inspect: "sequence-prob" or "score:NAME" each; plain: the `method` values);
     - `checkpoints`: the checkpoints in training order, each "NAME" or "NAME=LABEL" (`relabel`);
     - `confidence_field`: the logged field that carries a confidence (lm-eval: a generation
       task's per-sample field; inspect: a scorer, read as method "score:NAME"); plain records
@@ -65,6 +66,9 @@ def read_records(path: str | Path, fmt: str = "auto", *, methods: Sequence[str] 
     path = Path(path)
     if name == "lm-eval":
         records = READERS[name](path, methods=methods, confidence_field=confidence_field, **options)
+        if methods and confidence_field and confidence_field not in methods:
+            # the generation tasks' method is the field: listing the multiple-choice ones keeps it
+            methods = [*methods, confidence_field]
     elif name == "inspect":
         wanted = list(methods or []) + ([f"score:{confidence_field}"] if confidence_field else [])
         parts = [READERS[name](path, confidence=m, **options) for m in wanted] or [READERS[name](path, **options)]

@@ -54,13 +54,18 @@ def read_lm_eval(path: str | Path, *, checkpoint: str | None = None,
     it, one run each).
 
     ``checkpoint``: the label of every record (default: the run's ``model_name``).
-    ``methods``: multiple-choice confidence methods (default: one per task, module doc). ``metric`` / ``confidence_field``: correctness and confidence fields of generation
-    tasks. ``filter``: which filter's samples to read when a task logged several. ``tasks``:
-    the tasks to read (default: every task of every run).
+    ``methods``: multiple-choice confidence methods (default: one per task, module doc), and
+    ``confidence_field`` where listed. ``metric`` / ``confidence_field``: correctness and
+    confidence fields of generation tasks. ``filter``: which filter's samples to read when a
+    task logged several. ``tasks``: the tasks to read (default: every task of every run).
     """
     for method in methods or ():
-        if method not in MC_METRIC:
-            raise ValueError(f"{path}: unknown lm-eval method {method!r}; known: {sorted(MC_METRIC)}")
+        if method not in MC_METRIC and method != confidence_field:
+            raise ValueError(f"{path}: unknown lm-eval method {method!r}; known: {sorted(MC_METRIC)}, and a "
+                             "generation task's confidence field when it is named as confidence_field "
+                             f"(--confidence-field {method})")
+    # the methods of multiple-choice tasks; a generation task's is its confidence field
+    methods = [m for m in methods if m in MC_METRIC] or None if methods else None
     rows: list[dict] = []
     sources: list[str] = []
     unread: dict[str, set] = {}

@@ -110,14 +110,16 @@ def table34_job(outputs: Mapping[str, str], seed: int, react_specs: Sequence[dic
 
 def import_job(import_dir: str, estimators: Sequence[str], outputs: Mapping[str, str], report: Mapping,
                config: Mapping) -> dict:
-    """The aggregates of released sessions (rules/ladder_import.smk)."""
+    """The aggregates of released sessions (rules/ladder_import.smk), scored with the
+    importer's estimators and `estimators` (config `ladder_import_estimators`) after them."""
+    from .tables import IMPORT_ESTIMATORS
     from .tables import import_job as write_import
 
     # the released sessions are this job's input: their directory is fingerprinted
     prov = table_job_provenance(config, [import_dir], report,
                                 sections=["ladder_import_dir", "ladder_import_estimators"])
     return write_import(import_dir, outputs["import_aggregates_csv"], outputs["import_aggregates_md"],
-                        list(estimators) or None, provenance=prov)
+                        list(dict.fromkeys([*IMPORT_ESTIMATORS, *estimators])), provenance=prov)
 
 
 def react_job(items_path: str, spec: dict, test: str, zero_shot: str, model: str, react_config: str,

@@ -109,6 +109,13 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
     reader_notes = records.attrs["notes"]
     say(f"read {len(records)} records from {path}")
     by_dataset = record_arrays(records)
+    single = {d: c.checkpoints[0] for d, c in by_dataset.items() if len(c.checkpoints) < 2}
+    if single:
+        d, c = next(iter(single.items()))
+        raise ValueError(f"{records.attrs['source']}: the records{f' of dataset {d!r}' if d else ''} hold one "
+                         f"evaluation checkpoint ({c!r}); the evaluation compares checkpoints (contrast sets of "
+                         "pairs): give records of two or more, in training order (several runs in one file or log "
+                         "directory, named and ordered with --checkpoints / checkpoints=)")
     results: dict[str, Result] = {}
     for d, conf in by_dataset.items():
         say(f"{d or 'records'}: {len(conf.checkpoints)} evaluation checkpoints x {conf.items.size} questions, "
