@@ -7,12 +7,15 @@ after, computed in a fresh interpreter on the copy. The slow test builds two tar
 of the repository, edits one function and reads what `snakemake -n` would run."""
 from __future__ import annotations
 
+import ast
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,7 @@ from conftest import REPO
 from test_catalog import apply_edit, recipe_copy
 from test_incremental import TEST_CONFIG, parse_dry_run
 
-from selfknow.code_inputs import closure
+from selfknow.code_inputs import PLUMBING_MODULES, PLUMBING_SYMBOLS, _edges, _parse, closure, running
 from selfknow.dag import workflow_jobs
 
 #: every rule's job ("module:function", its param `job`), by the rules' own text
@@ -124,12 +127,83 @@ def test_the_extending_recipes_change_the_jobs_they_need(original, tmp_path, hea
     assert _changed(original, _fingerprints(copy / "src")) == reruns
 
 
-def test_closure_of_a_job_holds_what_it_calls_and_the_runner():
+def test_closure_of_a_job_holds_what_it_calls_and_the_runner_not_the_plumbing():
     got = closure(METRICS)
     assert {("selfknow.protocols.persistent.jobs", "metrics_job"), ("selfknow.stats.smooth_ece", "smooth_ece"),
-            ("selfknow.runlog", "job_log"), ("selfknow", None)} <= got
+            ("selfknow.runner", "job_arguments")} <= got
     assert not any(m.startswith(("selfknow.protocols.lcae", "selfknow.protocols.ladder", "selfknow.world"))
                    for m, _ in got)
+    assert not any(m in PLUMBING_MODULES or (m, n) in PLUMBING_SYMBOLS for m, n in got)
+
+
+def test_plumbing_reaches_no_code_that_computes():
+    """Leaving the plumbing out of the closures hides no computation: what its definitions reach
+    is the plumbing itself, the package's own import, and the standard library."""
+    for module in PLUMBING_MODULES:
+        for name in (None, *_parse(module).defs):
+            reached = {m for m, _ in _edges((module, name))} - {module, "selfknow"}
+            assert not reached, (module, name, reached)
+
+
+def _edit_docstrings_and_comments(path: Path) -> bool:
+    """Append a word to every docstring of `path` and a comment to every logical line; whether
+    there was anything to edit."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    docs = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            c = body[0].value
+            docs.add((c.lineno, len(lines[c.lineno - 1].encode()[:c.col_offset].decode())))
+    edits = []                                     # (row, col, text to insert)
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.STRING and tok.start in docs:
+            quote = tok.string.lstrip("rRuUbBfF")
+            opening = 3 if quote[:3] in ('"""', "'''") else 1
+            edits.append((tok.start[0], tok.start[1] + len(tok.string) - len(quote) + opening, "Edited. "))
+        elif tok.type == tokenize.NEWLINE and tok.string:
+            edits.append((*tok.start, "  # an edited comment"))
+    for row, col, insert in sorted(edits, reverse=True):
+        lines[row - 1] = lines[row - 1][:col] + insert + lines[row - 1][col:]
+    path.write_text("".join(lines), encoding="utf-8")
+    return bool(edits)
+
+
+def test_docstrings_and_comments_of_every_function_change_nothing(original, tmp_path):
+    """Every docstring and every line of the package edited at once: no job reruns."""
+    pkg = _copy_package(tmp_path)
+    edited = [p for p in sorted(pkg.rglob("*.py")) if _edit_docstrings_and_comments(p)]
+    assert len(edited) > 100
+    smooth = (pkg / "stats" / "smooth_ece.py").read_text(encoding="utf-8")
+    assert "Edited. " in smooth and SMOOTH_ECE_RETURN.rstrip("\n") + "  # an edited comment" in smooth
+    assert _changed(original, _fingerprints(pkg.parent)) == set()
+
+
+def test_the_package_version_and_the_job_log_rerun_nothing_the_runner_reruns_all(original, tmp_path):
+    pkg = _copy_package(tmp_path)
+    _edit(pkg / "__init__.py", '__version__ = "', '__version__ = "9.')
+    _edit(pkg / "runlog.py", '    return {"base_loads": ', '    return {"loads": 0, "base_loads": ')
+    assert _changed(original, _fingerprints(pkg.parent)) == set()
+    _edit(pkg / "runner.py", "    return known\n", "    return dict(known)\n")
+    assert _changed(original, _fingerprints(pkg.parent)) == set(JOBS)
+
+
+def test_a_builder_called_through_its_catalog_must_be_reached_by_the_job():
+    """A catalog may assemble a builder's reference from strings (its rule's job, kept out of
+    the closures of jobs that read the catalog for titles); a job that calls it through the
+    catalog anyway is stopped, naming itself, rather than run on code its fingerprint misses."""
+    from selfknow.protocols.ladder.catalog import TABLE
+    whole, split = TABLE["main"], TABLE["table34"]
+    with running(LA + "rule_jobs:tables_job"):
+        assert callable(whole.build())
+        with pytest.raises(LookupError, match=r"job 'selfknow\.protocols\.ladder\.rule_jobs:tables_job' calls "
+                                              r"'selfknow\.protocols\.ladder\.heldout:table34_job'"):
+            split.build()
+    with running(LA + "rule_jobs:table34_job"):
+        assert callable(split.build())
+    assert callable(split.build())                 # outside a workflow job: a command line
 
 
 def test_every_job_rule_has_its_code_fingerprint():

@@ -76,6 +76,7 @@ def job_arguments(rule: str, fn: Callable, *, inputs: Mapping, outputs: Mapping,
 def run_job(snakemake) -> None:
     """Run the job `snakemake.params.job` names for the rule Snakemake's script preamble
     describes (`snakemake`), under its log."""
+    from selfknow.code_inputs import running
     from selfknow.report.catalog import call_by_name, resolve
     from selfknow.runlog import job_log
 
@@ -87,5 +88,6 @@ def run_job(snakemake) -> None:
                           params=_named(rule, "param", snakemake.params), wildcards=wildcards,
                           extras={"threads": snakemake.threads, "config": snakemake.config,
                                   "input_files": list(snakemake.input)})
-    with job_log(snakemake.log[0], " ".join([rule, *map(str, wildcards.values())])) as summary:
+    title = " ".join([rule, *map(str, wildcards.values())])
+    with running(snakemake.params.job), job_log(snakemake.log[0], title) as summary:
         summary.update(call_by_name(fn, known) or {})
