@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import jsonschema
 import yaml
@@ -454,6 +454,40 @@ def model_spec(cfg: dict, name: str, results: str = "results") -> dict:
     elif src == "smollm2":
         m["path"] = f"{results}/models/smollm2"
     return m
+
+
+def _strings(node) -> Iterator[str]:
+    """Every string value in a config node, at any depth."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from _strings(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v)
+
+
+def job_config(cfg: dict, *, sections: Sequence[str] = (), models: Sequence[str] = (),
+               datasets: Sequence[str] = ()) -> dict:
+    """The part of the workflow config a job reads, for its rule's params (a job never gets the
+    whole config, so a setting reruns only the jobs that read it): the named top-level
+    `sections`; the registry entries of `models`, `datasets` and of every model or dataset a
+    section names; the seed and the results directory; and the world's phase count where a
+    world model is among them (its checkpoints' names, `checkpoint_names`)."""
+    missing = [s for s in sections if s not in cfg]
+    if missing:
+        raise ConfigError(f"job_config: the config has no section {missing}")
+    picked = {s: cfg[s] for s in sections}
+    named = set(_strings(list(picked.values())))
+    want_models = set(models) | named
+    want_datasets = set(datasets) | named
+    out = {"seed": cfg.get("seed"), "results": cfg.get("results", "results"), **picked,
+           "models": [m for m in cfg["models"] if m["name"] in want_models],
+           "datasets": {d: v for d, v in cfg.get("datasets", {}).items() if d in want_datasets}}
+    if "world" not in out and any(m.get("source") == "world" for m in out["models"]):
+        out["world"] = {"generator": {"n_phases": cfg["world"]["generator"]["n_phases"]}}
+    return out
 
 
 def config_hash(obj: Any) -> str:
