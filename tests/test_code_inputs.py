@@ -8,6 +8,7 @@ of the repository, edits one function and reads what `snakemake -n` would run.""
 from __future__ import annotations
 
 import ast
+import fnmatch
 import io
 import json
 import os
@@ -253,3 +254,63 @@ def test_an_edited_function_reruns_its_jobs_and_what_reads_them(tmp_path):
     assert dry_run() == set()
     _edit(pkg / "world" / "generator.py", 'if not ln.startswith("#")]', 'if not ln.startswith(("#",))]')
     assert dry_run() == {("world_generate", ()), ("items", (("dataset", "world_qa_a"),))}
+
+
+_DAG_DUMP = """
+import json, os, sys
+from selfknow.dag import snakemake_dag
+with snakemake_dag(sys.argv[1], results=sys.argv[2]) as jobs:
+    print(json.dumps([{"job": f"{j.rule.name}{sorted(j.wildcards_dict.items())}",
+                       "code": j.params.get("code") if "code" in j.params.keys() else None,
+                       "inputs": [os.path.abspath(f) for f in j.input],
+                       "outputs": [os.path.abspath(f) for f in j.output]} for j in jobs]))
+"""
+
+
+def _dag(root: Path, results: Path) -> list[dict]:
+    """The tiny config's whole DAG with the package at `root` (a fresh interpreter): each job
+    with its code fingerprint and every input and output."""
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", _DAG_DUMP, str(root / "config" / "test.yaml"), str(results)],
+                         cwd=root, capture_output=True, text=True, env=env, timeout=600, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _rerun(before: list[dict], after: list[dict], results: Path) -> tuple[set[str], set[str]]:
+    """The jobs a rerun after the change runs (those whose code changed and every job downstream
+    of them), and the report's tables and figures (`selfknow.catalogs.REPORT` keys) they write."""
+    from selfknow.catalogs import REPORT
+
+    code = {j["job"]: j["code"] for j in before}
+    rerun = {j["job"] for j in after if j["code"] != code[j["job"]]}
+    written = {f for j in after if j["job"] in rerun for f in j["outputs"]}
+    while new := {j["job"] for j in after if j["job"] not in rerun and written & set(j["inputs"])}:
+        written |= {f for j in after if j["job"] in new for f in j["outputs"]}
+        rerun |= new
+    stems = {str(Path(f).relative_to(results).with_suffix("")) for f in written if Path(f).is_relative_to(results)}
+    shown = {key for key, item in REPORT.items()
+             if any(fnmatch.fnmatch(stem, re.sub(r"\{\w+\}", "*", item["output"].rsplit(".", 1)[0])) for stem in stems)}
+    return rerun, shown
+
+
+def test_the_dag_reruns_nothing_for_docs_and_the_version_and_the_tables_of_an_edited_statistic(tmp_path):
+    """On the tiny config's DAG: every docstring and comment edited and the version bumped rerun
+    no job; an edit to the body of the item-fit bands (`fit_band`, which the LCAE IRT fit and the
+    LCAE tables call) reruns the IRT fit, the LCAE stages that read it (2 and 3: their model calls
+    answered from the cache), the LCAE tables job and the self-knowledge card (it reads the
+    IRT fit's persons): exactly the LCAE tables and the card among the report's items."""
+    from selfknow.protocols.lcae.catalog import TABLES as LCAE
+
+    root, results = _copy_workflow(tmp_path / "repo"), tmp_path / "results"
+    before = _dag(root, results)
+    pkg = root / "src" / "selfknow"
+    for path in pkg.rglob("*.py"):
+        _edit_docstrings_and_comments(path)
+    _edit(pkg / "__init__.py", '__version__ = "', '__version__ = "9.')
+    assert _rerun(before, _dag(root, results), results) == (set(), set())
+    _edit(pkg / "stats" / "item_fit.py", "    ok = (i >= lo) & (i <= hi) & (o >= lo) & (o <= hi)  # an edited comment\n",
+          "    ok = (i >= lo) & (o >= lo) & (i <= hi) & (o <= hi)\n")
+    jobs, shown = _rerun(before, _dag(root, results), results)
+    assert {j.split("[")[0] for j in jobs} - {"all_tables"} == {"lcae_irt", "lcae_stage2", "lcae_stage3",
+                                                               "lcae_tables", "knowledge_card"}
+    assert shown == {f"lcae/{t.name}" for t in LCAE} | {"card/self_knowledge"}
