@@ -13,23 +13,23 @@ a definition that locates files beside its module (`__file__`) brings the data f
 prompts, the provider table). A module used other than through an attribute (`getattr(mod, n)`)
 counts whole. An import-time check (a module-level `if` that only raises) is not reached: it can
 stop a job, never change what it writes. So an edit to one function reruns the jobs that reach
-that function and nothing else; a comment or blank line outside the reached definitions changes
-nothing.
+that function and nothing else.
 
 What is hashed is the code's syntax tree (`ast.dump`, no line numbers) with its docstrings and
 other bare string statements dropped: a docstring, a comment or a reformatting changes no
 fingerprint (a new Python version may change the dump, and so rerun every job once). Plumbing,
 code that cannot change what a job writes to its outputs, is left out of every closure
-(`PLUMBING`): the job log (`selfknow.runlog`) and the distribution's version label
-(`selfknow.__version__`, never read by a job) and this module (which only hashes, and checks
-below). The runner's mapping of a rule's keys to the job's arguments stays in: it decides what
-the job computes from. A catalog may assemble a reference from strings (`_T + "table_job"`) so
-that a job reading the catalog for a title does not reach every other table's job; such a
-reference is not reached, and a job that calls a builder through its catalog entry
+(`PLUMBING_MODULES`, `PLUMBING_SYMBOLS`): the job log (`selfknow.runlog`), this module (it only
+hashes, and checks below) and the distribution's version label (`selfknow.__version__`, which no
+job reads). The runner's mapping of a rule's keys to the job's arguments stays in: it decides
+what the job computes from. A catalog may assemble a reference from strings (`_T +
+"table_job"`) so that a job reading the catalog for a title does not reach every other table's
+job; such a reference is not reached, and a job that calls a builder through its catalog entry
 (`Table.build`) checks, under `running(job)`, that its closure holds the builder: one it does
-not is an error naming the job, never code silently left out of its fingerprint. Third-party packages (numpy, scipy,
-torch) are not hashed: their versions are recorded in every table's provenance sidecar
-(`selfknow.report.provenance.PACKAGES`), and an upgrade reruns nothing (docs/running.md)."""
+not is an error naming the job, never code silently left out of its fingerprint. Third-party
+packages (numpy, scipy, torch) are not hashed: every table's provenance sidecar records their
+versions (`selfknow.report.provenance.PACKAGES`), and an upgrade reruns nothing
+(docs/running.md)."""
 from __future__ import annotations
 
 import ast
@@ -120,14 +120,6 @@ def _import_targets(node: ast.Import | ast.ImportFrom, package: str) -> dict[str
     return out
 
 
-def _named_target(text: str) -> tuple | None:
-    """The target a string naming a module ("selfknow.x") or a symbol ("selfknow.x:f") names."""
-    if not (m := _NAMED.match(text)):
-        return None
-    module, name = m.groups()
-    return ("symbol", module, name) if name else ("module", module)
-
-
 def _uses(nodes, package: str) -> tuple[Uses, bool]:
     """What `nodes` use, and whether they read `__file__`. An attribute chain on a name
     (`C.TABLES`, `selfknow.x.f`) counts as the chain, its name alone as nothing."""
@@ -149,9 +141,15 @@ def _uses(nodes, package: str) -> tuple[Uses, bool]:
                 attrs.add((cur.id, tuple(reversed(chain))))
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
             targets.update(_import_targets(n, package).values())
-        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (t := _named_target(n.value)):
-            targets.add(t)
+        elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (m := _NAMED.match(n.value)):
+            module, name = m.groups()
+            targets.add(("symbol", module, name) if name else ("module", module))
     return Uses(frozenset(names), frozenset(attrs), frozenset(targets)), "__file__" in names
+
+
+def _bare_string(stmt: ast.stmt) -> bool:
+    """A docstring, or any other string written as a statement of its own (it does nothing)."""
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
 
 
 def _normal(node: ast.stmt) -> str:
@@ -162,8 +160,7 @@ def _normal(node: ast.stmt) -> str:
         for attr in ("body", "orelse", "finalbody"):
             stmts = getattr(n, attr, None)
             if isinstance(stmts, list):
-                setattr(n, attr, [s for s in stmts if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
-                                                           and isinstance(s.value.value, str))])
+                setattr(n, attr, [s for s in stmts if not _bare_string(s)])
     return ast.dump(node)
 
 
