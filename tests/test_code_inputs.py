@@ -191,6 +191,23 @@ def test_the_package_version_and_the_job_log_rerun_nothing_the_runner_reruns_all
     assert _changed(original, _fingerprints(pkg.parent)) == set(JOBS)
 
 
+def test_third_party_versions_are_recorded_in_provenance_not_fingerprinted(original, tmp_path):
+    """The choice of docs/running.md: another numpy (a distribution found first on the path)
+    changes no job's fingerprint, and a table's provenance records its version."""
+    fake = tmp_path / "site" / "numpy-0.0.1.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0.1\n", encoding="utf-8")
+    code = ("import json, sys\nfrom selfknow.code_inputs import job_fingerprint\n"
+            "from selfknow.report.provenance import package_versions\n"
+            "print(json.dumps([{j: job_fingerprint(j) for j in sys.argv[1:]}, package_versions()]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO / "src")])}
+    out = subprocess.run([sys.executable, "-c", code, *JOBS], capture_output=True, text=True, env=env,
+                         timeout=300, check=True)
+    fingerprints, versions = json.loads(out.stdout)
+    assert versions["numpy"] == "0.0.1" and "scipy" in versions and "torch" in versions
+    assert fingerprints == original
+
+
 def test_a_builder_called_through_its_catalog_must_be_reached_by_the_job():
     """A catalog may assemble a builder's reference from strings (its rule's job, kept out of
     the closures of jobs that read the catalog for titles); a job that calls it through the
