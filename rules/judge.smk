@@ -32,7 +32,8 @@ rule llm_judge:
 
 
 # the judge, and the models whose answers it graded (the last checkpoints of the persistent models)
-JUDGE_AUDIT_MODELS = list(dict.fromkeys([JUDGE["llm_judge"], *(config["persistent"]["models"] if "persistent" in config else [])]))
+JUDGE_AUDIT_MODELS = list(dict.fromkeys(
+    [JUDGE["llm_judge"], *(config["persistent"]["models"] if "persistent" in config else [])]))
 
 
 rule judge_audit_table:

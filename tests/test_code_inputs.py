@@ -325,8 +325,8 @@ def test_the_dag_reruns_nothing_for_docs_and_the_version_and_the_tables_of_an_ed
         _edit_docstrings_and_comments(path)
     _edit(pkg / "__init__.py", '__version__ = "', '__version__ = "9.')
     assert _rerun(before, _dag(root, results), results) == (set(), set())
-    _edit(pkg / "stats" / "item_fit.py", "    ok = (i >= lo) & (i <= hi) & (o >= lo) & (o <= hi)  # an edited comment\n",
-          "    ok = (i >= lo) & (o >= lo) & (i <= hi) & (o <= hi)\n")
+    ok = "    ok = (i >= lo) & (i <= hi) & (o >= lo) & (o <= hi)"
+    _edit(pkg / "stats" / "item_fit.py", ok + "  # an edited comment\n", "    ok = (i >= lo) & (o >= lo) & (i <= hi) & (o <= hi)\n")
     jobs, shown = _rerun(before, _dag(root, results), results)
     assert {j.split("[")[0] for j in jobs} - {"all_tables"} == {"lcae_irt", "lcae_stage2", "lcae_stage3",
                                                                "lcae_tables", "knowledge_card"}
