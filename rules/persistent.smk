@@ -338,7 +338,7 @@ for _figure, _d in persistent_transfer_figures():
         localrule: True
         params:
             job="selfknow.protocols.persistent.rule_jobs:transfer_figure",
-            config=job_config(config, sections=["persistent"]),
+            config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
             figure=_figure,
             model=P_MODELS[0],
             dataset=_d,
@@ -424,7 +424,7 @@ rule persistent_reliability:
         **named_figure_targets("persistent", ["reliability"]),
     params:
         job="selfknow.protocols.persistent.rule_jobs:reliability",
-        config=job_config(config, sections=["persistent"]),
+        config=get_reliability_config,
         sc_paths=get_reliability_sc,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
@@ -452,7 +452,7 @@ rule persistent_table19:
         **named_table_targets("persistent", ["table19"]),
     params:
         job="selfknow.protocols.persistent.rule_jobs:table19",
-        config=job_config(config, sections=["persistent"]),
+        config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
         report=REPORT_SETTINGS,
         title=P_TABLE["table19"].title.format(model=P_MODELS[0] if P_MODELS else "",
                                               dataset=P_DATASETS[0] if P_DATASETS else ""),

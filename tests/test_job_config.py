@@ -74,9 +74,14 @@ class _Recorded(Exception):
     pass
 
 
+#: the rules over one persistent model, whose part of the config lists that model alone
+PER_MODEL = {"persistent_reliability", "persistent_figure3", "persistent_figure4", "persistent_table19"}
+
+
 def test_every_table_job_records_the_same_provenance_from_its_part_as_from_the_whole(monkeypatch):
     """Each job that takes a config computes its outputs' provenance first: from its rule's part
-    of the config it records the same config fragment and model specs as it did from the whole."""
+    of the config it records the same config fragment and model specs as it did from the whole,
+    its sections as they are there but for a per-model rule's `models`, narrowed to its model."""
     from selfknow.dag import workflow_jobs
     from selfknow.report import provenance
     from selfknow.report.catalog import call_by_name, resolve
@@ -95,9 +100,15 @@ def test_every_table_job_records_the_same_provenance_from_its_part_as_from_the_w
             if "config" not in j.params:
                 continue
             whole["results"] = j.params["config"]["results"]          # as the workflow sets it
+            part = j.params["config"]
+            sections = [k for k in part if k not in ("seed", "results", "models", "datasets", "world")]
+            for sec in sections:
+                narrowed = {k for k in whole[sec] if part[sec].get(k) != whole[sec][k]}
+                assert narrowed == set() or (j.rule in PER_MODEL and narrowed == {"models"}
+                                             and set(part[sec]["models"]) < set(whole[sec]["models"])), j.rule
             fn = resolve(j.params["job"])
             got = []
-            for cfg in (j.params["config"], whole):
+            for cfg in (part, {**whole, **{sec: part[sec] for sec in sections}}):
                 known = job_arguments(j.rule, fn, inputs=dict(j.inputs), outputs=dict(j.outputs),
                                       params={**j.params, "config": cfg}, wildcards=dict(j.wildcards),
                                       extras={"threads": 1, "input_files": []})
@@ -107,3 +118,25 @@ def test_every_table_job_records_the_same_provenance_from_its_part_as_from_the_w
             assert got[0] == got[1], j.rule
             checked += 1
     assert checked > 40
+
+
+def test_adding_a_persistent_model_leaves_the_per_model_jobs_settings_alone(tmp_path):
+    """On the tiny DAG, another persistent model changes the part of the config of the jobs over
+    every persistent model and of none over one model (reliability diagrams, Figures 3-4,
+    Table 19), which therefore do not rerun."""
+    from selfknow.dag import workflow_jobs
+    from test_incremental import tiny_config, write_config
+
+    cfg = tiny_config()
+    new = "wm-extra"
+    cfg["world"]["families"][new] = {**cfg["world"]["families"]["wm-small"], "seed": 7}
+    cfg["models"].append({"name": new, "backend": "hf", "source": "world"})
+    cfg["persistent"]["models"].append(new)
+    added = write_config(cfg, tmp_path / "added.yaml")
+    key = lambda j: (j.rule, tuple(sorted(j.wildcards.items())))
+    before = {key(j): j.params["config"] for j in workflow_jobs(REPO / "config" / "test.yaml", results=tmp_path / "r")
+              if "config" in j.params}
+    after = {key(j): j.params["config"] for j in workflow_jobs(added, results=tmp_path / "r") if "config" in j.params}
+    changed = {k[0] for k in before if after.get(k) != before[k]}
+    assert not changed & PER_MODEL
+    assert {"persistent_table1", "persistent_figure2", "knowledge_card"} <= changed

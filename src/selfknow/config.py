@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import jsonschema
 import yaml
@@ -496,16 +496,19 @@ def _strings(node) -> Iterator[str]:
 
 
 def job_config(cfg: dict, *, sections: Sequence[str] = (), models: Sequence[str] = (),
-               datasets: Sequence[str] = ()) -> dict:
+               datasets: Sequence[str] = (), narrow: Mapping[str, Mapping] | None = None) -> dict:
     """The part of the workflow config a job reads, for its rule's params (a job never gets the
     whole config, so a setting reruns only the jobs that read it): the named top-level
-    `sections`; the registry entries of `models`, `datasets` and of every model or dataset a
-    section names; the seed and the results directory; and the world's phase count where a
-    world model is among them (its checkpoints' names, `checkpoint_names`)."""
+    `sections`, with the keys `narrow` gives a section replaced (a per-model job's section
+    lists its own model only, so that another model's addition does not rerun it); the
+    registry entries of `models`, `datasets` and of every model or dataset a section names;
+    the seed and the results directory; and the world's phase count where a world model is
+    among them (its checkpoints' names, `checkpoint_names`)."""
     missing = [s for s in sections if s not in cfg]
     if missing:
         raise ConfigError(f"job_config: the config has no section {missing}")
-    picked = {s: cfg[s] for s in sections}
+    narrow = narrow or {}
+    picked = {s: {**cfg[s], **narrow[s]} if s in narrow else cfg[s] for s in sections}
     named = set(_strings(list(picked.values())))
     want_models = set(models) | named
     want_datasets = set(datasets) | named
