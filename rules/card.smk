@@ -9,6 +9,7 @@ rule knowledge_card:
         **named_table_targets("card", ["self_knowledge"]),
     params:
         job="selfknow.report.card:knowledge_card_job",
+        config=job_config(config, sections=[s for s in ("lcae", "ladder", "persistent") if s in config], models=MODELS),
         persistent=get_card_persistent,
         models=MODELS,
         last_ckpt=card_last_checkpoints(),

@@ -11,6 +11,7 @@ from selfknow.config import (
     checkpoint_names,
     config_hash,
     is_chat,
+    job_config,
     model_spec,
     resolve_paths,
     validate_config,

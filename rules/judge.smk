@@ -31,6 +31,11 @@ rule llm_judge:
         "../scripts/run_job.py"
 
 
+# the judge, and the models whose answers it graded (the last checkpoints of the persistent models)
+JUDGE_AUDIT_MODELS = list(dict.fromkeys(
+    [JUDGE["llm_judge"], *(config["persistent"]["models"] if "persistent" in config else [])]))
+
+
 rule judge_audit_table:
     input:
         judgments=rules.llm_judge.output.out,
@@ -38,6 +43,8 @@ rule judge_audit_table:
         **named_table_targets("judge", ["audit"]),
     params:
         job="selfknow.report.jobs:judge_audit_job",
+        models=JUDGE_AUDIT_MODELS,
+        config=job_config(config, sections=["judge"], models=JUDGE_AUDIT_MODELS),
         replicates=config["judge"]["audit_bootstrap"],
         seed=config["seed"],
         report=REPORT_SETTINGS,

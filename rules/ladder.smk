@@ -147,6 +147,7 @@ rule ladder_tables:
         **ladder_figure_targets(),
     params:
         job="selfknow.protocols.ladder.rule_jobs:tables_job",
+        config=job_config(config, sections=["ladder"]),
         report=REPORT_SETTINGS,
     conda:
         "../envs/selfknow.yaml"

@@ -38,6 +38,7 @@ rule ladder_appendix:
         **named_figure_targets("ladder", LADDER_APPENDIX_FIGURES),
     params:
         job="selfknow.protocols.ladder.rule_jobs:appendix_job",
+        config=job_config(config, sections=["ladder"]),
         report=REPORT_SETTINGS,
         lite_budgets=LAD["lite_budgets"],
     conda:

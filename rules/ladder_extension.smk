@@ -42,6 +42,7 @@ rule ladder_table32:
     localrule: True
     params:
         job="selfknow.protocols.ladder.rule_jobs:table32_job",
+        config=job_config(config, sections=["ladder"]),
         datasets=extension_task_setting("dataset"),
         loaders=extension_loaders(),
         sign_tolerance_pp=EXT["sign_tolerance_pp"],

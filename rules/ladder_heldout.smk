@@ -15,6 +15,7 @@ rule ladder_table34:
         **named_table_targets("ladder", names(LADDER_CATALOG, job="heldout")),
     params:
         job="selfknow.protocols.ladder.rule_jobs:table34_job",
+        config=job_config(config, sections=["ladder"]),
         seed=config["seed"],
         react_specs=get_ladder_react_specs,
         dataset=(LAD["react"]["dataset"] if "react" in LAD

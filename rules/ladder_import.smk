@@ -8,6 +8,7 @@ rule ladder_import:
         **named_table_targets("ladder", names(LADDER_CATALOG, job="import")),
     params:
         job="selfknow.protocols.ladder.rule_jobs:import_job",
+        config=job_config(config, sections=["ladder_import_dir", "ladder_import_estimators"]),
         import_dir=config["ladder_import_dir"],
         estimators=config["ladder_import_estimators"],
         report=REPORT_SETTINGS,

@@ -133,6 +133,7 @@ rule lcae_tables:
         **named_figure_targets("lcae", names(LCAE_CATALOG, figure=True)),
     params:
         job="selfknow.protocols.lcae.rule_jobs:tables_job",
+        config=job_config(config, sections=["lcae"]),
         prices=LC["prices"],
         method=LC["rasch_method"],
         eps=LC["lcae_eps"],

@@ -304,6 +304,7 @@ for _table in persistent_table_names():
         localrule: True
         params:
             job="selfknow.protocols.persistent.rule_jobs:table",
+            config=job_config(config, sections=["persistent"]),
             files=persistent_table_inputs(_table),
             table=_table,
             models=P_MODELS,
@@ -337,6 +338,7 @@ for _figure, _d in persistent_transfer_figures():
         localrule: True
         params:
             job="selfknow.protocols.persistent.rule_jobs:transfer_figure",
+            config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
             figure=_figure,
             model=P_MODELS[0],
             dataset=_d,
@@ -361,6 +363,7 @@ rule persistent_table7:
     localrule: True
     params:
         job="selfknow.protocols.persistent.rule_jobs:table7",
+        config=job_config(config, sections=["persistent"]),
         sc_paths=persistent_table7_inputs(),
         models=P_MODELS,
         checkpoints={m: checkpoint_names(config, m) for m in P_MODELS},
@@ -389,6 +392,7 @@ rule persistent_figure2:
     localrule: True
     params:
         job="selfknow.protocols.persistent.rule_jobs:figure2",
+        config=job_config(config, sections=["persistent"]),
         metric_paths=persistent_figure2_metrics(),
         sc_paths=persistent_figure2_sc(),
         models=P_MODELS,
@@ -420,6 +424,7 @@ rule persistent_reliability:
         **named_figure_targets("persistent", ["reliability"]),
     params:
         job="selfknow.protocols.persistent.rule_jobs:reliability",
+        config=get_reliability_config,
         sc_paths=get_reliability_sc,
         train_ckpts=get_train_ckpts,
         eval_ckpts=get_eval_ckpts,
@@ -447,6 +452,7 @@ rule persistent_table19:
         **named_table_targets("persistent", ["table19"]),
     params:
         job="selfknow.protocols.persistent.rule_jobs:table19",
+        config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
         report=REPORT_SETTINGS,
         title=P_TABLE["table19"].title.format(model=P_MODELS[0] if P_MODELS else "",
                                               dataset=P_DATASETS[0] if P_DATASETS else ""),

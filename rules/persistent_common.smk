@@ -245,6 +245,12 @@ def get_metrics_gcm(wildcards):
     return list(dict.fromkeys(p_gcm(wildcards.model, wildcards.dataset, s) for s in P_SEEDS))
 
 
+def get_reliability_config(wildcards):
+    """The persistent settings of one model's reliability diagrams: the section with that model
+    alone in its `models`, so that adding another model reruns none of them."""
+    return job_config(config, sections=["persistent"], narrow={"persistent": {"models": [wildcards.model]}})
+
+
 def get_reliability_sc(wildcards):
     return _main_sc_inputs(wildcards.model, wildcards.dataset)
 

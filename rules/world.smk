@@ -50,6 +50,7 @@ rule world_evolution_table:
         **named_table_targets("world", ["evolution"]),
     params:
         job="selfknow.report.jobs:world_evolution_job",
+        config=job_config(config, sections=["world"], models=world_models()),
         checkpoints={m: checkpoint_names(config, m) for m in world_models()},
         n_train=config["persistent"]["train_checkpoints"] if "persistent" in config else 0,
         report=REPORT_SETTINGS,

@@ -7,12 +7,16 @@ after, computed in a fresh interpreter on the copy. The slow test builds two tar
 of the repository, edits one function and reads what `snakemake -n` would run."""
 from __future__ import annotations
 
+import ast
+import fnmatch
+import io
 import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -21,7 +25,7 @@ from conftest import REPO
 from test_catalog import apply_edit, recipe_copy
 from test_incremental import TEST_CONFIG, parse_dry_run
 
-from selfknow.code_inputs import closure
+from selfknow.code_inputs import PLUMBING_MODULES, PLUMBING_SYMBOLS, _edges, _parse, closure, running
 from selfknow.dag import workflow_jobs
 
 #: every rule's job ("module:function", its param `job`), by the rules' own text
@@ -124,12 +128,100 @@ def test_the_extending_recipes_change_the_jobs_they_need(original, tmp_path, hea
     assert _changed(original, _fingerprints(copy / "src")) == reruns
 
 
-def test_closure_of_a_job_holds_what_it_calls_and_the_runner():
+def test_closure_of_a_job_holds_what_it_calls_and_the_runner_not_the_plumbing():
     got = closure(METRICS)
     assert {("selfknow.protocols.persistent.jobs", "metrics_job"), ("selfknow.stats.smooth_ece", "smooth_ece"),
-            ("selfknow.runlog", "job_log"), ("selfknow", None)} <= got
+            ("selfknow.runner", "job_arguments")} <= got
     assert not any(m.startswith(("selfknow.protocols.lcae", "selfknow.protocols.ladder", "selfknow.world"))
                    for m, _ in got)
+    assert not any(m in PLUMBING_MODULES or (m, n) in PLUMBING_SYMBOLS for m, n in got)
+
+
+def test_plumbing_reaches_no_code_that_computes():
+    """Leaving the plumbing out of the closures hides no computation: what its definitions reach
+    is the plumbing itself, the package's own import, and the standard library."""
+    for module in PLUMBING_MODULES:
+        for name in (None, *_parse(module).defs):
+            reached = {m for m, _ in _edges((module, name))} - {module, "selfknow"}
+            assert not reached, (module, name, reached)
+
+
+def _edit_docstrings_and_comments(path: Path) -> bool:
+    """Append a word to every docstring of `path` and a comment to every logical line; whether
+    there was anything to edit."""
+    text = path.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    docs = set()
+    for node in ast.walk(ast.parse(text)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            c = body[0].value
+            docs.add((c.lineno, len(lines[c.lineno - 1].encode()[:c.col_offset].decode())))
+    edits = []                                     # (row, col, text to insert)
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if tok.type == tokenize.STRING and tok.start in docs:
+            quote = tok.string.lstrip("rRuUbBfF")
+            opening = 3 if quote[:3] in ('"""', "'''") else 1
+            edits.append((tok.start[0], tok.start[1] + len(tok.string) - len(quote) + opening, "Edited. "))
+        elif tok.type == tokenize.NEWLINE and tok.string:
+            edits.append((*tok.start, "  # an edited comment"))
+    for row, col, insert in sorted(edits, reverse=True):
+        lines[row - 1] = lines[row - 1][:col] + insert + lines[row - 1][col:]
+    path.write_text("".join(lines), encoding="utf-8")
+    return bool(edits)
+
+
+def test_docstrings_and_comments_of_every_function_change_nothing(original, tmp_path):
+    """Every docstring and every line of the package edited at once: no job reruns."""
+    pkg = _copy_package(tmp_path)
+    edited = [p for p in sorted(pkg.rglob("*.py")) if _edit_docstrings_and_comments(p)]
+    assert len(edited) > 100
+    smooth = (pkg / "stats" / "smooth_ece.py").read_text(encoding="utf-8")
+    assert "Edited. " in smooth and SMOOTH_ECE_RETURN.rstrip("\n") + "  # an edited comment" in smooth
+    assert _changed(original, _fingerprints(pkg.parent)) == set()
+
+
+def test_the_package_version_and_the_job_log_rerun_nothing_the_runner_reruns_all(original, tmp_path):
+    pkg = _copy_package(tmp_path)
+    _edit(pkg / "__init__.py", '__version__ = "', '__version__ = "9.')
+    _edit(pkg / "runlog.py", '    return {"base_loads": ', '    return {"loads": 0, "base_loads": ')
+    assert _changed(original, _fingerprints(pkg.parent)) == set()
+    _edit(pkg / "runner.py", "    return known\n", "    return dict(known)\n")
+    assert _changed(original, _fingerprints(pkg.parent)) == set(JOBS)
+
+
+def test_third_party_versions_are_recorded_in_provenance_not_fingerprinted(original, tmp_path):
+    """The choice of docs/running.md: another numpy (a distribution found first on the path)
+    changes no job's fingerprint, and a table's provenance records its version."""
+    fake = tmp_path / "site" / "numpy-0.0.1.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 0.0.1\n", encoding="utf-8")
+    code = ("import json, sys\nfrom selfknow.code_inputs import job_fingerprint\n"
+            "from selfknow.report.provenance import package_versions\n"
+            "print(json.dumps([{j: job_fingerprint(j) for j in sys.argv[1:]}, package_versions()]))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO / "src")])}
+    out = subprocess.run([sys.executable, "-c", code, *JOBS], capture_output=True, text=True, env=env,
+                         timeout=300, check=True)
+    fingerprints, versions = json.loads(out.stdout)
+    assert versions["numpy"] == "0.0.1" and "scipy" in versions and "torch" in versions
+    assert fingerprints == original
+
+
+def test_a_builder_called_through_its_catalog_must_be_reached_by_the_job():
+    """A catalog may assemble a builder's reference from strings (its rule's job, kept out of
+    the closures of jobs that read the catalog for titles); a job that calls it through the
+    catalog anyway is stopped, naming itself, rather than run on code its fingerprint misses."""
+    from selfknow.protocols.ladder.catalog import TABLE
+    whole, split = TABLE["main"], TABLE["table34"]
+    with running(LA + "rule_jobs:tables_job"):
+        assert callable(whole.build())
+        with pytest.raises(LookupError, match=r"job 'selfknow\.protocols\.ladder\.rule_jobs:tables_job' calls "
+                                              r"'selfknow\.protocols\.ladder\.heldout:table34_job'"):
+            split.build()
+    with running(LA + "rule_jobs:table34_job"):
+        assert callable(split.build())
+    assert callable(split.build())                 # outside a workflow job: a command line
 
 
 def test_every_job_rule_has_its_code_fingerprint():
@@ -179,3 +271,63 @@ def test_an_edited_function_reruns_its_jobs_and_what_reads_them(tmp_path):
     assert dry_run() == set()
     _edit(pkg / "world" / "generator.py", 'if not ln.startswith("#")]', 'if not ln.startswith(("#",))]')
     assert dry_run() == {("world_generate", ()), ("items", (("dataset", "world_qa_a"),))}
+
+
+_DAG_DUMP = """
+import json, os, sys
+from selfknow.dag import snakemake_dag
+with snakemake_dag(sys.argv[1], results=sys.argv[2]) as jobs:
+    print(json.dumps([{"job": f"{j.rule.name}{sorted(j.wildcards_dict.items())}",
+                       "code": j.params.get("code") if "code" in j.params.keys() else None,
+                       "inputs": [os.path.abspath(f) for f in j.input],
+                       "outputs": [os.path.abspath(f) for f in j.output]} for j in jobs]))
+"""
+
+
+def _dag(root: Path, results: Path) -> list[dict]:
+    """The tiny config's whole DAG with the package at `root` (a fresh interpreter): each job
+    with its code fingerprint and every input and output."""
+    env = {**os.environ, "PYTHONPATH": str(root / "src"), "HF_HUB_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", _DAG_DUMP, str(root / "config" / "test.yaml"), str(results)],
+                         cwd=root, capture_output=True, text=True, env=env, timeout=600, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def _rerun(before: list[dict], after: list[dict], results: Path) -> tuple[set[str], set[str]]:
+    """The jobs a rerun after the change runs (those whose code changed and every job downstream
+    of them), and the report's tables and figures (`selfknow.catalogs.REPORT` keys) they write."""
+    from selfknow.catalogs import REPORT
+
+    code = {j["job"]: j["code"] for j in before}
+    rerun = {j["job"] for j in after if j["code"] != code[j["job"]]}
+    written = {f for j in after if j["job"] in rerun for f in j["outputs"]}
+    while new := {j["job"] for j in after if j["job"] not in rerun and written & set(j["inputs"])}:
+        written |= {f for j in after if j["job"] in new for f in j["outputs"]}
+        rerun |= new
+    stems = {str(Path(f).relative_to(results).with_suffix("")) for f in written if Path(f).is_relative_to(results)}
+    shown = {key for key, item in REPORT.items()
+             if any(fnmatch.fnmatch(stem, re.sub(r"\{\w+\}", "*", item["output"].rsplit(".", 1)[0])) for stem in stems)}
+    return rerun, shown
+
+
+def test_the_dag_reruns_nothing_for_docs_and_the_version_and_the_tables_of_an_edited_statistic(tmp_path):
+    """On the tiny config's DAG: every docstring and comment edited and the version bumped rerun
+    no job; an edit to the body of the item-fit bands (`fit_band`, which the LCAE IRT fit and the
+    LCAE tables call) reruns the IRT fit, the LCAE stages that read it (2 and 3: their model calls
+    answered from the cache), the LCAE tables job and the self-knowledge card (it reads the
+    IRT fit's persons): exactly the LCAE tables and the card among the report's items."""
+    from selfknow.protocols.lcae.catalog import TABLES as LCAE
+
+    root, results = _copy_workflow(tmp_path / "repo"), tmp_path / "results"
+    before = _dag(root, results)
+    pkg = root / "src" / "selfknow"
+    for path in pkg.rglob("*.py"):
+        _edit_docstrings_and_comments(path)
+    _edit(pkg / "__init__.py", '__version__ = "', '__version__ = "9.')
+    assert _rerun(before, _dag(root, results), results) == (set(), set())
+    ok = "    ok = (i >= lo) & (i <= hi) & (o >= lo) & (o <= hi)"
+    _edit(pkg / "stats" / "item_fit.py", ok + "  # an edited comment\n", "    ok = (i >= lo) & (o >= lo) & (i <= hi) & (o <= hi)\n")
+    jobs, shown = _rerun(before, _dag(root, results), results)
+    assert {j.split("[")[0] for j in jobs} - {"all_tables"} == {"lcae_irt", "lcae_stage2", "lcae_stage3",
+                                                               "lcae_tables", "knowledge_card"}
+    assert shown == {f"lcae/{t.name}" for t in LCAE} | {"card/self_knowledge"}

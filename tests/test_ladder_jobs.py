@@ -278,6 +278,24 @@ def test_prompted_job_counts_unparsable_profiles_without_dropping(run):
     assert (q.loc[q["query_status"] == "model", "query_confidence"] == 0.7).all()
 
 
+def test_score_job_settings_default_to_the_schema_and_the_rule_passes_each():
+    """The schema's `ladder` defaults are the only ones (score_job's signature repeats none), an
+    unknown setting is an error naming it, and the rule passes every setting by its name."""
+    from conftest import REPO
+    from selfknow.schema import defaults
+
+    lad = defaults("ladder")
+    got = J._score_settings({"prefix_step": 3})
+    assert got["prefix_step"] == 3 and got["partition"] is None
+    assert {k: got[k] for k in J.SCORE_SETTINGS if k not in ("prefix_step", "partition")} == {
+        k: lad[key] for k, key in J.SCORE_SETTINGS.items() if k not in ("prefix_step", "partition")}
+    with pytest.raises(TypeError, match=r"unknown settings \['noise_flip'\]"):
+        J._score_settings({"noise_flip": [0.1]})
+    rule = (REPO / "rules" / "ladder.smk").read_text(encoding="utf-8").split("rule ladder_score:")[1]
+    params = rule.split("params:")[1].split("threads:")[0]
+    assert set(re.findall(r"^ {8}(\w+)=", params, re.M)) == {"job", "seed", *J.SCORE_SETTINGS}
+
+
 def test_score_job_levels_match_their_definitions(run):
     sess = pd.read_parquet(run["tmp"] / "sessions.parquet")
     m = sess.groupby("estimator")["CBF"].mean()

@@ -13,17 +13,35 @@ a definition that locates files beside its module (`__file__`) brings the data f
 prompts, the provider table). A module used other than through an attribute (`getattr(mod, n)`)
 counts whole. An import-time check (a module-level `if` that only raises) is not reached: it can
 stop a job, never change what it writes. So an edit to one function reruns the jobs that reach
-that function and nothing else; a comment or blank line outside the reached definitions changes
-nothing."""
+that function and nothing else.
+
+What is hashed is the code's syntax tree (`ast.dump`, no line numbers) with its docstrings and
+other bare string statements dropped: a docstring, a comment or a reformatting changes no
+fingerprint (a new Python version may change the dump, and so rerun every job once). Plumbing,
+code that cannot change what a job writes to its outputs, is left out of every closure
+(`PLUMBING_MODULES`, `PLUMBING_SYMBOLS`): the job log (`selfknow.runlog`), this module (it only
+hashes, and checks below) and the distribution's version label (`selfknow.__version__`, which no
+job reads). The runner's mapping of a rule's keys to the job's arguments stays in: it decides
+what the job computes from. A catalog may assemble a reference from strings (`_T +
+"table_job"`) so that a job reading the catalog for a title does not reach every other table's
+job; such a reference is not reached, and a job that calls a builder through its catalog entry
+(`Table.build`) checks, under `running(job)`, that its closure holds the builder: one it does
+not is an error naming the job, never code silently left out of its fingerprint. Third-party
+packages (numpy, scipy, torch) are not hashed: every table's provenance sidecar records their
+versions (`selfknow.report.provenance.PACKAGES`), and an upgrade reruns nothing
+(docs/running.md)."""
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
 PACKAGE = "selfknow"
 #: the package's source tree (an editable install's checkout, or site-packages)
@@ -33,6 +51,9 @@ _NAMED = re.compile(rf"^({PACKAGE}(?:\.\w+)*)(?::(\w+))?$")
 
 #: the function every rule's job runs under (scripts/run_job.py)
 RUNNER = f"{PACKAGE}.runner:run_job"
+#: what cannot change a job's outputs, left out of every closure: whole modules, and definitions
+PLUMBING_MODULES = (f"{PACKAGE}.runlog", f"{PACKAGE}.code_inputs")
+PLUMBING_SYMBOLS = frozenset({(PACKAGE, "__version__")})
 
 #: a definition: (module, top-level name), or (module, None) for the statements run on import
 Symbol = tuple[str, "str | None"]
@@ -51,11 +72,11 @@ class Uses(NamedTuple):
 class _Module:
     name: str
     path: Path
-    #: top-level name -> (source text, what it uses)
+    #: top-level name -> (normal form, `_normal`, and what it uses)
     defs: dict[str, tuple[str, Uses]] = field(default_factory=dict)
     #: top-level name bound by an import -> what it names
     bound: dict[str, tuple] = field(default_factory=dict)
-    #: the statements run on import (other than definitions): source text and references
+    #: the statements run on import (other than definitions): normal form and references
     body: tuple[str, Uses | None] = ("", None)
     #: top-level names whose definitions read `__file__`
     locates: set[str] = field(default_factory=set)
@@ -126,22 +147,32 @@ def _uses(nodes, package: str) -> tuple[Uses, bool]:
     return Uses(frozenset(names), frozenset(attrs), frozenset(targets)), "__file__" in names
 
 
-def _text(source_lines: list[str], node: ast.stmt) -> str:
-    first = min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))])
-    return "".join(source_lines[first - 1:node.end_lineno])
+def _bare_string(stmt: ast.stmt) -> bool:
+    """A docstring, or any other string written as a statement of its own (it does nothing)."""
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+
+
+def _normal(node: ast.stmt) -> str:
+    """`node`'s syntax tree without line numbers, docstrings or other bare string statements:
+    what a comment, a docstring or a reformatting leaves unchanged."""
+    node = copy.deepcopy(node)
+    for n in ast.walk(node):
+        for attr in ("body", "orelse", "finalbody"):
+            stmts = getattr(n, attr, None)
+            if isinstance(stmts, list):
+                setattr(n, attr, [s for s in stmts if not _bare_string(s)])
+    return ast.dump(node)
 
 
 @lru_cache(maxsize=None)
 def _parse(name: str) -> _Module:
     path = _modules()[name]
-    source = path.read_text(encoding="utf-8")
-    tree = ast.parse(source, filename=str(path))
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    return _scan(name, path, source, tree, package)
+    return _scan(name, path, tree, package)
 
 
-def _scan(name: str, path: Path, source: str, tree: ast.Module, package: str) -> _Module:
-    lines = source.splitlines(keepends=True)
+def _scan(name: str, path: Path, tree: ast.Module, package: str) -> _Module:
     mod = _Module(name, path)
     body_nodes, body_text = [], []
     for node in tree.body:
@@ -161,13 +192,13 @@ def _scan(name: str, path: Path, source: str, tree: ast.Module, package: str) ->
         if names:
             uses, locates = _uses([node], package)
             for n in names:
-                mod.defs[n] = (_text(lines, node), uses)
+                mod.defs[n] = (_normal(node), uses)
                 if locates:
                     mod.locates.add(n)
         elif not isinstance(node, (ast.Import, ast.ImportFrom)) and not (
                 isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)):   # docstrings aside
             body_nodes.append(node)
-            body_text.append(_text(lines, node))
+            body_text.append(_normal(node))
     uses, locates = _uses(body_nodes, package)
     mod.body = ("".join(body_text), uses)
     if locates:
@@ -265,12 +296,16 @@ def _edges(symbol: Symbol) -> frozenset[Symbol]:
     return frozenset(reach.out)
 
 
+def _plumbing(symbol: Symbol) -> bool:
+    return symbol[0] in PLUMBING_MODULES or symbol in PLUMBING_SYMBOLS
+
+
 def _closed(reach: _Reach) -> set[Symbol]:
-    """Everything reachable from what `reach` names directly."""
+    """Everything reachable from what `reach` names directly, plumbing (`PLUMBING_*`) aside."""
     found, todo = set(), list(reach.out)
     while todo:
         sym = todo.pop()
-        if sym not in found:
+        if sym not in found and not _plumbing(sym):
             found.add(sym)
             todo.extend(_edges(sym) - found)
     return found
@@ -283,7 +318,7 @@ def closure(job: str) -> set[Symbol]:
     for ref in (RUNNER, job):
         m = _NAMED.match(ref)
         if not m or not m.group(2) or not _is_module(m.group(1)):
-            raise ValueError(f"{ref!r} is not a 'module:function' reference to a module of {PACKAGE}")
+            raise ValueError(f"job {job!r}: {ref!r} is not a 'module:function' reference to a module of {PACKAGE}")
         reach.symbol(m.group(1), m.group(2))
     return _closed(reach)
 
@@ -302,7 +337,7 @@ def _data_files(module: str) -> list[Path]:
 
 
 def fingerprint(symbols: set[Symbol]) -> str:
-    """A short hash of the source of `symbols` and of the data files they locate."""
+    """A short hash of the normal form (`_normal`) of `symbols` and of the data files they locate."""
     h = hashlib.sha256()
     data = set()
     for module, name in sorted(symbols, key=lambda s: (s[0], s[1] or "")):
@@ -315,6 +350,32 @@ def fingerprint(symbols: set[Symbol]) -> str:
         h.update(f"\0{path.relative_to(PACKAGE_DIR)}\0".encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
+
+
+_JOB: ContextVar[str | None] = ContextVar("selfknow_job", default=None)
+
+
+@contextmanager
+def running(job: str) -> Iterator[None]:
+    """Inside the block, `job` (its "module:function") is the workflow job running."""
+    token = _JOB.set(job)
+    try:
+        yield
+    finally:
+        _JOB.reset(token)
+
+
+def check_reached(ref: str) -> None:
+    """Inside a workflow job (`running`), that the job's closure holds the "module:function"
+    `ref` it is about to call; outside one (a command line), nothing to check."""
+    job = _JOB.get()
+    if job is None:
+        return
+    module, _, name = ref.partition(":")
+    if (module, name) not in closure(job):
+        raise LookupError(f"job {job!r} calls {ref!r}, which its code fingerprint does not reach (the "
+                          f"reference is not written whole where the job can see it): write {ref!r} as one "
+                          f"string in the catalog entry the job calls it through ({PACKAGE}.code_inputs)")
 
 
 @lru_cache(maxsize=None)

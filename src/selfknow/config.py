@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Mapping, Sequence
 
 import jsonschema
 import yaml
@@ -261,7 +261,24 @@ def _set(cfg: dict, key: tuple, value) -> None:
     cfg[last] = value
 
 
-def _check_references(cfg: dict, source: str) -> None:
+class _Need:
+    """The checks that a key names a model of the registry (`names`: name -> index) or one of
+    its datasets, each failing with a ConfigError naming the key."""
+
+    def __init__(self, cfg: dict, source: str, names: dict[str, int]):
+        self.cfg, self.source, self.names = cfg, source, names
+
+    def model(self, key: str, name: str) -> None:
+        if name not in self.names:
+            raise ConfigError(f"{self.source}: {key}: unknown model '{name}' (not in models)")
+
+    def dataset(self, key: str, name: str) -> None:
+        if name not in self.cfg["datasets"]:
+            raise ConfigError(f"{self.source}: {key}: unknown dataset '{name}' (not in datasets)")
+
+
+def _check_registry(cfg: dict, source: str) -> dict[str, int]:
+    """The models' and datasets' own entries; the models' names -> their index."""
     names: dict[str, int] = {}
     families = cfg["world"]["families"] if "world" in cfg else {}
     for i, m in enumerate(cfg["models"]):
@@ -281,111 +298,121 @@ def _check_references(cfg: dict, source: str) -> None:
         if "domain_shard" in d and d["loader"] != "world_qa":
             raise ConfigError(f"{source}: datasets.{name}.domain_shard: only the world_qa loader has "
                               f"domains to shard, not {d['loader']}")
+    return names
 
-    def need_model(key: str, name: str) -> None:
-        if name not in names:
-            raise ConfigError(f"{source}: {key}: unknown model '{name}' (not in models)")
 
-    def need_dataset(key: str, name: str) -> None:
-        if name not in cfg["datasets"]:
-            raise ConfigError(f"{source}: {key}: unknown dataset '{name}' (not in datasets)")
-
+def _check_references(cfg: dict, source: str) -> None:
+    need = _Need(cfg, source, _check_registry(cfg, source))
     if "llm_judge" in cfg["judge"]:
-        need_model("judge.llm_judge", cfg["judge"]["llm_judge"])
+        need.model("judge.llm_judge", cfg["judge"]["llm_judge"])
         if "audit_dataset" not in cfg["judge"]:
             raise ConfigError(f"{source}: judge.audit_dataset: the judge audit needs a dataset "
                               f"(without persistent.datasets there is none to default to)")
     if "audit_dataset" in cfg["judge"]:
-        need_dataset("judge.audit_dataset", cfg["judge"]["audit_dataset"])
+        need.dataset("judge.audit_dataset", cfg["judge"]["audit_dataset"])
     if "world" in cfg:
-        need_dataset("world.qa_dataset", cfg["world"]["qa_dataset"])
+        need.dataset("world.qa_dataset", cfg["world"]["qa_dataset"])
     if "persistent" in cfg:
-        p = cfg["persistent"]
-        for i, n in enumerate(p["models"]):
-            need_model(f"persistent.models[{i}]", n)
-            n_ck = len(checkpoint_names(cfg, n))
-            if n_ck < p["train_checkpoints"] + 2:
-                raise ConfigError(f"{source}: persistent.models[{i}]: '{n}' has {n_ck} checkpoints; "
-                                  f"persistent needs train_checkpoints + at least 2 evaluation checkpoints")
-        for i, n in enumerate(p["datasets"]):
-            need_dataset(f"persistent.datasets[{i}]", n)
-        if "transfer_dataset" in p:
-            need_dataset("persistent.transfer_dataset", p["transfer_dataset"])
-        if "gcm_model" in p:
-            need_model("persistent.gcm_model", p["gcm_model"])
-            gcm_backend = cfg["models"][names[p["gcm_model"]]]["backend"]
-            if gcm_backend != "hf":
-                raise ConfigError(f"{source}: persistent.gcm_model: '{p['gcm_model']}' is an "
-                                  f"{gcm_backend} model; the GCM is a LoRA "
-                                  f"adapter on its weights, so it must be an hf model")
-        if "gcm_adapter" in p and "gcm_model" not in p:
-            raise ConfigError(f"{source}: persistent.gcm_adapter needs persistent.gcm_model (its backbone)")
+        _check_persistent(cfg, source, need)
     if "ladder" in cfg:
-        lad = cfg["ladder"]
-        for i, n in enumerate(lad["models"]):
-            need_model(f"ladder.models[{i}]", n)
-        need_dataset("ladder.dataset", lad["dataset"])
-        if "react_dataset" in lad:
-            need_dataset("ladder.react_dataset", lad["react_dataset"])
-            if cfg["datasets"][lad["react_dataset"]]["loader"] != "react":
-                raise ConfigError(f"{source}: ladder.react_dataset: dataset '{lad['react_dataset']}' has loader "
-                                  f"{cfg['datasets'][lad['react_dataset']]['loader']!r}; Table 34 needs loader react")
-        if "react" in lad:
-            need_dataset("ladder.react.dataset", lad["react"]["dataset"])
-            names_seen = set()
-            for i, c in enumerate(lad["react"]["configurations"]):
-                need_model(f"ladder.react.configurations[{i}].model", c["model"])
-                if c["name"] in names_seen:
-                    raise ConfigError(f"{source}: ladder.react.configurations[{i}]: a second configuration "
-                                      f"named '{c['name']}'")
-                names_seen.add(c["name"])
-        for k in ("llm_user_model", "prompted_model"):
-            if k in lad:
-                need_model(f"ladder.{k}", lad[k])
-        # per-model entries for models outside the panel are kept unused (one table serves a
-        # smaller panel, as the rehearsal's)
-        for m, user in lad.get("user_models", {}).items():
-            if m in lad["models"]:
-                need_model(f"ladder.user_models.{m}", user)
-        for m, tiers in lad.get("tiers", {}).items():
-            listed = [d for t in ("strong", "mid", "weak") for d in tiers[t]]
-            if len(set(listed)) != len(listed):
-                dup = next(d for d in listed if listed.count(d) > 1)
-                raise ConfigError(f"{source}: ladder.tiers.{m}: domain '{dup}' is in more than one tier")
-        if "extension" in lad:
-            ext = lad["extension"]
-            for i, n in enumerate(ext["models"]):
-                need_model(f"ladder.extension.models[{i}]", n)
-            for task in ("gsm8k", "humaneval", "bfcl"):
-                key, name = f"ladder.extension.{task}.dataset", ext[task]["dataset"]
-                need_dataset(key, name)
-                loader = cfg["datasets"][name]["loader"]
-                if loader not in (task, f"synthetic_{task}"):
-                    raise ConfigError(f"{source}: {key}: dataset '{name}' has loader {loader!r}; the {task} task "
-                                      f"needs loader {task} or synthetic_{task}")
-        if "cross_task" in lad:
-            ct = lad["cross_task"]
-            for i, n in enumerate(ct["models"]):
-                need_model(f"ladder.cross_task.models[{i}]", n)
-                if ct["prior"] == "l1" and n not in lad["models"]:
-                    raise ConfigError(f"{source}: ladder.cross_task.models[{i}]: prior 'l1' reads the L1 prior of "
-                                      f"'{n}', which is not in ladder.models")
-            # what each suite's items may be: the benchmark's own rows, or the world's analogue
-            allowed = {"mmlu_pro": ("mmlu_pro", "world_mcq"), "bbh": ("bbh", "world_qa", "world_qa_heldout")}
-            for suite, sc in ct["suites"].items():
-                for i, name in enumerate(sc["datasets"]):
-                    need_dataset(f"ladder.cross_task.suites.{suite}.datasets[{i}]", name)
-                loaders = sorted({cfg["datasets"][n]["loader"] for n in sc["datasets"]})
-                if len(loaders) != 1 or loaders[0] not in allowed[suite]:
-                    raise ConfigError(f"{source}: ladder.cross_task.suites.{suite}.datasets: loaders {loaders}; "
-                                      f"the suite needs one loader of {list(allowed[suite])}")
+        _check_ladder(cfg, source, need)
     if "lcae" in cfg:
         lc = cfg["lcae"]
-        need_dataset("lcae.dataset", lc["dataset"])
+        need.dataset("lcae.dataset", lc["dataset"])
         for i, n in enumerate(lc["examinee_models"]):
-            need_model(f"lcae.examinee_models[{i}]", n)
+            need.model(f"lcae.examinee_models[{i}]", n)
         for n in lc["prices"]:
-            need_model(f"lcae.prices.{n}", n)
+            need.model(f"lcae.prices.{n}", n)
+
+
+def _check_persistent(cfg: dict, source: str, need: _Need) -> None:
+    p = cfg["persistent"]
+    for i, n in enumerate(p["models"]):
+        need.model(f"persistent.models[{i}]", n)
+        n_ck = len(checkpoint_names(cfg, n))
+        if n_ck < p["train_checkpoints"] + 2:
+            raise ConfigError(f"{source}: persistent.models[{i}]: '{n}' has {n_ck} checkpoints; "
+                              f"persistent needs train_checkpoints + at least 2 evaluation checkpoints")
+    for i, n in enumerate(p["datasets"]):
+        need.dataset(f"persistent.datasets[{i}]", n)
+    if "transfer_dataset" in p:
+        need.dataset("persistent.transfer_dataset", p["transfer_dataset"])
+    if "gcm_model" in p:
+        need.model("persistent.gcm_model", p["gcm_model"])
+        gcm_backend = cfg["models"][need.names[p["gcm_model"]]]["backend"]
+        if gcm_backend != "hf":
+            raise ConfigError(f"{source}: persistent.gcm_model: '{p['gcm_model']}' is an "
+                              f"{gcm_backend} model; the GCM is a LoRA "
+                              f"adapter on its weights, so it must be an hf model")
+    if "gcm_adapter" in p and "gcm_model" not in p:
+        raise ConfigError(f"{source}: persistent.gcm_adapter needs persistent.gcm_model (its backbone)")
+
+
+def _check_ladder(cfg: dict, source: str, need: _Need) -> None:
+    lad = cfg["ladder"]
+    for i, n in enumerate(lad["models"]):
+        need.model(f"ladder.models[{i}]", n)
+    need.dataset("ladder.dataset", lad["dataset"])
+    if "react_dataset" in lad:
+        need.dataset("ladder.react_dataset", lad["react_dataset"])
+        if cfg["datasets"][lad["react_dataset"]]["loader"] != "react":
+            raise ConfigError(f"{source}: ladder.react_dataset: dataset '{lad['react_dataset']}' has loader "
+                              f"{cfg['datasets'][lad['react_dataset']]['loader']!r}; Table 34 needs loader react")
+    if "react" in lad:
+        need.dataset("ladder.react.dataset", lad["react"]["dataset"])
+        names_seen = set()
+        for i, c in enumerate(lad["react"]["configurations"]):
+            need.model(f"ladder.react.configurations[{i}].model", c["model"])
+            if c["name"] in names_seen:
+                raise ConfigError(f"{source}: ladder.react.configurations[{i}]: a second configuration "
+                                  f"named '{c['name']}'")
+            names_seen.add(c["name"])
+    for k in ("llm_user_model", "prompted_model"):
+        if k in lad:
+            need.model(f"ladder.{k}", lad[k])
+    # per-model entries for models outside the panel are kept unused (one table serves a
+    # smaller panel, as the rehearsal's)
+    for m, user in lad.get("user_models", {}).items():
+        if m in lad["models"]:
+            need.model(f"ladder.user_models.{m}", user)
+    for m, tiers in lad.get("tiers", {}).items():
+        listed = [d for t in ("strong", "mid", "weak") for d in tiers[t]]
+        if len(set(listed)) != len(listed):
+            dup = next(d for d in listed if listed.count(d) > 1)
+            raise ConfigError(f"{source}: ladder.tiers.{m}: domain '{dup}' is in more than one tier")
+    _check_ladder_tasks(cfg, source, need)
+
+
+def _check_ladder_tasks(cfg: dict, source: str, need: _Need) -> None:
+    """The extension tasks (Table 32) and the cross-task suites (Tables 14-15)."""
+    lad = cfg["ladder"]
+    if "extension" in lad:
+        ext = lad["extension"]
+        for i, n in enumerate(ext["models"]):
+            need.model(f"ladder.extension.models[{i}]", n)
+        for task in ("gsm8k", "humaneval", "bfcl"):
+            key, name = f"ladder.extension.{task}.dataset", ext[task]["dataset"]
+            need.dataset(key, name)
+            loader = cfg["datasets"][name]["loader"]
+            if loader not in (task, f"synthetic_{task}"):
+                raise ConfigError(f"{source}: {key}: dataset '{name}' has loader {loader!r}; the {task} task "
+                                  f"needs loader {task} or synthetic_{task}")
+    if "cross_task" in lad:
+        ct = lad["cross_task"]
+        for i, n in enumerate(ct["models"]):
+            need.model(f"ladder.cross_task.models[{i}]", n)
+            if ct["prior"] == "l1" and n not in lad["models"]:
+                raise ConfigError(f"{source}: ladder.cross_task.models[{i}]: prior 'l1' reads the L1 prior of "
+                                  f"'{n}', which is not in ladder.models")
+        # what each suite's items may be: the benchmark's own rows, or the world's analogue
+        allowed = {"mmlu_pro": ("mmlu_pro", "world_mcq"), "bbh": ("bbh", "world_qa", "world_qa_heldout")}
+        for suite, sc in ct["suites"].items():
+            for i, name in enumerate(sc["datasets"]):
+                need.dataset(f"ladder.cross_task.suites.{suite}.datasets[{i}]", name)
+            loaders = sorted({cfg["datasets"][n]["loader"] for n in sc["datasets"]})
+            if len(loaders) != 1 or loaders[0] not in allowed[suite]:
+                raise ConfigError(f"{source}: ladder.cross_task.suites.{suite}.datasets: loaders {loaders}; "
+                                  f"the suite needs one loader of {list(allowed[suite])}")
 
 
 def load_config(path: str | Path, *, check_paths: bool = True) -> dict:
@@ -454,6 +481,43 @@ def model_spec(cfg: dict, name: str, results: str = "results") -> dict:
     elif src == "smollm2":
         m["path"] = f"{results}/models/smollm2"
     return m
+
+
+def _strings(node) -> Iterator[str]:
+    """Every string value in a config node, at any depth."""
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from _strings(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v)
+
+
+def job_config(cfg: dict, *, sections: Sequence[str] = (), models: Sequence[str] = (),
+               datasets: Sequence[str] = (), narrow: Mapping[str, Mapping] | None = None) -> dict:
+    """The part of the workflow config a job reads, for its rule's params (a job never gets the
+    whole config, so a setting reruns only the jobs that read it): the named top-level
+    `sections`, with the keys `narrow` gives a section replaced (a per-model job's section
+    lists its own model only, so that another model's addition does not rerun it); the
+    registry entries of `models`, `datasets` and of every model or dataset a section names;
+    the seed and the results directory; and the world's phase count where a world model is
+    among them (its checkpoints' names, `checkpoint_names`)."""
+    missing = [s for s in sections if s not in cfg]
+    if missing:
+        raise ConfigError(f"job_config: the config has no section {missing}")
+    narrow = narrow or {}
+    picked = {s: {**cfg[s], **narrow[s]} if s in narrow else cfg[s] for s in sections}
+    named = set(_strings(list(picked.values())))
+    want_models = set(models) | named
+    want_datasets = set(datasets) | named
+    out = {"seed": cfg.get("seed"), "results": cfg.get("results", "results"), **picked,
+           "models": [m for m in cfg["models"] if m["name"] in want_models],
+           "datasets": {d: v for d, v in cfg.get("datasets", {}).items() if d in want_datasets}}
+    if "world" not in out and any(m.get("source") == "world" for m in out["models"]):
+        out["world"] = {"generator": {"n_phases": cfg["world"]["generator"]["n_phases"]}}
+    return out
 
 
 def config_hash(obj: Any) -> str:

@@ -7,9 +7,11 @@ rule's named inputs, outputs and params, each under its own name, inside the rul
 named input, output and param must be a parameter of the function: one it does not take is an
 error naming the rule and the key, never dropped. A wildcard is passed where the function takes
 it (the others are already in the paths). Besides its rule's keys a function may take, by
-these names, what the job knows beyond them: `threads`, `config` (the workflow's),
-`input_files` (every input path, for provenance), `inputs` and `outputs` (every named input
-or output as one mapping, in place of taking them one by one).
+these names, what the job knows beyond them: `threads`, `input_files` (every input path, for
+provenance), `inputs` and `outputs` (every named input or output as one mapping, in place of
+taking them one by one). Never the workflow's config: a job reads only the settings its rule
+passes as params (a part of the config, `selfknow.config.job_config`, where it needs more than
+a few), so that Snakemake reruns it when one of them changes.
 
 Unnamed inputs are dependencies only (a model's weights, which the job finds by its spec), and
 an input named like a param lists the files of that param's mapping (`input_paths`, rules/
@@ -78,6 +80,7 @@ def job_arguments(rule: str, fn: Callable, *, inputs: Mapping, outputs: Mapping,
 def run_job(snakemake) -> None:
     """Run the job `snakemake.params.job` names for the rule Snakemake's script preamble
     describes (`snakemake`), under its log."""
+    from selfknow.code_inputs import running
     from selfknow.report.catalog import call_by_name, resolve
     from selfknow.runlog import job_log
 
@@ -87,7 +90,7 @@ def run_job(snakemake) -> None:
     known = job_arguments(rule, fn, inputs=_named(rule, "input", snakemake.input),
                           outputs=_named(rule, "output", snakemake.output),
                           params=_named(rule, "param", snakemake.params), wildcards=wildcards,
-                          extras={"threads": snakemake.threads, "config": snakemake.config,
-                                  "input_files": list(snakemake.input)})
-    with job_log(snakemake.log[0], " ".join([rule, *map(str, wildcards.values())])) as summary:
+                          extras={"threads": snakemake.threads, "input_files": list(snakemake.input)})
+    title = " ".join([rule, *map(str, wildcards.values())])
+    with running(snakemake.params.job), job_log(snakemake.log[0], title) as summary:
         summary.update(call_by_name(fn, known) or {})

@@ -38,8 +38,9 @@ import json
 import logging
 import os
 import time
-from pathlib import Path
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 from urllib.parse import urlsplit
 
@@ -56,12 +57,30 @@ log = logging.getLogger(__name__)
 _TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
 
+# The backend builds, sends and parses a request in one function, so a request is captured by
+# running that function and stopping it where it would send (`_Captured`), and a call of the
+# backend whose requests `together` only gathers is stopped before it would send them
+# (`_Gathered`): the two exceptions stop the backend's code, nothing else.
 class _Captured(Exception):
     """Raised by `Batch.post` in the capture phase, after recording the request."""
 
 
 class _Gathered(Exception):
     """Raised by `Batch.prepare` while `Batch.together` gathers requests."""
+
+
+@dataclass
+class _Round:
+    """The requests of one backend call (or of one `together`) and what their batches gave."""
+
+    #: custom_id -> (index, endpoint, body)
+    requests: dict[str, tuple[int, str, dict]] = field(default_factory=dict)
+    #: custom_id -> response body
+    answers: dict[str, dict] = field(default_factory=dict)
+    #: the message naming every request that failed for good
+    failed: str = ""
+    #: job keys of the round's batches, whose records go once all are read
+    used: list[str] = field(default_factory=list)
 
 
 def _custom_id(endpoint: str, body: dict, index: int) -> str:
@@ -84,17 +103,13 @@ class Batch:
         self.records = None if cache is None else cache.with_name(cache.name + "-batches")
         # the JSONL `url` and the batch `endpoint` carry the API's path prefix ("/v1")
         self.prefix = urlsplit(http.base_url).path.rstrip("/")
-        self._capturing = False
-        # custom_id -> (index, endpoint, body) of the requests captured in this call
-        self._requests: dict[str, tuple[int, str, dict]] = {}
-        self._answers: dict[str, dict] = {}
-        self._failed = ""  # the message naming every request that failed for good
-        self._used: list[str] = []  # job keys of this call's batches, whose records go at the end
-        # `together`: the requests its calls would send (while gathering), then their answers
+        #: where `post` records requests, while a call's requests are captured
+        self._capturing: dict[str, tuple[int, str, dict]] | None = None
+        #: the current backend call's round, whose answers `post` returns
+        self._current = _Round()
+        #: `together`'s requests while it gathers them, then its round while its calls are answered
         self._gathering: dict[str, tuple[int, str, dict]] | None = None
-        self._gathered: dict[str, dict] = {}
-        self._gathered_ids: set[str] = set()
-        self._gathered_failed = ""
+        self._together = _Round()
 
     # ---- the transport ------------------------------------------------------------------
     @property
@@ -113,8 +128,7 @@ class Batch:
         """Capture the request `fn(i)` sends for each i in `idx` and run them as batch jobs
         (one per endpoint); afterwards `post` answers those requests. Inside `together`, the
         requests are only gathered (first pass) or answered from its batches (second pass)."""
-        self._requests, self._answers, self._failed, self._used = {}, {}, "", []
-        self._capturing = True
+        self._capturing = requests = {}
         try:
             for i in idx:
                 try:
@@ -122,14 +136,15 @@ class Batch:
                 except _Captured:
                     pass
         finally:
-            self._capturing = False
+            self._capturing = None
         if self._gathering is not None:
-            self._gathering.update(self._requests)
+            self._gathering.update(requests)
             raise _Gathered
         # inside `together` its batches answered (or failed) every request it gathered
-        self._answers = {cid: self._gathered[cid] for cid in self._requests if cid in self._gathered}
-        self._failed = self._gathered_failed
-        self._submit({cid: r for cid, r in self._requests.items() if cid not in self._gathered_ids})
+        together = self._together
+        self._current = _Round(requests, {cid: together.answers[cid] for cid in requests if cid in together.answers},
+                            together.failed)
+        self._submit(self._current, {cid: r for cid, r in requests.items() if cid not in together.requests})
 
     def together(self, calls: Sequence[Callable[[], Any]],
                  uncounted: Callable[[], AbstractContextManager]) -> list[Any]:
@@ -141,7 +156,7 @@ class Batch:
         pass runs `uncounted`: the second counts the cache hits and misses."""
         if self._gathering is not None:
             return self._gather_pass(calls)
-        if self._gathered_ids:
+        if self._together.requests:
             return self._answer_pass(calls)
         self._gathering = {}
         try:
@@ -151,13 +166,13 @@ class Batch:
             pass
         finally:
             gathered, self._gathering = self._gathering, None
-        self._requests, self._answers, self._failed, self._used = gathered, {}, "", []
-        self._submit(gathered)
-        self._gathered, self._gathered_ids, self._gathered_failed = self._answers, set(gathered), self._failed
+        self._current = _Round(gathered)
+        self._submit(self._current, gathered)
+        self._together = self._current
         try:
             return self._answer_pass(calls)
         finally:
-            self._gathered, self._gathered_ids, self._gathered_failed = {}, set(), ""
+            self._together = _Round()
 
     @staticmethod
     def _run_all(calls: Sequence[Callable[[], Any]], catch: type[Exception]) -> tuple[list[Any], Exception | None]:
@@ -186,38 +201,39 @@ class Batch:
             raise error
         return results
 
-    def _submit(self, requests: dict[str, tuple[int, str, dict]]) -> None:
+    def _submit(self, round_: _Round, requests: dict[str, tuple[int, str, dict]]) -> None:
         """Run `requests` (custom_id -> (index, endpoint, body)) as batch jobs, one set per
-        endpoint; store the answers; name the requests that failed for good in `_failed`."""
+        endpoint; store the answers in `round_`; name the requests that failed for good in its
+        `failed`."""
         by_endpoint: dict[str, dict[str, dict]] = {}
         for cid, (_, endpoint, body) in requests.items():
             by_endpoint.setdefault(endpoint, {})[cid] = body
         failures: dict[str, str] = {}
         for endpoint, bodies in sorted(by_endpoint.items()):
-            failures.update(self._run(endpoint, bodies))
+            failures.update(self._run(round_, endpoint, bodies))
         # kept until every round is read, so that a run killed during a resubmission resumes
         # the earlier, finished rounds instead of paying for them again
-        for job_key in self._used:
+        for job_key in round_.used:
             self._drop_record(job_key)
         if failures:
             listed = "; ".join(f"request {requests[cid][0]} (custom_id {cid}): {err}"
                                for cid, err in sorted(failures.items(), key=lambda kv: requests[kv[0]][0]))
-            self._failed = (f"model {self.http.name!r}: {len(failures)} of {len(requests)} "
-                            f"batch request(s) failed: {listed}")
+            round_.failed = (f"model {self.http.name!r}: {len(failures)} of {len(requests)} "
+                             f"batch request(s) failed: {listed}")
 
     def post(self, endpoint: str, body: dict, index: int) -> dict:
         """The response body of one request: recorded (capture phase) or from the batch."""
         cid = _custom_id(endpoint, body, index)
-        if self._capturing:
-            self._requests.setdefault(cid, (index, endpoint, body))
+        if self._capturing is not None:
+            self._capturing.setdefault(cid, (index, endpoint, body))
             raise _Captured
-        if cid in self._answers:
-            return self._answers[cid]
-        raise RequestFailed(self._failed or f"model {self.http.name!r}: request {index} was not "
-                                            f"part of the batch job")
+        if cid in self._current.answers:
+            return self._current.answers[cid]
+        raise RequestFailed(self._current.failed
+                            or f"model {self.http.name!r}: request {index} was not part of the batch job")
 
     # ---- jobs, with resubmission of failed requests ------------------------------------
-    def _run(self, endpoint: str, bodies: dict[str, dict]) -> dict[str, str]:
+    def _run(self, round_: _Round, endpoint: str, bodies: dict[str, dict]) -> dict[str, str]:
         """Run `bodies` (custom_id -> body) through the batch API in jobs of at most
         `batch_max_requests`, all submitted before the first is polled; resubmit retryable
         failures up to `max_retries` times; store the answers; return {custom_id: error} of
@@ -227,11 +243,11 @@ class Batch:
             ids = sorted(pending)
             chunks = [{cid: pending[cid] for cid in ids[k:k + self.max_requests]}
                       for k in range(0, len(ids), self.max_requests)]
-            jobs = [(chunk, *self._start(endpoint, chunk)) for chunk in chunks]
+            jobs = [(chunk, *self._start(round_, endpoint, chunk)) for chunk in chunks]
             errors: dict[str, tuple[bool, str]] = {}
             for chunk, job_key, batch in jobs:
                 answers, chunk_errors = self._results(self._poll(batch, job_key), chunk, job_key)
-                self._answers.update(answers)
+                round_.answers.update(answers)
                 errors.update(chunk_errors)
             retry = {cid: pending[cid] for cid, (retryable, _) in errors.items() if retryable}
             final.update({cid: err for cid, (retryable, err) in errors.items()
@@ -244,13 +260,13 @@ class Batch:
             pending = retry
         return final
 
-    def _start(self, endpoint: str, bodies: dict[str, dict]) -> tuple[str, dict]:
+    def _start(self, round_: _Round, endpoint: str, bodies: dict[str, dict]) -> tuple[str, dict]:
         """(job key, batch object) of the job over `bodies`: resumed from its record if one
         exists, else uploaded, created and recorded."""
         url = self.prefix + endpoint
         job_key = sha256_text(canonical_json({"base_url": self.http.base_url, "url": url,
                                               "custom_ids": sorted(bodies)}))
-        self._used.append(job_key)
+        round_.used.append(job_key)
         batch = self._resume(job_key)
         if batch is not None:
             return job_key, batch

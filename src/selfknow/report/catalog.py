@@ -49,7 +49,11 @@ class Table:
         return not self.figure or self.data_table
 
     def build(self) -> Callable:
-        """The builder function (imports its module)."""
+        """The builder function (imports its module). Inside a workflow job, the job's code
+        fingerprint must reach it (`selfknow.code_inputs.check_reached`)."""
+        from selfknow.code_inputs import check_reached
+
+        check_reached(self.builder)
         return resolve(self.builder)
 
 

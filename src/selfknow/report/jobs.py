@@ -9,15 +9,13 @@ from .catalog import SHARED_TABLE
 from .tables import table_job_provenance, write_table
 
 
-def judge_audit_job(judgments: str, replicates: int, seed: int, report: Mapping, outputs: Mapping[str, str],
-                    config: Mapping, input_files: Sequence[str]) -> None:
-    """The judge audit table (rules/judge.smk) from the judge's audit records."""
+def judge_audit_job(judgments: str, replicates: int, seed: int, models: Sequence[str], report: Mapping,
+                    outputs: Mapping[str, str], config: Mapping, input_files: Sequence[str]) -> None:
+    """The judge audit table (rules/judge.smk) from the judge's audit records; `models`: the
+    judge and the models whose answers it graded."""
     from selfknow.records import read_parquet
 
-    persistent_models = config["persistent"]["models"] if "persistent" in config else []
-    # the judge, and the models whose answers it graded (the last checkpoints of the persistent models)
-    prov = table_job_provenance(config, input_files, report, sections=["judge"],
-                                models=list(dict.fromkeys([config["judge"]["llm_judge"], *persistent_models])),
+    prov = table_job_provenance(config, input_files, report, sections=["judge"], models=list(models),
                                 datasets=[config["judge"]["audit_dataset"]])
     entry = SHARED_TABLE["judge/audit"]
     table, notes = entry.build()(read_parquet(judgments), replicates=replicates, seed=seed)

@@ -36,17 +36,9 @@ class GladResult:
     q_history: list[float]
 
 
-def glad(
-    tasks, workers, labels, n_classes: int | None = None, *,
-    n_tasks: int | None = None, n_workers: int | None = None,
-    difficulty_groups=None, prior_groups=None,
-    priors: np.ndarray | None = None, learn_priors: bool = False, prior_smoothing: float = 0.0,
-    init_alpha=1.0, init_beta=1.0, alpha_prior_mean=1.0, beta_prior_mean=1.0,
-    max_iter: int = 100, tol: float = 1e-5,
-    m_step_max_iter: int = 25, m_step_tol: float = 1e-2,
-) -> GladResult:
-    """Fit GLAD by EM. Codes as in `dawid_skene`; `difficulty_groups` maps each task to a
-    difficulty parameter (default: one per task, Whitehill's model)."""
+def _checked(tasks, workers, labels, n_classes, n_tasks, n_workers, difficulty_groups, prior_groups):
+    """`glad`'s codes (tasks, workers, labels, difficulty and prior groups) checked, and the
+    numbers of classes, tasks and workers."""
     t, w, y = _codes(tasks, "tasks"), _codes(workers, "workers"), _codes(labels, "labels")
     if not (t.size == w.size == y.size):
         raise ValueError("tasks, workers and labels must have one length")
@@ -59,6 +51,22 @@ def glad(
     g = np.zeros(nT, dtype=np.int64) if prior_groups is None else _codes(prior_groups, "prior_groups")
     if h.size != nT or g.size != nT:
         raise ValueError("difficulty_groups and prior_groups need one entry per task")
+    return t, w, y, h, g, (K, nT, nW)
+
+
+def glad(
+    tasks, workers, labels, n_classes: int | None = None, *,
+    n_tasks: int | None = None, n_workers: int | None = None,
+    difficulty_groups=None, prior_groups=None,
+    priors: np.ndarray | None = None, learn_priors: bool = False, prior_smoothing: float = 0.0,
+    init_alpha=1.0, init_beta=1.0, alpha_prior_mean=1.0, beta_prior_mean=1.0,
+    max_iter: int = 100, tol: float = 1e-5,
+    m_step_max_iter: int = 25, m_step_tol: float = 1e-2,
+) -> GladResult:
+    """Fit GLAD by EM. Codes as in `dawid_skene`; `difficulty_groups` maps each task to a
+    difficulty parameter (default: one per task, Whitehill's model)."""
+    t, w, y, h, g, (K, nT, nW) = _checked(tasks, workers, labels, n_classes, n_tasks, n_workers,
+                                          difficulty_groups, prior_groups)
     nH, nG = int(h.max() + 1), int(g.max() + 1)
     pri = (np.full((nG, K), 1.0 / K) if priors is None
            else np.broadcast_to(np.asarray(priors, float), (nG, K)).copy())

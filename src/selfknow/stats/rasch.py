@@ -193,6 +193,29 @@ def _q_sums(R: Responses, theta: np.ndarray, b: np.ndarray, by: Literal["row", "
     return rows if by == "row" else cols
 
 
+def _calibrate(sub: Responses, rows: np.ndarray, method: Method, *, bias_correction: bool, tol: float,
+               max_iter: int, report: Progress) -> tuple:
+    """`fit_rasch`'s calibration on the non-extreme submatrix `sub` (its `rows` of the whole):
+    (difficulties, their standard errors (CML; None for JML), starting abilities of every row
+    (JML; None for CML), the JML bias-correction factor, converged, iterations)."""
+    if method == "jml":
+        factor = 1.0
+        b_sub, theta_sub, converged, n_iter = _jml(sub, tol=tol, max_iter=max_iter, report=report)
+        if bias_correction:
+            n_per_person = float(np.mean(sub.row_counts))
+            factor = (n_per_person - 1.0) / n_per_person
+            b_sub = b_sub * factor
+        theta_start = np.zeros(rows.size)
+        theta_start[rows] = theta_sub * factor
+        return b_sub, None, theta_start, factor, converged, n_iter
+    # CML works on dense per-pattern groups; its O(L³) cost limits it to short tests anyway
+    dense = sub.to_dense()
+    b_sub, converged, n_iter = _cml(dense, tol=tol, max_iter=max_iter)
+    se_b_sub = _cml_se(dense, b_sub)
+    report(f"CML: converged={bool(converged)} after {n_iter} iterations")
+    return b_sub, se_b_sub, None, 1.0, converged, n_iter
+
+
 def fit_rasch(
     X,
     method: Method = "jml",
@@ -229,23 +252,8 @@ def fit_rasch(
     # where a person sits relative to the others.
     R_cols = R.take(np.ones(R.shape[0], dtype=bool), cols)
     sub = R_cols.take(rows, np.ones(R_cols.shape[1], dtype=bool))
-    factor = 1.0
-    theta_start = None
-    if method == "jml":
-        b_sub, theta_sub, converged, n_iter = _jml(sub, tol=tol, max_iter=max_iter, report=report)
-        if bias_correction:
-            n_per_person = float(np.mean(sub.row_counts))
-            factor = (n_per_person - 1.0) / n_per_person
-            b_sub = b_sub * factor
-        theta_start = np.zeros(R.shape[0])
-        theta_start[rows] = theta_sub * factor
-        se_b_sub = None
-    else:
-        # CML works on dense per-pattern groups; its O(L³) cost limits it to short tests anyway
-        dense = sub.to_dense()
-        b_sub, converged, n_iter = _cml(dense, tol=tol, max_iter=max_iter)
-        se_b_sub = _cml_se(dense, b_sub)
-        report(f"CML: converged={bool(converged)} after {n_iter} iterations")
+    b_sub, se_b_sub, theta_start, factor, converged, n_iter = _calibrate(
+        sub, rows, method, bias_correction=bias_correction, tol=tol, max_iter=max_iter, report=report)
 
     b = np.full(R.shape[1], np.nan)
     b[cols] = b_sub

@@ -105,17 +105,16 @@ def no_memory(s: Stream) -> EstimatorOutput:
 
 def oracle_pdc(s: Stream) -> EstimatorOutput:
     """L3: verified correct/total per domain. Query confidence = running accuracy of earlier
-    turns in the domain, the model's confidence on a domain's first turn (authors' OraclePDC)."""
-    names, c = s.codes()
-    y = s.correct.astype(float)
-    ps, pn, ts, tn = _prior_counts(c, names.size, y, np.ones(len(s), bool))
-    q = np.where(pn > 0, ps / np.maximum(pn, 1), s.confidence)
-    return EstimatorOutput(_profile(names, np.where(tn > 0, ts / np.maximum(tn, 1), 0.5)), q)
+    turns in the domain, the model's confidence on a domain's first turn (authors' OraclePDC):
+    the counting of UF-PDC with every turn labelled by its correctness."""
+    return _count(s, s.correct.astype(float))
 
 
 # --- L2 counting estimators ----------------------------------------------------------------
 
 def _count(s: Stream, lab: np.ndarray) -> EstimatorOutput:
+    """Per-domain fraction positive of the labels `lab` (NaN: no label), 0.5 for a domain
+    without one; query confidence the running fraction, the model's confidence before it."""
     names, c = s.codes()
     has = ~np.isnan(lab)
     ps, pn, ts, tn = _prior_counts(c, names.size, lab, has)
@@ -255,13 +254,6 @@ def em_joint(s: Stream, r_in: float = 0.7, r_out: float = 0.5, iters: int = 30,
 R_IN0, R_OUT0 = 0.75, 0.55
 
 
-def _labelled(s: Stream, upto: int | None = None):
-    has = ~np.isnan(s.label)
-    if upto is not None:
-        has[upto:] = False
-    return has
-
-
 @dataclass(frozen=True)
 class LatentBudget:
     """The EM budget of the latent-reliability fits: EM iterations and stopping tolerance
@@ -318,22 +310,19 @@ def prevalence_profile(used, priors, n_dom: int) -> np.ndarray:
     return out
 
 
-def _ds_fit(dom_codes, states, labels, n_dom):
-    used, res = ds_em(dom_codes, states, labels)
-    return prevalence_profile(used, res.priors, n_dom)
-
-
-def _glad_fit(dom_codes, states, labels, n_dom):
-    used, res = glad_em(dom_codes, states, labels)
-    return prevalence_profile(used, res.priors, n_dom)
-
-
-def _latent(s: Stream, fit, query: bool = True) -> EstimatorOutput:
+def _latent(s: Stream, em, query: bool = True) -> EstimatorOutput:
+    """The domain profile of the latent fit `em` (`ds_em`, `glad_em`) on the strict labels,
+    and with `query` each turn's confidence from the fit on the labels before it."""
     names, c = s.codes()
     D = names.size
     has = ~np.isnan(s.label)
     st = s.in_expertise.astype(np.int64)
     y = np.nan_to_num(s.label).astype(np.int64)
+
+    def fit(dom_codes, states, labels, n_dom):
+        used, res = em(dom_codes, states, labels)
+        return prevalence_profile(used, res.priors, n_dom)
+
     q = np.full(len(s), np.nan)
     cur = np.full(D, 0.5)
     for i in range(len(s) if query else 0):
@@ -354,7 +343,7 @@ def dawid_skene_domain(s: Stream, query: bool = True) -> EstimatorOutput:
     (Dawid & Skene 1979; smoothing them towards 0.5 would bias clean-label fits, see
     tests/test_ladder_estimators.py). Profile = clip(p(d)), 0.5 for domains without labels. Query confidence:
     the profile refitted on the labels before the turn."""
-    return _latent(s, _ds_fit, query)
+    return _latent(s, ds_em, query)
 
 
 def glad_domain(s: Stream, query: bool = True) -> EstimatorOutput:
@@ -364,7 +353,7 @@ def glad_domain(s: Stream, query: bool = True) -> EstimatorOutput:
     difficulties at 0 with N(0, 1) priors; per-domain prevalence p(d) learned with +1
     smoothing. Profile and query confidence as for Dawid-Skene.
     `query=False` skips the per-turn refits (query confidences NaN)."""
-    return _latent(s, _glad_fit, query)
+    return _latent(s, glad_em, query)
 
 
 ESTIMATORS: dict[str, Callable[[Stream], EstimatorOutput]] = {

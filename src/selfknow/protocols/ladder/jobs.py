@@ -387,43 +387,37 @@ def _heldout(dec: pd.DataFrame, profiles: pd.DataFrame, seed: int,
     return pd.DataFrame(rows)
 
 
-def score_job(turns_path: str, alt_turns_path: str, profiles_path: str, query_path: str,
-              outputs: Mapping[str, str], *, seed: int = 42, latent_query: bool = True,
-              session_bootstrap_draws: int = 2000, cluster_bootstrap_draws: int = 400,
-              cluster_estimators: Sequence[str] = ("Count", "Bayes-Domain", "Dawid-Skene",
-                                                   "GLAD", "EM-Joint"),
-              flips: Sequence[float] = (0.0, 0.1, 0.2, 0.3),
-              coverages: Sequence[float] = (1.0, 0.5, 0.25, 0.125), noise_repeats: int = 1,
-              grid_sessions: int = 0, grid_estimators: Sequence[str] = C.MATCHED,
-              random_partitions: int = 5, partition: Mapping[str, Sequence[str]] | None = None,
-              prefix_step: int = 10, prefix_estimators: Sequence[str] = C.MATCHED) -> dict:
-    """Every estimator, control and analysis of one model's recorded sessions; writes one
-    parquet per name in SCORE_PARTS to `outputs[name]` (see the module docstring of
-    controls.py for the controls; `grid_sessions` > 0 restricts the noise grid to the first
-    sessions)."""
-    missing = set(SCORE_PARTS) - set(outputs)
-    if missing:
-        raise ValueError(f"score_job: outputs lack {sorted(missing)}")
-    turns = read_parquet(turns_path)
-    turns["session_id"] = turns["session_id"].astype(str)
-    alt = read_parquet(alt_turns_path)
-    profiles = read_parquet(profiles_path)
-    query = read_parquet(query_path)
-    model = str(turns["model"].iloc[0])
-    dec = with_decoded_labels(turns, "frozen")
-    obs = C.label_condition(dec, "observed")
-    res: dict[str, pd.DataFrame] = {}
+#: score_job's settings, each by the `ladder` key of the config schema that holds its default
+SCORE_SETTINGS = {"latent_query": "latent_query", "session_bootstrap_draws": "session_bootstrap",
+                  "cluster_bootstrap_draws": "cluster_bootstrap", "cluster_estimators": "cluster_estimators",
+                  "flips": "noise_flips", "coverages": "noise_coverages", "noise_repeats": "noise_repeats",
+                  "grid_sessions": "grid_sessions", "grid_estimators": "grid_estimators",
+                  "random_partitions": "random_partitions", "partition": "partition",
+                  "prefix_step": "prefix_step", "prefix_estimators": "prefix_estimators"}
 
-    # main table: every algorithmic estimator + the prompted levels, per session
-    algo = _algorithmic_scores(turns, OFFLINE_ESTIMATORS, latent_query, "frozen")
+
+def _score_settings(given: Mapping) -> dict:
+    """`given` completed with the schema's `ladder` defaults (the one place they are written;
+    `partition` has none: the built-in semantic partition); a setting score_job does not know
+    is an error naming it."""
+    from selfknow.schema import defaults
+
+    unknown = set(given) - set(SCORE_SETTINGS)
+    if unknown:
+        raise TypeError(f"score_job: unknown settings {sorted(unknown)} (known: {sorted(SCORE_SETTINGS)})")
+    lad = defaults("ladder")
+    return {k: given[k] if k in given else lad.get(key) for k, key in SCORE_SETTINGS.items()}
+
+
+def _session_parts(turns, dec, profiles, query, s: Mapping, seed: int) -> dict[str, pd.DataFrame]:
+    """The main table's per-session scores (every algorithmic estimator and the prompted
+    levels), their bootstrap, and the matched-input control (observed / corrected / clean
+    labels, session and pooled)."""
+    algo = _algorithmic_scores(turns, OFFLINE_ESTIMATORS, s["latent_query"], "frozen")
     sess = pd.concat([algo, prompted_session_scores(turns, profiles, query)], ignore_index=True)
     sess["level"] = sess["estimator"].map(LEVELS).fillna("control")
-    res["sessions"] = sess
-    boots = [session_bootstrap(sess, m, session_bootstrap_draws, seed)
+    boots = [session_bootstrap(sess, m, s["session_bootstrap_draws"], seed)
              for m in ("CBF", "norm_CBF", "bias", "shape_error")]
-    res["bootstrap"] = pd.concat(boots, ignore_index=True)
-
-    # matched-input control: observed / corrected / clean labels, session and pooled
     ctrl = []
     for cond in C.LABEL_CONDITIONS:
         lab = C.label_condition(dec, cond)
@@ -435,38 +429,41 @@ def score_job(turns_path: str, alt_turns_path: str, profiles_path: str, query_pa
             ctrl.append(p[["model", "session_id", "CBF", "bias", "shape_error", "n_domains"]]
                         .assign(estimator="LSA", condition=cond, scope="session"))
     cov = {c: float(C.label_condition(dec, c)["label_strict"].notna().mean()) for c in C.LABEL_CONDITIONS}
-    res["controls"] = pd.concat(ctrl, ignore_index=True).assign(
-        coverage=lambda d: d["condition"].map(cov))
+    return {"sessions": sess, "bootstrap": pd.concat(boots, ignore_index=True),
+            "controls": pd.concat(ctrl, ignore_index=True).assign(coverage=lambda d: d["condition"].map(cov))}
 
-    # noise x coverage grid on clean labels
-    gt = _first_sessions(turns, grid_sessions) if grid_sessions else turns
-    res["grid"] = C.noise_grid(gt, flips, coverages, grid_estimators, repeats=noise_repeats, seed=seed)
 
-    # domain partitions: fine domains, semantic categories, random groups of equal sizes
+def _analysis_parts(turns, dec, obs, profiles, s: Mapping, seed: int) -> dict[str, pd.DataFrame]:
+    """The noise x coverage grid on clean labels, the domain partitions (fine domains,
+    semantic categories, random groups of equal sizes), the prior tiers, the prefix curves
+    and the held-out prediction."""
+    gt = _first_sessions(turns, s["grid_sessions"]) if s["grid_sessions"] else turns
+    grid = C.noise_grid(gt, s["flips"], s["coverages"], s["grid_estimators"], repeats=s["noise_repeats"], seed=seed)
     doms = sorted(turns["domain"].astype(str).unique())
-    sem = C.semantic_partition(doms, partition)
+    sem = C.semantic_partition(doms, s["partition"])
     parts = [C.profile_scores(obs, C.MATCHED + ["NoMemory"]).assign(partition="domain", repeat=0)]
     parts.append(C.profile_scores(C.apply_partition(obs, sem), C.MATCHED + ["NoMemory"])
                  .assign(partition="semantic", repeat=0))
     sizes = C.partition_sizes(sem)
-    for r in range(random_partitions):
+    for r in range(s["random_partitions"]):
         rp = C.random_partition(doms, sizes, seed + 1000 + r)
         parts.append(C.profile_scores(C.apply_partition(obs, rp), C.MATCHED + ["NoMemory"])
                      .assign(partition="random", repeat=r))
-    res["partitions"] = pd.concat(parts, ignore_index=True)
-
     prior = profiles[(profiles["method"] == "zs_prior") & (profiles["session_id"] == MODEL_LEVEL)]
-    res["tiers"] = _tiers(obs, dict(zip(prior["domain"], prior["p_hat"])))
+    n_turns, step = int(turns["turn"].max()), s["prefix_step"]
+    lengths = sorted(set(range(step, n_turns + 1, max(1, step))) | {n_turns})
+    prefix = pd.concat([C.prefix_curves(C.label_condition(dec, c), lengths, s["prefix_estimators"])
+                        .assign(condition=c) for c in ("observed", "clean")], ignore_index=True)
+    return {"grid": grid, "partitions": pd.concat(parts, ignore_index=True),
+            "tiers": _tiers(obs, dict(zip(prior["domain"], prior["p_hat"]))), "prefix": prefix,
+            "heldout": _heldout(obs, profiles, seed, HELDOUT_ESTIMATORS)}
 
-    n_turns = int(turns["turn"].max())
-    lengths = sorted(set(range(prefix_step, n_turns + 1, max(1, prefix_step))) | {n_turns})
-    res["prefix"] = pd.concat([C.prefix_curves(C.label_condition(dec, c), lengths, prefix_estimators)
-                               .assign(condition=c) for c in ("observed", "clean")], ignore_index=True)
-    res["heldout"] = _heldout(obs, profiles, seed, HELDOUT_ESTIMATORS)
 
-    # decoders (frozen vs expanded) for each simulated user; simulator comparison
+def _user_parts(turns, alt) -> dict[str, pd.DataFrame]:
+    """The decoders (frozen vs expanded) for each simulated user, and the simulator comparison
+    on the sessions both users played."""
     users = [(turns, _user_kind(turns))] + ([(alt, _user_kind(alt))] if len(alt) else [])
-    res["decoder"] = pd.DataFrame([r for t, u in users for r in _decoder_rows(t, u, C.MATCHED)])
+    decoder = pd.DataFrame([r for t, u in users for r in _decoder_rows(t, u, C.MATCHED)])
     sim = []
     if len(alt):
         alt = alt.assign(session_id=alt["session_id"].astype(str))
@@ -477,30 +474,54 @@ def score_job(turns_path: str, alt_turns_path: str, profiles_path: str, query_pa
             sim.append(C.profile_scores(d, C.MATCHED + ["NoMemory"]).assign(
                 user=u, coverage=float(d["label_strict"].notna().mean()),
                 accuracy=float(d["correct"].mean())))
-    res["simulators"] = pd.concat(sim, ignore_index=True) if sim else pd.DataFrame(
-        columns=["model", "session_id", "estimator", "CBF", "user", "coverage", "accuracy"])
+    return {"decoder": decoder,
+            "simulators": pd.concat(sim, ignore_index=True) if sim else pd.DataFrame(
+                columns=["model", "session_id", "estimator", "CBF", "user", "coverage", "accuracy"])}
 
-    res["pairs"] = pd.concat([paired_cluster_bootstrap(turns, "Global", e, "CBF",
-                                                       cluster_bootstrap_draws, seed)
-                              for e in cluster_estimators], ignore_index=True) \
-        if cluster_estimators and cluster_bootstrap_draws > 0 else pd.DataFrame()
-    res["pairs"] = res["pairs"].assign(scope="pooled") if len(res["pairs"]) else res["pairs"]
 
+def _answer_parts(turns, dec, s: Mapping, seed: int) -> dict[str, pd.DataFrame]:
+    """The paired cluster bootstrap against Global, the answers' own metrics with the pooled
+    CBFs, and the reliability table."""
+    pairs = pd.concat([paired_cluster_bootstrap(turns, "Global", e, "CBF", s["cluster_bootstrap_draws"], seed)
+                       for e in s["cluster_estimators"]], ignore_index=True) \
+        if s["cluster_estimators"] and s["cluster_bootstrap_draws"] > 0 else pd.DataFrame()
     status = turns["answer_status"] if "answer_status" in turns else pd.Series("ok", index=turns.index)
     am = answer_metrics(turns["confidence"].astype(float), turns["correct"].astype(bool))
     pooled_obs = score_pooled(turns, ["Global", "Count", "OraclePDC"], "frozen")
-    res["answers"] = pd.DataFrame([{
-        "model": model, "n_turns": len(turns), "n_sessions": turns["session_id"].nunique(),
+    answers = pd.DataFrame([{
+        "model": str(turns["model"].iloc[0]), "n_turns": len(turns), "n_sessions": turns["session_id"].nunique(),
         "n_items": turns["item_id"].nunique(), "unparsed_answers": int((status == "unparsed").sum()),
         "failed_answer_calls": int((status == "error").sum()),
         "label_coverage": float(dec["decoded_label"].notna().mean()),
         **{k: am[k] for k in ("accuracy", "ECE", "AUROC", "HR", "norm_HR", "conf_gap")},
         **{f"pooled_CBF_{e}": float(v) for e, v in zip(pooled_obs["estimator"], pooled_obs["CBF"])},
         "user": _user_kind(turns)}])
-    res["reliability"] = reliability_table(turns)
+    return {"pairs": pairs.assign(scope="pooled") if len(pairs) else pairs, "answers": answers,
+            "reliability": reliability_table(turns)}
 
+
+def score_job(turns_path: str, alt_turns_path: str, profiles_path: str, query_path: str,
+              outputs: Mapping[str, str], *, seed: int, **settings) -> dict:
+    """Every estimator, control and analysis of one model's recorded sessions; writes one
+    parquet per name in SCORE_PARTS to `outputs[name]` (see the module docstring of
+    controls.py for the controls). `settings` are those of SCORE_SETTINGS, the schema's
+    defaults where not given (`grid_sessions` > 0 restricts the noise grid to the first
+    sessions)."""
+    s = _score_settings(settings)
+    missing = set(SCORE_PARTS) - set(outputs)
+    if missing:
+        raise ValueError(f"score_job: outputs lack {sorted(missing)}")
+    turns = read_parquet(turns_path)
+    turns["session_id"] = turns["session_id"].astype(str)
+    alt = read_parquet(alt_turns_path)
+    profiles = read_parquet(profiles_path)
+    dec = with_decoded_labels(turns, "frozen")
+    obs = C.label_condition(dec, "observed")
+    res = {**_session_parts(turns, dec, profiles, read_parquet(query_path), s, seed),
+           **_analysis_parts(turns, dec, obs, profiles, s, seed), **_user_parts(turns, alt),
+           **_answer_parts(turns, dec, s, seed)}
     for name in SCORE_PARTS:
         write_parquet(res[name].reset_index(drop=True), outputs[name])
-    main = sess.groupby("estimator")["CBF"].mean()
-    return {"model": model, "sessions": int(turns["session_id"].nunique()),
+    main = res["sessions"].groupby("estimator")["CBF"].mean()
+    return {"model": str(turns["model"].iloc[0]), "sessions": int(turns["session_id"].nunique()),
             **{f"CBF_{k}": round(float(v), 3) for k, v in main.items()}}

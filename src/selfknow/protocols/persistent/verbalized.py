@@ -419,6 +419,36 @@ def _jsonable(o):
 # ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
+def _shared_readout(toks: Sequence, names: Sequence[str], hp: AdapterHParams) -> tuple:
+    """The digit read-out every checkpoint's tokenizer shares (one adapter serves them all),
+    and each tokenizer's ids of the ten digits."""
+    readouts = [digit_format_for(tok, hp.style) for tok in toks]
+    digit_ids = [_digit_ids(tok, ro) for tok, ro in zip(toks, readouts)]
+    if len(set(readouts)) != 1:
+        raise ValueError(f"checkpoints need one digit read-out for a shared adapter, got "
+                         f"{dict(zip(names, readouts))}")
+    return readouts[0], digit_ids
+
+
+def _warm_up(run_step: Callable, qids: Sequence[str], seed: int, hp: AdapterHParams,
+             say: Callable[[str], None]) -> list[dict]:
+    """The read-out warm-up's steps (`hp.readout_warmup` of them, numbered below 0). A base
+    model's digit distribution after "Confidence:" can put nearly all its mass on a few digits
+    (a world model trained from scratch: 84 % on "5"); BCE through E[d]/9 then pushes the few
+    live digits to a one-hot whose gradient vanishes and the adapter stays a constant. These
+    steps first spread the mass over the ten digits."""
+    steps: list[dict] = []
+    warm_rng = np.random.default_rng([seed, 0, 0])  # not an epoch's stream ([seed, epoch])
+    for w_step in range(hp.readout_warmup):
+        order = warm_rng.permutation(len(qids))
+        per_ckpt = run_step([qids[i] for i in order[:hp.batch_size]], hp.lr, warmup=True)
+        steps.append({"step": w_step - hp.readout_warmup, "epoch": -1, "lr": hp.lr, "loss": sum(per_ckpt.values()),
+                      "loss_by_checkpoint": per_ckpt, "n_questions": min(hp.batch_size, len(qids))})
+    if hp.readout_warmup:
+        say(f"read-out warm-up: {hp.readout_warmup} steps, cross-entropy to uniform digits {steps[-1]['loss']:.4f}")
+    return steps
+
+
 def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[str], seed: int,
          hp: AdapterHParams, say: Callable[[str], None]) -> tuple:
     """`train_adapter`'s optimisation: a fresh LoRA adapter on `views.model`, trained on every
@@ -436,12 +466,7 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
     model = get_peft_model(views.model, _lora_config(views.model, hp))
     model.eval()  # base dropout off; LoRA dropout is 0 anyway (§A.7)
     toks = views.tokenizers
-    readouts = [digit_format_for(tok, hp.style) for tok in toks]
-    digit_ids = [_digit_ids(tok, ro) for tok, ro in zip(toks, readouts)]
-    if len(set(readouts)) != 1:
-        raise ValueError(f"checkpoints need one digit read-out for a shared adapter, got "
-                         f"{dict(zip(names, readouts))}")
-    readout = readouts[0]
+    readout, digit_ids = _shared_readout(toks, names, hp)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=hp.lr, betas=tuple(hp.betas), eps=hp.eps,
                             weight_decay=hp.weight_decay)
@@ -489,19 +514,7 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
         opt.step()
         return per_ckpt
 
-    steps: list[dict] = []
-    # Read-out warm-up: a base model's digit distribution after "Confidence:" can put nearly
-    # all its mass on a few digits (a world model trained from scratch: 84 % on "5"); BCE
-    # through E[d]/9 then pushes the few live digits to a one-hot whose gradient vanishes and
-    # the adapter stays a constant. These steps first spread the mass over the ten digits.
-    warm_rng = np.random.default_rng([seed, 0, 0])  # not an epoch's stream ([seed, epoch])
-    for w_step in range(hp.readout_warmup):
-        order = warm_rng.permutation(len(qids))
-        per_ckpt = run_step([qids[i] for i in order[:hp.batch_size]], hp.lr, warmup=True)
-        steps.append({"step": w_step - hp.readout_warmup, "epoch": -1, "lr": hp.lr, "loss": sum(per_ckpt.values()),
-                      "loss_by_checkpoint": per_ckpt, "n_questions": min(hp.batch_size, len(qids))})
-    if hp.readout_warmup:
-        say(f"read-out warm-up: {hp.readout_warmup} steps, cross-entropy to uniform digits {steps[-1]['loss']:.4f}")
+    steps = _warm_up(run_step, qids, seed, hp, say)
     step = 0
     for epoch in range(hp.epochs):
         order = np.random.default_rng([seed, epoch]).permutation(len(qids))
