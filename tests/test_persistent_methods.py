@@ -727,6 +727,43 @@ def test_training_is_deterministic_given_seed(tiny_models, tmp_path):
     assert any(not torch.equal(wa[k], wc[k]) for k in wa)
 
 
+def test_bf16_autocast_and_eager_attention_train_in_those_kernels(tiny_models, tmp_path, monkeypatch):
+    """`autocast: bfloat16` runs the base model's matrix products in bfloat16 while the adapter
+    keeps float32 weights; `attention: eager` trains through transformers' eager attention;
+    both are deterministic given the seed and differ from the float32 run."""
+    from safetensors.torch import load_file
+    from transformers.models.gpt2 import modeling_gpt2
+    from transformers.pytorch_utils import Conv1D
+
+    seen: dict[str, set] = {"dtype": set(), "eager": set()}
+    conv_forward, eager_forward = Conv1D.forward, modeling_gpt2.eager_attention_forward
+
+    def conv(self, x):
+        out = conv_forward(self, x)
+        seen["dtype"].add(out.dtype)
+        return out
+
+    def eager(*args, **kw):
+        seen["eager"].add(True)
+        return eager_forward(*args, **kw)
+
+    monkeypatch.setattr(Conv1D, "forward", conv)
+    monkeypatch.setattr(modeling_gpt2, "eager_attention_forward", eager)
+    data = _marker_data(40, 3)
+    fast = {"autocast": "bfloat16", "attention": "eager"}
+    for name, extra in (("fp32", {}), ("bf16", fast), ("bf16-again", fast)):
+        seen["dtype"].clear()
+        seen["eager"].clear()
+        V.train_adapter({"c0": (tiny_models[0], data)}, tmp_path / name, seed=3,
+                        hparams=V.AdapterHParams(lr=5e-3, **extra))
+        assert seen["dtype"] == ({torch.bfloat16} if extra else {torch.float32}), name
+        assert seen["eager"] == ({True} if extra else set()), name
+    w = {n: load_file(tmp_path / n / "adapter_model.safetensors") for n in ("fp32", "bf16", "bf16-again")}
+    assert all(t.dtype == torch.float32 for t in w["bf16"].values())
+    assert all(torch.equal(w["bf16"][k], w["bf16-again"][k]) for k in w["bf16"])
+    assert any(not torch.equal(w["bf16"][k], w["fp32"][k]) for k in w["bf16"])
+
+
 def test_multi_checkpoint_shares_one_adapter(tiny_models, tmp_path):
     from safetensors.torch import load_file
 

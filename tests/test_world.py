@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,7 @@ def test_train_family_writes_loadable_deterministic_checkpoints(world, tmp_path)
         assert tok.eos_token is not None and tok.pad_token is not None
         ma = AutoModelForCausalLM.from_pretrained(tmp_path / "a" / name)
         mb = AutoModelForCausalLM.from_pretrained(tmp_path / "b" / name)
+        assert ma.config.activation_function == TINY_FAMILY.get("activation", "gelu_pytorch_tanh")
         sa, sb = ma.state_dict(), mb.state_dict()
         assert all(torch.equal(sa[k], sb[k]) for k in sa)
     # training moves the weights
@@ -139,6 +141,26 @@ def test_train_family_writes_loadable_deterministic_checkpoints(world, tmp_path)
     qa = pd.read_parquet(world / "qa.parquet").head(10)
     res = evaluate_checkpoints([tmp_path / "a" / c for c in ckpts[-2:]], qa, n_shots=2)
     assert len(res) == 20 and res["correct"].dtype == bool
+
+
+def test_the_fused_gelu_is_gpt2s_tanh_gelu():
+    """The world's MLP activation (`gelu_pytorch_tanh`, one fused kernel) computes GPT-2's own
+    (`gelu_new`, 0.5 x (1 + tanh(sqrt(2/pi)(x + 0.044715 x^3)))) to float rounding, forward and
+    backward; a family names it in its checkpoints' config."""
+    import torch
+    from transformers.activations import ACT2FN
+
+    from selfknow.world.trainer import DEFAULT_FAMILY
+
+    x = torch.linspace(-8, 8, 20001, dtype=torch.float64, requires_grad=True)
+    hand = 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    for name in ("gelu_pytorch_tanh", "gelu_new"):
+        y = ACT2FN[name](x)
+        assert torch.allclose(y, hand, rtol=0, atol=1e-12), name
+        g, = torch.autograd.grad(y.sum(), x)
+        h, = torch.autograd.grad(hand.sum(), x, retain_graph=True)
+        assert torch.allclose(g, h, rtol=0, atol=1e-12), name
+    assert DEFAULT_FAMILY["activation"] == "gelu_pytorch_tanh"
 
 
 def test_a_long_first_phase_and_a_lower_later_rate(world, tmp_path):

@@ -131,7 +131,7 @@ def train_family(world_dir: str | os.PathLike, family_cfg: dict | None,
     mcfg = GPT2Config(
         vocab_size=len(tokenizer), n_positions=max(int(cfg["seq_len"]), int(cfg["context"] or 0)), n_embd=int(cfg["n_embd"]),
         n_layer=int(cfg["n_layer"]), n_head=int(cfg["n_head"]), resid_pdrop=0.0, embd_pdrop=0.0,
-        attn_pdrop=0.0, bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
+        attn_pdrop=0.0, activation_function=str(cfg["activation"]), bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.eos_token_id)
     model = GPT2LMHeadModel(mcfg)
     model.train()

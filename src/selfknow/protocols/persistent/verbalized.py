@@ -194,6 +194,8 @@ class AdapterHParams:
     micro_batch_size: int = ADAPTER_DEFAULTS["micro_batch_size"]
     max_length: int = ADAPTER_DEFAULTS["max_length"]
     readout_warmup: int = ADAPTER_DEFAULTS["readout_warmup"]
+    autocast: str | None = ADAPTER_DEFAULTS["autocast"]
+    attention: str | None = ADAPTER_DEFAULTS["attention"]
     num_threads: int = 1
     device: str = "cpu"
     dtype: str = "float32"
@@ -463,7 +465,12 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
     for p in views.model.parameters():
         p.requires_grad_(False)
     torch.manual_seed(seed)  # the same LoRA initialisation for every method
+    if hp.attention:
+        views.model.set_attn_implementation(hp.attention)
     model = get_peft_model(views.model, _lora_config(views.model, hp))
+    # the forward under autocast; its backward follows the forward's dtypes by itself
+    precision = torch.autocast(torch.device(hp.device).type, dtype=getattr(torch, hp.autocast or "float32"),
+                               enabled=hp.autocast is not None)
     model.eval()  # base dropout off; LoRA dropout is 0 anyway (§A.7)
     toks = views.tokenizers
     readout, digit_ids = _shared_readout(toks, names, hp)
@@ -496,8 +503,9 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
             total = 0.0
             for s in range(0, len(rows), hp.micro_batch_size):
                 sl = slice(s, s + hp.micro_batch_size)
-                logits = _digit_logits(model, toks[k], [encoded[n][r] for r in rows[sl]],
-                                       digit_ids[k], hp.device)
+                with precision:
+                    logits = _digit_logits(model, toks[k], [encoded[n][r] for r in rows[sl]],
+                                           digit_ids[k], hp.device)
                 w = w_all[sl].to(logits.device)
                 if warmup:
                     per_example = -torch.log_softmax(logits, dim=-1).mean(dim=-1)
