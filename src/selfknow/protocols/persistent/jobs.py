@@ -368,14 +368,15 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
                 sc_paths: Mapping[ScInput, str], adapters_dir: str, out: str | None, *, seed: int,
                 cache_dir: str, threads: int = 1, pair_mode: str = "consecutive",
                 hparams: Mapping | None = None, hidden_out: str | None = None,
-                variance_items: int = 0) -> dict:
+                variance_items: int | str = "all") -> dict:
     """Train every adapter of `variant` (seed `seed`) and score every planned
     (adapter, scorer, target) triple; write the long confidence table (`CONF_COLUMNS`).
 
     `sc_paths`: the SC tables of the training dataset's train and test splits and, for the
     transfer scorings, of the transfer dataset (its splits pooled per checkpoint).
     With `hidden_out` (the `transfer` variant) also save, per checkpoint's own adapter, the
-    hidden states on the first `variance_items` test questions (sorted ids) for Table 19.
+    hidden states on the first `variance_items` test questions (sorted ids; "all": every one)
+    for Table 19.
     With `out` None nothing is scored (adapters and hidden states only).
 
     Memory: adapters train one after another (a multi-checkpoint one holds one base,
@@ -470,15 +471,16 @@ def _by_scorer_and_adapter(scorings: Sequence[V.Scoring]) -> dict[str, dict[str,
 
 
 def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd.DataFrame],
-                       adapter_dirs: Mapping[str, str], out: str, n_items: int, *,
+                       adapter_dirs: Mapping[str, str], out: str, n_items: int | str, *,
                        device: str = "cpu") -> tuple:
     """Hidden states (n_ckpt, n_layers, n_items, d) of each checkpoint's own single-view
-    adapter on its own answers to the first `n_items` test questions by item id (§B.7)."""
+    adapter on its own answers to the first `n_items` test questions by item id (§B.7);
+    `n_items` "all" (the authors' run) or 0: every test question."""
     own = [a for a in plan.adapters if len(a.views) == 1 and a.name == a.views[0]]
     if not own:
         raise ValueError(f"variant {plan.variant} has no per-checkpoint adapters for hidden states")
     ids = sorted(set.intersection(*(set(test_sc[a.name]["item_id"]) for a in own)))
-    ids = ids[:n_items] if n_items else ids
+    ids = ids if n_items in ("all", 0) else ids[:n_items]
     hs = []
     for a in own:
         t = test_sc[a.name].set_index("item_id").loc[ids]
