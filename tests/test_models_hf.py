@@ -234,7 +234,8 @@ GEN_PROMPTS = [f"Question: {' '.join(_WORDS[(i * 7 + j * 3) % len(_WORDS)] for j
 
 def hf_generate_beams(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
     """transformers' own beam search as the persistent authors call it (conset/gen_cands.py):
-    per beam, the generated text up to its first stop and the sequence score."""
+    per beam, the generated text up to its first stop, the whole decoded text and the
+    sequence score."""
     with torch.inference_mode():
         out = lm.model.generate(
             input_ids=torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
@@ -247,7 +248,7 @@ def hf_generate_beams(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
         gen = [t for t in seq[len(prompt_ids):].tolist() if t >= 0]
         text = lm.tokenizer.decode(gen, skip_special_tokens=True)
         cut = min([i for i in (text.find(x) for x in stop) if i >= 0], default=len(text))
-        beams.append((text[:cut], float(score)))
+        beams.append((text[:cut], text, float(score)))
     return beams
 
 
@@ -263,8 +264,9 @@ def test_beams_equal_transformers_generate_with_stop_strings(tiny_spec):
     stop_ranks, mixed = set(), 0
     for x, beams in zip(ids, got):
         want = hf_generate_beams(lm, x, num_beams=10, max_new_tokens=12, stop=("\n",))
-        assert [b["text"] for b in beams] == [t for t, _ in want]
-        np.testing.assert_allclose([b["logprob"] for b in beams], [sc for _, sc in want], atol=1e-4, rtol=0)
+        assert [b["text"] for b in beams] == [t for t, _, _ in want]
+        assert [b["raw"] for b in beams] == [raw for _, raw, _ in want]  # what the authors' NLI reads
+        np.testing.assert_allclose([b["logprob"] for b in beams], [sc for _, _, sc in want], atol=1e-4, rtol=0)
         reasons = [b["finish_reason"] for b in beams]
         stop_ranks |= {r for r, why in enumerate(reasons) if why == "stop"}
         mixed += len(set(reasons)) == 2

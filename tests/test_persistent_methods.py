@@ -342,6 +342,34 @@ def test_normalisation_decides_which_pairs_reach_nli(tiny_nli_dir):
         J.make_equivalence("normalised", normalisation="nfkc")
 
 
+def test_nli_reads_the_raw_decoded_beams(tiny_nli_dir):
+    """conset/gen_cands.py run_nli builds its premises from the decoded beams as generate
+    returns them (the stopping newline token included), not from the cleaned first lines."""
+    eq = NLIEquivalence(str(tiny_nli_dir), normalise=lowercase_no_periods)
+    seen = []
+    eq._argmax_classes = lambda p, h: seen.extend(zip(p, h)) or np.full(len(p), 2)
+    eq._entail_index, eq._model = 0, object()
+    beams = [Beam(" Paris", -0.1, " Paris\n"), Beam(" paris.", -0.5, " paris.\n\n"),
+             Beam(" Lyon", -1.0, " Lyon.\nPrompt")]
+    pred, conf, groups = SC.self_consistency(beams, eq, question="capital?")
+    assert pred == "Paris" and [g.members for g in groups] == [("Paris", "paris."), ("Lyon",)]
+    assert seen[:2] == [("Question: capital?\nAnswer:  Paris\n", "Answer:  Lyon.\nPrompt"),
+                        ("Question: capital?\nAnswer:  Lyon.\nPrompt", "Answer:  Paris\n")]
+    assert len(seen) == 4  # both raw members of the first group against Lyon, both ways
+    # a beam table's raw column reaches the same premises; without it the text is read
+    table = pd.DataFrame({"item_id": ["a"] * 3, "question": ["capital?"] * 3,
+                          "text": [b.text for b in beams], "logprob": [b.logprob for b in beams],
+                          "raw": [b.raw for b in beams]})
+    seen.clear()
+    eq._memo.clear()
+    SC.self_consistency_frame(table, eq)
+    assert seen[0] == ("Question: capital?\nAnswer:  Paris\n", "Answer:  Lyon.\nPrompt")
+    seen.clear()
+    eq._memo.clear()
+    SC.self_consistency_frame(table.drop(columns="raw"), eq)
+    assert seen[0] == ("Question: capital?\nAnswer:  Paris", "Answer:  Lyon")
+
+
 def test_nli_runs_on_the_jobs_gpu_a_questions_pairs_in_one_batch(tiny_nli_dir, monkeypatch):
     from selfknow.protocols.persistent import jobs as J
 

@@ -30,6 +30,12 @@ if TYPE_CHECKING:
     from selfknow.models.hf.lm import HFLM
 
 
+def candidates_kept(k: int, n_eos: int) -> int:
+    """The candidates a step of a `k`-beam search looks at: transformers' `beams_to_keep`
+    (`GenerationMixin._beam_search`) for a model with `n_eos` EOS token ids."""
+    return max(2, 1 + n_eos) * k
+
+
 class BeamSearch:
     """The state of one batched beam search (`search_group`) and its steps.
 
@@ -47,8 +53,7 @@ class BeamSearch:
         self.eos = lm.eos_ids
         self.stops = [x for x in stop if x]
         self.table = lm.byte_table
-        # transformers' `beams_to_keep`: the candidates a step looks at
-        self.keep = max(2, 1 + len(self.eos)) * k
+        self.keep = candidates_kept(k, len(self.eos))
         self.vocab_k = min(self.keep, int(self.model.config.get_text_config().vocab_size))
         self.takes_positions = takes_position_ids(self.model)
         self.shared_prefix = shared_prefix
@@ -162,7 +167,7 @@ class BeamSearch:
                 first_stop(text, self.stops)
             if tid in self.eos or cut >= 0:
                 if rank < self.k:
-                    self.add_finished(fin, ids, text if cut < 0 else text[:cut], score)
+                    self.add_finished(fin, ids, text, cut, score)
             elif len(nxt) < self.k:
                 nxt.append((ids, score, text))
                 src.append(r)
@@ -174,11 +179,13 @@ class BeamSearch:
         """Whether `score` is no better than the worst of `k` finished beams."""
         return len(fin) >= self.k and score <= fin[-1]["logprob"]
 
-    def add_finished(self, fin: list[dict], ids: list[int], text: str, score: float) -> None:
-        """Add a stopped beam to a prompt's finished beams if it is among the best `k`."""
+    def add_finished(self, fin: list[dict], ids: list[int], raw: str, cut: int, score: float) -> None:
+        """Add a stopped beam (decoded `raw`, its stop at `cut`, -1 for EOS) to a prompt's
+        finished beams if it is among the best `k`."""
         if self.outranked(fin, score):
             return
-        fin.append({"ids": ids, "text": text, "logprob": score, "finish_reason": "stop"})
+        fin.append({"ids": ids, "text": raw if cut < 0 else raw[:cut], "raw": raw, "logprob": score,
+                    "finish_reason": "stop"})
         fin.sort(key=lambda f: -f["logprob"])
         del fin[self.k:]
 
@@ -215,7 +222,7 @@ class BeamSearch:
         ("length"), best `k`."""
         out = []
         for fin, running in zip(self.finished, self.running):
-            beams = fin + [{"ids": ids, "text": text, "logprob": score,
+            beams = fin + [{"ids": ids, "text": text, "raw": text, "logprob": score,
                             "finish_reason": "length"} for ids, score, text in running]
             beams.sort(key=lambda f: -f["logprob"])
             out.append(beams[:self.k])

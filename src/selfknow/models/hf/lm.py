@@ -310,8 +310,10 @@ class HFLM(LM):
         prompts = list(prompts)
         stop = list(stop)
         use_chat = self._use_chat(False)
+        # "rules": beams cached before the search took generate's rules (and kept no raw
+        # text) are not these beams
         params = {"num_beams": int(num_beams), "max_new_tokens": int(max_new_tokens),
-                  "stop": stop, "chat": use_chat}
+                  "stop": stop, "chat": use_chat, "rules": "generate"}
 
         def compute(idx: list[int]) -> list[list[dict]]:
             ids = [self.encode(self.render(prompts[i], chat=use_chat), chat=use_chat)
@@ -324,7 +326,7 @@ class HFLM(LM):
                     beams = beam.search_group(self, [ids[j] for j in group], int(num_beams),
                                               int(max_new_tokens), stop)
                     for j, bs in zip(group, beams):
-                        done[j] = [{"text": b["text"], "logprob": b["logprob"]} for b in bs]
+                        done[j] = [{"text": b["text"], "logprob": b["logprob"], "raw": b["raw"]} for b in bs]
             except Exception as err:  # finished groups are still cached
                 if done:
                     raise PartialFailure(done, err) from err

@@ -227,7 +227,7 @@ def judge_count_job(sc_paths: Mapping[ScInput, str], out: str) -> dict:
 
 
 #: the long beam table of `sc_job`: one row per beam
-BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob"]
+BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob", "raw"]
 
 
 class SplitIO(NamedTuple):
@@ -267,13 +267,13 @@ def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoin
         def beams_for(chunk: pd.DataFrame, shots=shots) -> pd.DataFrame:
             prompts = qa_prompts(chunk["question"], chunk["domain"], shots, label=prompt_label)
             res = lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=("\n",))
-            rows = [(i, q, b, beam.text, beam.logprob) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
+            rows = [(i, q, b, beam.text, beam.logprob, beam.raw) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
                     for b, beam in enumerate(bs)]
             return pd.DataFrame(rows, columns=BEAM_TABLE)
 
         b = map_chunks(items[split], beams_for, io.beams_out, chunk_size=64, desc=f"beams {checkpoint} {split}",
                        params={"spec": spec, "ckpt": checkpoint, "shots": shots, "beams": num_beams,
-                               "mnt": max_new_tokens, "label": prompt_label}, model=lm.identity())
+                               "mnt": max_new_tokens, "label": prompt_label, "rules": "generate"}, model=lm.identity())
         # a split without questions (BioASQ has no train split): the table's columns
         beams[split] = pd.DataFrame(columns=BEAM_TABLE) if b.empty else b
     summary = {"beam_seconds": round(time.time() - t0, 1), "cache_hits": lm.stats.hits,
