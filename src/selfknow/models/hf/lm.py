@@ -348,11 +348,12 @@ class HFLM(LM):
         """Beam search from the token ids of each prompt (uncached), `batch_size` prompts per
         forward pass (`beam`). For each prompt: the `num_beams` best finished beams, best
         first, each {"ids": generated token ids up to and including the token that completed
-        the stop (or EOS), "text": decoded text cut before the stop, "logprob": sum of the
-        log-probabilities of `ids`, "finish_reason"}.
+        the stop (or EOS), "text": decoded text cut before the stop, "raw": decoded text uncut,
+        "logprob": sum of the log-probabilities of `ids`, "finish_reason"}.
 
-        A hypothesis finishes when its text contains a stop string or it emits EOS; a prompt's
-        search ends when `num_beams` hypotheses have finished and none still running scores
+        A hypothesis finishes when its text contains a stop string or it emits EOS and it ranks
+        among the step's first `num_beams` candidates (transformers' `generate` rules, `beam`);
+        a prompt's search ends when `num_beams` hypotheses have finished and none still running scores
         higher (log-probabilities only decrease, so none can catch up: the result is exact for
         the beam width), or at `max_new_tokens`, when the running beams finish with "length".
         Fewer than `num_beams` beams come back only when fewer distinct continuations exist.
