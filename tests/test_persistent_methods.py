@@ -708,6 +708,30 @@ def test_every_step_divides_by_the_batch_size_and_shuffles_the_split_order(tiny_
         assert st["loss"] == pytest.approx(sum(bce[q] for q in b) / 16, rel=1e-5)
 
 
+def test_a_checkpoint_without_answers_trains_nothing(tiny_models, tmp_path):
+    """Under generate's beam rules an untrained checkpoint can stop every beam before any
+    answer (":\n", "::\n"): it gives no examples, the adapter trains on the other views, and
+    with none at all it is saved untrained, scoring as the base model."""
+    from selfknow.protocols.persistent import jobs as J
+
+    sc = pd.DataFrame({"item_id": ["a", "b"], "question": ["qa", "qb"], "group_answers": [[], []],
+                       "group_probs": [[], []], "group_correct": [[], []]})
+    none = J.training_examples(sc, 2)
+    assert none.empty
+    data = _marker_data(20, 4)
+    hp = V.AdapterHParams(lr=5e-3, min_lr=5e-4, readout_warmup=2)
+    V.train_adapter({"c0": (tiny_models[0], none)}, tmp_path / "none", seed=0, hparams=hp)
+    log = json.loads((tmp_path / "none" / V.TRAINING_LOG_FILE).read_text())
+    assert log["checkpoints"] == [] and log["without_examples"] == ["c0"]
+    base = V.score_local(tiny_models[0], None, data["question"], data["answer"])
+    untrained = V.score_local(tiny_models[0], str(tmp_path / "none"), data["question"], data["answer"])
+    np.testing.assert_allclose(untrained, base, atol=1e-6)
+    V.train_adapter({"c0": (tiny_models[0], data), "c1": (tiny_models[1], none)}, tmp_path / "one",
+                    seed=0, hparams=hp)
+    log = json.loads((tmp_path / "one" / V.TRAINING_LOG_FILE).read_text())
+    assert log["checkpoints"] == ["c0"] and log["without_examples"] == ["c1"] and log["total_steps"] == 4
+
+
 def test_lora_training_learns_correctness_and_adapter_loads(tiny_models, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM

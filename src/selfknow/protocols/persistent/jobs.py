@@ -151,14 +151,14 @@ def pooled_transfer(sc: Mapping[ScInput, pd.DataFrame]) -> dict[str, pd.DataFram
 
 def training_examples(sc: pd.DataFrame, n_answers: int) -> pd.DataFrame:
     """One checkpoint's training examples (§3.1.1): its top `n_answers` candidate answers per
-    question with their correctness, weighted by generation probability."""
+    question with their correctness, weighted by generation probability. A question none of
+    whose beams is an answer gives none (the authors' `load_training_data` skips it), so an
+    untrained checkpoint may give none at all (`train_adapter` then trains without it)."""
     rows = []
     for r in sc.itertuples(index=False):
         for a, p, c in list(zip(r.group_answers, r.group_probs, r.group_correct))[:n_answers]:
             rows.append((r.item_id, r.question, a, float(p), bool(c)))
     cand = pd.DataFrame(rows, columns=["item_id", "question", "answer", "probability", "correct"])
-    if cand.empty:
-        raise ValueError("no candidate answers to train on (every beam empty?)")
     return training_frame(cand, n_answers=n_answers)
 
 

@@ -569,12 +569,17 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
     t0 = time.time()
     torch.set_num_threads(int(hp.num_threads))
 
-    names = list(examples_by_checkpoint)
+    # a checkpoint none of whose beams gave an answer (an untrained model) has no examples:
+    # the others train the adapter; with none at all it is saved untrained (the base model)
+    names = [n for n, (_, df) in examples_by_checkpoint.items() if len(df)]
+    empty = [n for n in examples_by_checkpoint if n not in names]
+    if empty:
+        say(f"no training examples of {empty}: " + ("trained on the others" if names else "saved untrained"))
     prepared = {n: prepare_frame(n, examples_by_checkpoint[n][1]) for n in names}
     frames = {n: merge_repeated_prompts(f) for n, f in prepared.items()}
     # the canonical order the authors shuffle: the training split's, as the frames hold it
     qids = list(dict.fromkeys(q for f in frames.values() for q in f["question_id"]))
-    with ViewWeights([str(examples_by_checkpoint[n][0]) for n in names], device=hp.device,
+    with ViewWeights([str(examples_by_checkpoint[n][0]) for n in names or empty[:1]], device=hp.device,
                      dtype=hp.dtype, gpus=hp.gpus) as views:
         model, readout, steps = _fit(views, frames, qids, seed, hp, say)
 
@@ -582,7 +587,7 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
     import transformers
 
     training_log = {
-        "seed": seed, "hparams": asdict(hp), "checkpoints": names,
+        "seed": seed, "hparams": asdict(hp), "checkpoints": names, "without_examples": empty,
         "model_dirs": {n: str(examples_by_checkpoint[n][0]) for n in names},
         "n_questions": len(qids), "n_examples": {n: int(len(f)) for n, f in prepared.items()},
         "n_prompts": {n: int(len(f)) for n, f in frames.items()},
