@@ -224,14 +224,65 @@ def test_beams_match_hf_beam_search_without_stop(tiny):
         assert b["logprob"] == pytest.approx(hf[tuple(b["ids"])], abs=1e-4)
 
 
+# 60 short QA-style prompts over the tiny tokenizer's words; with ten beams of twelve tokens
+# their beams stop at the newline at many ranks and lengths
+_WORDS = "the cat dog bird sat ate sang on mat bone song what is two plus sky blue Paris Berlin".split()
+GEN_PROMPTS = [f"Question: {' '.join(_WORDS[(i * 7 + j * 3) % len(_WORDS)] for j in range(1 + i % 5))}?\nAnswer:"
+               if i % 2 else " ".join(_WORDS[(i * 5 + j) % len(_WORDS)] for j in range(2 + i % 7))
+               for i in range(60)]
+
+
+def hf_generate_beams(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
+    """transformers' own beam search as the persistent authors call it (conset/gen_cands.py):
+    per beam, the generated text up to its first stop, the whole decoded text and the
+    sequence score."""
+    with torch.inference_mode():
+        out = lm.model.generate(
+            input_ids=torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids), dtype=torch.long),
+            do_sample=False, num_beams=num_beams, num_return_sequences=num_beams,
+            max_new_tokens=max_new_tokens, length_penalty=0.0, output_scores=True,
+            return_dict_in_generate=True, pad_token_id=lm.pad_id, stop_strings=list(stop),
+            tokenizer=lm.tokenizer)
+    beams = []
+    for seq, score in zip(out.sequences, out.sequences_scores):
+        gen = [t for t in seq[len(prompt_ids):].tolist() if t >= 0]
+        text = lm.tokenizer.decode(gen, skip_special_tokens=True)
+        cut = min([i for i in (text.find(x) for x in stop) if i >= 0], default=len(text))
+        beams.append((text[:cut], text, float(score)))
+    return beams
+
+
+def test_beams_equal_transformers_generate_with_stop_strings(tiny_spec):
+    """The batched search returns what `generate(num_beams=10, num_return_sequences=10,
+    length_penalty=0.0, stop_strings=["\n"])` returns: the same texts in the same order,
+    scores within 1e-4, on 60 prompts whose beams stop at the newline at different ranks.
+    A search that lets a stopping candidate finish at any rank, or looks past the step's best
+    2k candidates, differs on some of them."""
+    lm = load_lm({**tiny_spec, "batch_size": 8}, "step1", cache_dir=None)
+    ids = [lm.tokenizer(p)["input_ids"] for p in GEN_PROMPTS]
+    got = lm.beam_search_batch(ids, num_beams=10, max_new_tokens=12, stop=("\n",))
+    stop_ranks, mixed = set(), 0
+    for x, beams in zip(ids, got):
+        want = hf_generate_beams(lm, x, num_beams=10, max_new_tokens=12, stop=("\n",))
+        assert [b["text"] for b in beams] == [t for t, _, _ in want]
+        assert [b["raw"] for b in beams] == [raw for _, raw, _ in want]  # what the authors' NLI reads
+        np.testing.assert_allclose([b["logprob"] for b in beams], [sc for _, _, sc in want], atol=1e-4, rtol=0)
+        reasons = [b["finish_reason"] for b in beams]
+        stop_ranks |= {r for r, why in enumerate(reasons) if why == "stop"}
+        mixed += len(set(reasons)) == 2
+    assert len(stop_ranks) >= 8 and mixed >= 10  # stops at many ranks, beside length-capped beams
+
+
 def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
-    """The pre-batching one-prompt loop (unpadded prompt, its own KV cache, candidates decoded
-    one by one): the oracle the batched search must reproduce."""
+    """The one-prompt loop (unpadded prompt, its own KV cache, candidates decoded one by one)
+    with `generate`'s rules (the best max(2, 1 + #EOS) x k candidates; a stopping one finishes
+    only among the first k): the oracle the batched search must reproduce."""
     from selfknow.models.hf.compat import cache_kwarg, kv_cache
     from selfknow.models.hf.generation import first_stop
 
     model, tok, eos, k = lm.model, lm.tokenizer, lm.eos_ids, num_beams
-    vocab_k = min(2 * k, int(model.config.get_text_config().vocab_size))
+    keep = max(2, 1 + len(eos)) * k
+    vocab_k = min(keep, int(model.config.get_text_config().vocab_size))
     finished, running = [], [([], 0.0)]
     with torch.inference_mode():
         out = model(input_ids=torch.tensor([prompt_ids]), use_cache=True)
@@ -242,14 +293,14 @@ def reference_beam_search(lm, prompt_ids, *, num_beams, max_new_tokens, stop):
                      for lp, tid in zip(top_lp[b].tolist(), top_id[b].tolist())]
             cands.sort(key=lambda c: -c[0])
             nxt, src = [], []
-            for score, b, tid in cands:
+            for rank, (score, b, tid) in enumerate(cands[:keep]):
                 if len(nxt) == k and len(finished) >= k and score <= finished[-1]["logprob"]:
                     break
                 ids = running[b][0] + [tid]
                 text = tok.decode(ids, skip_special_tokens=True)
                 pos = first_stop(text, stop)
                 if tid in eos or pos >= 0:
-                    if len(finished) < k or score > finished[-1]["logprob"]:
+                    if rank < k and (len(finished) < k or score > finished[-1]["logprob"]):
                         finished.append({"ids": ids, "text": text if pos < 0 else text[:pos],
                                          "logprob": score, "finish_reason": "stop"})
                         finished.sort(key=lambda f: -f["logprob"])

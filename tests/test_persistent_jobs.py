@@ -71,9 +71,22 @@ def test_transfer_and_random_label_variants():
     assert [a.name for a in tr.adapters] == TR + EV and all(a.n_answers == 1 for a in tr.adapters)
     assert len(tr.scorings) == 16 and tr.hidden_states
     rl = V.plan_variant("random_label", TR, EV)
-    assert _adapters(rl)["C2+C3"] == (("C2", "C3"), {"C2": ("C2",), "C3": ("C3",)}, 1, ("C3",))
+    # the authors' _ncand2_random configs: top-2 answers ("n_max_cand: 2"); consecutive pairs
+    # (scripts/train.sh trains i, i+1)
+    assert _adapters(rl)["C2+C3"] == (("C2", "C3"), {"C2": ("C2",), "C3": ("C3",)}, 2, ("C3",))
     assert [a.name for a in rl.adapters] == ["C1+C2", "C2+C3", "C3+C4"]
     assert len(V.plan_variant("random_label", TR, EV, pair_mode="all").adapters) == 6
+
+
+def test_n_answers_is_every_variants_n_max_cand():
+    # the authors' configs: _5k (no n_max_cand: 1) for n1 and transfer, _ncand2* for the rest
+    want = {v: 1 if v.endswith("_n1") or v == "transfer" else 2 for v in V.VARIANTS}
+    assert {v: V.n_answers(v) for v in V.VARIANTS} == want
+    assert sum(n == 1 for n in want.values()) == 5
+    for v in V.VARIANTS:
+        assert {a.n_answers for a in V.plan_variant(v, TR, EV).adapters} == {want[v]}
+    with pytest.raises(ValueError, match="unknown variant"):
+        V.n_answers("oracle")
 
 
 def test_transfer_slices_are_the_single_answer_variants_with_twin_adapters():

@@ -342,6 +342,34 @@ def test_normalisation_decides_which_pairs_reach_nli(tiny_nli_dir):
         J.make_equivalence("normalised", normalisation="nfkc")
 
 
+def test_nli_reads_the_raw_decoded_beams(tiny_nli_dir):
+    """conset/gen_cands.py run_nli builds its premises from the decoded beams as generate
+    returns them (the stopping newline token included), not from the cleaned first lines."""
+    eq = NLIEquivalence(str(tiny_nli_dir), normalise=lowercase_no_periods)
+    seen = []
+    eq._argmax_classes = lambda p, h: seen.extend(zip(p, h)) or np.full(len(p), 2)
+    eq._entail_index, eq._model = 0, object()
+    beams = [Beam(" Paris", -0.1, " Paris\n"), Beam(" paris.", -0.5, " paris.\n\n"),
+             Beam(" Lyon", -1.0, " Lyon.\nPrompt")]
+    pred, conf, groups = SC.self_consistency(beams, eq, question="capital?")
+    assert pred == "Paris" and [g.members for g in groups] == [("Paris", "paris."), ("Lyon",)]
+    assert seen[:2] == [("Question: capital?\nAnswer:  Paris\n", "Answer:  Lyon.\nPrompt"),
+                        ("Question: capital?\nAnswer:  Lyon.\nPrompt", "Answer:  Paris\n")]
+    assert len(seen) == 4  # both raw members of the first group against Lyon, both ways
+    # a beam table's raw column reaches the same premises; without it the text is read
+    table = pd.DataFrame({"item_id": ["a"] * 3, "question": ["capital?"] * 3,
+                          "text": [b.text for b in beams], "logprob": [b.logprob for b in beams],
+                          "raw": [b.raw for b in beams]})
+    seen.clear()
+    eq._memo.clear()
+    SC.self_consistency_frame(table, eq)
+    assert seen[0] == ("Question: capital?\nAnswer:  Paris\n", "Answer:  Lyon.\nPrompt")
+    seen.clear()
+    eq._memo.clear()
+    SC.self_consistency_frame(table.drop(columns="raw"), eq)
+    assert seen[0] == ("Question: capital?\nAnswer:  Paris", "Answer:  Lyon")
+
+
 def test_nli_runs_on_the_jobs_gpu_a_questions_pairs_in_one_batch(tiny_nli_dir, monkeypatch):
     from selfknow.protocols.persistent import jobs as J
 
@@ -445,18 +473,56 @@ def test_predict_confidence_uses_next_token_logprobs_of_digits():
         V.predict_confidence(lm, ["q"], ["a"])
 
 
-def test_lr_schedule_flat_then_cosine_to_min():
-    hp = V.AdapterHParams()
-    lrs = [V.lr_at_step(s, 100, hp) for s in range(100)]
-    assert lrs[:80] == [2e-4] * 80
-    assert lrs[99] == pytest.approx(2e-5, rel=1e-12)
-    assert lrs[89] == pytest.approx(2e-5 + 1.8e-4 * 0.5 * (1 + math.cos(math.pi * 10 / 20)))
-    assert lrs[89] == pytest.approx(1.1e-4)
-    assert all(a > b for a, b in zip(lrs[79:], lrs[80:]))
-    assert [V.lr_at_step(s, 5, hp) for s in range(5)][:4] == [2e-4] * 4
-    assert V.lr_at_step(4, 5, hp) == pytest.approx(2e-5)
+def test_lr_schedule_is_the_authors_wsd():
+    """conset/train_confidence.py WSDScheduler: int(0.2 T) decay steps, decay step k of D at
+    0.1 + 0.9 (1 + cos(pi k / D)) / 2 of the peak, k from 0 (the first still at the peak)."""
+    hp = V.AdapterHParams()  # 2e-4 -> 2e-5, stable 80 %
+    lrs = [V.lr_at_step(s, 10, hp) for s in range(10)]
+    # T = 10: D = 2, steps 0-7 flat, step 8 k=0 (peak), step 9 k=1: 2e-5 + 1.8e-4 x 0.5
+    assert lrs == [2e-4] * 9 + [pytest.approx(1.1e-4, rel=1e-12)]
+    # T = 5: int(5 x 0.2) = 1 decay step, at k=0: the whole run at the peak
+    assert [V.lr_at_step(s, 5, hp) for s in range(5)] == [2e-4] * 5
+    # the paper's T = ceil(5000 / 16) = 313: D = int(62.6) = 62 (round() would give 63)
+    assert V.lr_at_step(250, 313, hp) == V.lr_at_step(251, 313, hp) == 2e-4
+    assert V.lr_at_step(252, 313, hp) < 2e-4
+    # last step k = 61: 2e-5 + 1.8e-4 (1 - cos(pi / 62)) / 2, above the minimum
+    assert V.lr_at_step(312, 313, hp) == pytest.approx(2.0115514354605253e-05, rel=1e-12)
     with pytest.raises(ValueError):
-        V.lr_at_step(100, 100, hp)
+        V.lr_at_step(313, 313, hp)
+
+
+def test_bce_clamps_the_confidence_straight_through():
+    """forward_confidence: p clamped to [1e-6, 1 - 1e-6] forward, gradient passed through."""
+    # all mass on "0": p = 5 e^-50 (~1e-21), clamped to 1e-6
+    logits = torch.tensor([[50.0] + [0.0] * 9] * 2, requires_grad=True)
+    loss = V.authors_bce(logits, torch.tensor([1.0, 0.0]))
+    assert loss[0].item() == pytest.approx(13.815510557964274, rel=1e-6)  # -log(1e-6)
+    # -log(1 - 1e-6) in float32, where 1 - 1e-6 rounds to 1 - 2^-20
+    assert loss[1].item() == pytest.approx(2.0 ** -20, rel=1e-6)
+    # the gradient is d/dp of -log p at the clamped 1e-6 (-1e6), times dp/dlogits unclamped
+    (g,) = torch.autograd.grad(loss[0], logits)
+    probs = torch.softmax(logits.detach()[0], -1)
+    v = torch.arange(10) / 9.0
+    dp = probs * (v - (probs * v).sum())
+    torch.testing.assert_close(g[0], -1e6 * dp, rtol=1e-4, atol=0)
+    assert g[0, 9].item() < 0  # a gradient survives where an unclamped BCE would saturate
+    # inside the clamp it is the plain BCE: uniform digits, p = 0.5
+    mid = V.authors_bce(torch.zeros(1, 10), torch.tensor([1.0]))
+    assert mid.item() == pytest.approx(math.log(2), rel=1e-6)
+
+
+def test_question_batches_are_the_authors_shuffle():
+    """group_examples_by_question: RandomState(seed + epoch).shuffle over the canonical order,
+    runs of batch_size questions, the last one short."""
+    qids = [f"q{i}" for i in range(10)]
+    # np.random.RandomState(17).shuffle(list(range(10))) -> [7, 2, 5, 3, 4, 0, 9, 8, 6, 1]
+    assert V.question_batches(qids, 17, 0, 4) == [["q7", "q2", "q5", "q3"], ["q4", "q0", "q9", "q8"],
+                                                  ["q6", "q1"]]
+    # epoch 1 of seed 17 is seed 18's epoch 0: [7, 9, 0, 4, 2, 1, 6, 5, 8, 3]
+    assert V.question_batches(qids, 17, 1, 16) == V.question_batches(qids, 18, 0, 16) == [
+        [f"q{i}" for i in (7, 9, 0, 4, 2, 1, 6, 5, 8, 3)]]
+    # the canonical order matters: the same ids listed otherwise are shuffled otherwise
+    assert V.question_batches(qids[::-1], 17, 0, 16) != V.question_batches(qids, 17, 0, 16)
 
 
 def test_adapter_hparams_come_from_the_config():
@@ -625,6 +691,47 @@ def test_digit_format_from_tokenizer(tiny_models):
     assert ro2.suffix == "Confidence: " and ro2.candidates == tuple("0123456789")
 
 
+def test_every_step_divides_by_the_batch_size_and_shuffles_the_split_order(tiny_models, tmp_path):
+    """The authors' weights 1 / (batch_size x checkpoints): the short last batch (4 of 20
+    questions) is divided by 16 too. lr 0 keeps the adapter at its zero start, so each step's
+    loss is the base model's BCE summed over the step's questions, over 16."""
+    data = _marker_data(20, 3)
+    hp = V.AdapterHParams(lr=0.0, min_lr=0.0)
+    V.train_adapter({"c0": (tiny_models[0], data)}, tmp_path / "a", seed=5, hparams=hp)
+    steps = json.loads((tmp_path / "a" / V.TRAINING_LOG_FILE).read_text())["steps"]
+    p = np.clip(V.score_local(tiny_models[0], None, data["question"], data["answer"]), 1e-6, 1 - 1e-6)
+    y = data["correct"].to_numpy(float)
+    bce = dict(zip(data["question_id"], -(y * np.log(p) + (1 - y) * np.log(1 - p))))
+    batches = V.question_batches(list(data["question_id"]), 5, 0, 16)  # the split's order
+    assert [len(b) for b in batches] == [16, 4] == [st["n_questions"] for st in steps]
+    for st, b in zip(steps, batches):
+        assert st["loss"] == pytest.approx(sum(bce[q] for q in b) / 16, rel=1e-5)
+
+
+def test_a_checkpoint_without_answers_trains_nothing(tiny_models, tmp_path):
+    """Under generate's beam rules an untrained checkpoint can stop every beam before any
+    answer (":\n", "::\n"): it gives no examples, the adapter trains on the other views, and
+    with none at all it is saved untrained, scoring as the base model."""
+    from selfknow.protocols.persistent import jobs as J
+
+    sc = pd.DataFrame({"item_id": ["a", "b"], "question": ["qa", "qb"], "group_answers": [[], []],
+                       "group_probs": [[], []], "group_correct": [[], []]})
+    none = J.training_examples(sc, 2)
+    assert none.empty
+    data = _marker_data(20, 4)
+    hp = V.AdapterHParams(lr=5e-3, min_lr=5e-4, readout_warmup=2)
+    V.train_adapter({"c0": (tiny_models[0], none)}, tmp_path / "none", seed=0, hparams=hp)
+    log = json.loads((tmp_path / "none" / V.TRAINING_LOG_FILE).read_text())
+    assert log["checkpoints"] == [] and log["without_examples"] == ["c0"]
+    base = V.score_local(tiny_models[0], None, data["question"], data["answer"])
+    untrained = V.score_local(tiny_models[0], str(tmp_path / "none"), data["question"], data["answer"])
+    np.testing.assert_allclose(untrained, base, atol=1e-6)
+    V.train_adapter({"c0": (tiny_models[0], data), "c1": (tiny_models[1], none)}, tmp_path / "one",
+                    seed=0, hparams=hp)
+    log = json.loads((tmp_path / "one" / V.TRAINING_LOG_FILE).read_text())
+    assert log["checkpoints"] == ["c0"] and log["without_examples"] == ["c1"] and log["total_steps"] == 4
+
+
 def test_lora_training_learns_correctness_and_adapter_loads(tiny_models, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
@@ -644,8 +751,10 @@ def test_lora_training_learns_correctness_and_adapter_loads(tiny_models, tmp_pat
     losses = [s["loss"] for s in log["steps"]]
     assert log["total_steps"] == len(losses) == 24  # ceil(192/16) x 2 epochs
     assert np.mean(losses[-4:]) < losses[0] - 0.1
-    assert [s["lr"] for s in log["steps"]][:19] == [5e-3] * 19
-    assert log["steps"][-1]["lr"] == pytest.approx(5e-4)
+    # WSD over 24 steps: int(4.8) = 4 decay steps, the first at the peak; the last (k = 3) at
+    # 5e-4 + 4.5e-3 (1 + cos(3 pi / 4)) / 2
+    assert [s["lr"] for s in log["steps"]][:21] == [5e-3] * 21
+    assert log["steps"][-1]["lr"] == pytest.approx(0.0011590097423302681, rel=1e-12)
 
     cfg = json.loads((out / "adapter_config.json").read_text())
     assert cfg["r"] == 8 and cfg["lora_alpha"] == 16 and cfg["lora_dropout"] == 0.0

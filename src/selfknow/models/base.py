@@ -29,11 +29,13 @@ class Generation:
 
 @dataclass(frozen=True)
 class Beam:
-    """One beam of a beam search: its text (cut at the stop) and sequence log-probability
-    (sum of the log-probabilities of its generated tokens up to the stop)."""
+    """One beam of a beam search: its text (cut at the stop), sequence log-probability (sum of
+    the log-probabilities of its generated tokens up to the stop) and `raw`, its decoded
+    tokens uncut (the stopping token whole; None where a backend gives no tokens)."""
 
     text: str
     logprob: float
+    raw: str | None = None
 
 
 @dataclass

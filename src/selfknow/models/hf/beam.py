@@ -1,10 +1,16 @@
 """Batched beam search of the `hf` backend (persistent §3.1.1's candidate answers).
 
-Our own loop rather than `model.generate(num_beams=...)`: persistent §3.1.1 needs every final
-beam cut at the first newline with the log-probability of exactly its tokens up to that stop,
-and HF's beam scorer only stops hypotheses at EOS (its `stop_strings` criterion ends the whole
-search) and reports length-normalised scores. A search runs `batch_size` prompts (the model
-entry's, default 16) x `num_beams` rows per forward step: left-padded prompts with explicit
+The search is transformers' own `generate(num_beams=k, num_return_sequences=k,
+length_penalty=0.0, stop_strings=[...])`, as the persistent authors call it
+(conset/gen_cands.py), step for step: each step keeps the best `max(2, 1 + #EOS) x k`
+candidates; one that emits EOS or completes a stop string finishes only if it ranks among the
+best `k` of them, the best `k` others run on; a prompt is done once `k` have finished and no
+running beam scores higher. Scores are sums of token log-probabilities (length penalty 0).
+tests/test_models_hf.py checks the beams against `generate` on every allowed transformers.
+Our loop rather than `generate` for what it adds at the same result: a search runs
+`batch_size` prompts (the model entry's, default 16) x `num_beams` rows per forward step
+(`generate` runs one prompt's beams), each beam cut at its stop with the log-probability of
+exactly its tokens; left-padded prompts with explicit
 position ids, candidates' texts from token bytes (`compat.byte_level_table`), and where
 `prefix_attention.supported` the prompt's KV kept once per prompt with only generated tokens
 cached per beam; `BeamSearch` holds a batch's state and steps. Results do not depend on the
@@ -24,6 +30,12 @@ if TYPE_CHECKING:
     from selfknow.models.hf.lm import HFLM
 
 
+def candidates_kept(k: int, n_eos: int) -> int:
+    """The candidates a step of a `k`-beam search looks at: transformers' `beams_to_keep`
+    (`GenerationMixin._beam_search`) for a model with `n_eos` EOS token ids."""
+    return max(2, 1 + n_eos) * k
+
+
 class BeamSearch:
     """The state of one batched beam search (`search_group`) and its steps.
 
@@ -41,7 +53,8 @@ class BeamSearch:
         self.eos = lm.eos_ids
         self.stops = [x for x in stop if x]
         self.table = lm.byte_table
-        self.vocab_k = min(2 * k, int(self.model.config.get_text_config().vocab_size))
+        self.keep = candidates_kept(k, len(self.eos))
+        self.vocab_k = min(self.keep, int(self.model.config.get_text_config().vocab_size))
         self.takes_positions = takes_position_ids(self.model)
         self.shared_prefix = shared_prefix
         n = len(prompt_ids)
@@ -134,25 +147,27 @@ class BeamSearch:
 
     def select_prompt(self, p: int, row0: int, top_lp: list[list[float]],
                       top_id: list[list[int]], texts: dict[int, list[str]]) -> list[int]:
-        """Prompt `p`'s step (its beams in rows `row0`, ...): its candidates best first; one
-        that emits EOS or completes a stop string finishes (kept if among the best `k`
-        finished), the best `k` others run on. Returns their source rows, or [] when the
-        prompt is done: nothing runs on, or `k` beams have finished and none running scores
-        higher (log-probabilities only decrease, so none can catch up)."""
+        """Prompt `p`'s step (its beams in rows `row0`, ...): its best `keep` candidates, best
+        first; one that emits EOS or completes a stop string finishes if it ranks among the
+        first `k` (and is kept if among the best `k` finished), else it is dropped; the best
+        `k` others run on. Returns their source rows, or [] when the prompt is done: nothing
+        runs on, or `k` beams have finished and none running scores higher
+        (log-probabilities only decrease, so none can catch up)."""
         fin, beams = self.finished[p], self.running[p]
         cands = [(score + lp, row0 + b, tid, j) for b, (_, score, _) in enumerate(beams)
                  for j, (lp, tid) in enumerate(zip(top_lp[row0 + b], top_id[row0 + b]))]
         cands.sort(key=lambda c: -c[0])
         nxt: list[tuple[list[int], float, str]] = []
         src: list[int] = []
-        for score, r, tid, j in cands:
+        for rank, (score, r, tid, j) in enumerate(cands[:self.keep]):
             if len(nxt) == self.k and self.outranked(fin, score):
                 break  # sorted: nothing later can run on or finish in the top k
             text, ids = texts[r][j], beams[r - row0][0] + [tid]
             cut = text.find(self.stops[0]) if len(self.stops) == 1 else \
                 first_stop(text, self.stops)
             if tid in self.eos or cut >= 0:
-                self.add_finished(fin, ids, text if cut < 0 else text[:cut], score)
+                if rank < self.k:
+                    self.add_finished(fin, ids, text, cut, score)
             elif len(nxt) < self.k:
                 nxt.append((ids, score, text))
                 src.append(r)
@@ -164,11 +179,13 @@ class BeamSearch:
         """Whether `score` is no better than the worst of `k` finished beams."""
         return len(fin) >= self.k and score <= fin[-1]["logprob"]
 
-    def add_finished(self, fin: list[dict], ids: list[int], text: str, score: float) -> None:
-        """Add a stopped beam to a prompt's finished beams if it is among the best `k`."""
+    def add_finished(self, fin: list[dict], ids: list[int], raw: str, cut: int, score: float) -> None:
+        """Add a stopped beam (decoded `raw`, its stop at `cut`, -1 for EOS) to a prompt's
+        finished beams if it is among the best `k`."""
         if self.outranked(fin, score):
             return
-        fin.append({"ids": ids, "text": text, "logprob": score, "finish_reason": "stop"})
+        fin.append({"ids": ids, "text": raw if cut < 0 else raw[:cut], "raw": raw, "logprob": score,
+                    "finish_reason": "stop"})
         fin.sort(key=lambda f: -f["logprob"])
         del fin[self.k:]
 
@@ -205,7 +222,7 @@ class BeamSearch:
         ("length"), best `k`."""
         out = []
         for fin, running in zip(self.finished, self.running):
-            beams = fin + [{"ids": ids, "text": text, "logprob": score,
+            beams = fin + [{"ids": ids, "text": text, "raw": text, "logprob": score,
                             "finish_reason": "length"} for ids, score, text in running]
             beams.sort(key=lambda f: -f["logprob"])
             out.append(beams[:self.k])

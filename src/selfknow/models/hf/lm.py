@@ -310,8 +310,10 @@ class HFLM(LM):
         prompts = list(prompts)
         stop = list(stop)
         use_chat = self._use_chat(False)
+        # "rules": beams cached before the search took generate's rules (and kept no raw
+        # text) are not these beams
         params = {"num_beams": int(num_beams), "max_new_tokens": int(max_new_tokens),
-                  "stop": stop, "chat": use_chat}
+                  "stop": stop, "chat": use_chat, "rules": "generate"}
 
         def compute(idx: list[int]) -> list[list[dict]]:
             ids = [self.encode(self.render(prompts[i], chat=use_chat), chat=use_chat)
@@ -324,7 +326,7 @@ class HFLM(LM):
                     beams = beam.search_group(self, [ids[j] for j in group], int(num_beams),
                                               int(max_new_tokens), stop)
                     for j, bs in zip(group, beams):
-                        done[j] = [{"text": b["text"], "logprob": b["logprob"]} for b in bs]
+                        done[j] = [{"text": b["text"], "logprob": b["logprob"], "raw": b["raw"]} for b in bs]
             except Exception as err:  # finished groups are still cached
                 if done:
                     raise PartialFailure(done, err) from err
@@ -346,11 +348,12 @@ class HFLM(LM):
         """Beam search from the token ids of each prompt (uncached), `batch_size` prompts per
         forward pass (`beam`). For each prompt: the `num_beams` best finished beams, best
         first, each {"ids": generated token ids up to and including the token that completed
-        the stop (or EOS), "text": decoded text cut before the stop, "logprob": sum of the
-        log-probabilities of `ids`, "finish_reason"}.
+        the stop (or EOS), "text": decoded text cut before the stop, "raw": decoded text uncut,
+        "logprob": sum of the log-probabilities of `ids`, "finish_reason"}.
 
-        A hypothesis finishes when its text contains a stop string or it emits EOS; a prompt's
-        search ends when `num_beams` hypotheses have finished and none still running scores
+        A hypothesis finishes when its text contains a stop string or it emits EOS and it ranks
+        among the step's first `num_beams` candidates (transformers' `generate` rules, `beam`);
+        a prompt's search ends when `num_beams` hypotheses have finished and none still running scores
         higher (log-probabilities only decrease, so none can catch up: the result is exact for
         the beam width), or at `max_new_tokens`, when the running beams finish with "length".
         Fewer than `num_beams` beams come back only when fewer distinct continuations exist.

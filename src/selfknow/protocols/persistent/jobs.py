@@ -151,14 +151,14 @@ def pooled_transfer(sc: Mapping[ScInput, pd.DataFrame]) -> dict[str, pd.DataFram
 
 def training_examples(sc: pd.DataFrame, n_answers: int) -> pd.DataFrame:
     """One checkpoint's training examples (§3.1.1): its top `n_answers` candidate answers per
-    question with their correctness, weighted by generation probability."""
+    question with their correctness, weighted by generation probability. A question none of
+    whose beams is an answer gives none (the authors' `load_training_data` skips it), so an
+    untrained checkpoint may give none at all (`train_adapter` then trains without it)."""
     rows = []
     for r in sc.itertuples(index=False):
         for a, p, c in list(zip(r.group_answers, r.group_probs, r.group_correct))[:n_answers]:
             rows.append((r.item_id, r.question, a, float(p), bool(c)))
     cand = pd.DataFrame(rows, columns=["item_id", "question", "answer", "probability", "correct"])
-    if cand.empty:
-        raise ValueError("no candidate answers to train on (every beam empty?)")
     return training_frame(cand, n_answers=n_answers)
 
 
@@ -227,7 +227,7 @@ def judge_count_job(sc_paths: Mapping[ScInput, str], out: str) -> dict:
 
 
 #: the long beam table of `sc_job`: one row per beam
-BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob"]
+BEAM_TABLE = ["item_id", "question", "beam", "text", "logprob", "raw"]
 
 
 class SplitIO(NamedTuple):
@@ -267,13 +267,13 @@ def sc_job(splits: Mapping[str, SplitIO], train_path: str, spec: dict, checkpoin
         def beams_for(chunk: pd.DataFrame, shots=shots) -> pd.DataFrame:
             prompts = qa_prompts(chunk["question"], chunk["domain"], shots, label=prompt_label)
             res = lm.beam_search(prompts, num_beams=num_beams, max_new_tokens=max_new_tokens, stop=("\n",))
-            rows = [(i, q, b, beam.text, beam.logprob) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
+            rows = [(i, q, b, beam.text, beam.logprob, beam.raw) for i, q, bs in zip(chunk["item_id"], chunk["question"], res)
                     for b, beam in enumerate(bs)]
             return pd.DataFrame(rows, columns=BEAM_TABLE)
 
         b = map_chunks(items[split], beams_for, io.beams_out, chunk_size=64, desc=f"beams {checkpoint} {split}",
                        params={"spec": spec, "ckpt": checkpoint, "shots": shots, "beams": num_beams,
-                               "mnt": max_new_tokens, "label": prompt_label}, model=lm.identity())
+                               "mnt": max_new_tokens, "label": prompt_label, "rules": "generate"}, model=lm.identity())
         # a split without questions (BioASQ has no train split): the table's columns
         beams[split] = pd.DataFrame(columns=BEAM_TABLE) if b.empty else b
     summary = {"beam_seconds": round(time.time() - t0, 1), "cache_hits": lm.stats.hits,
@@ -368,14 +368,15 @@ def variant_job(variant: str, spec: dict, train_ckpts: Sequence[str], eval_ckpts
                 sc_paths: Mapping[ScInput, str], adapters_dir: str, out: str | None, *, seed: int,
                 cache_dir: str, threads: int = 1, pair_mode: str = "consecutive",
                 hparams: Mapping | None = None, hidden_out: str | None = None,
-                variance_items: int = 0) -> dict:
+                variance_items: int | str = "all") -> dict:
     """Train every adapter of `variant` (seed `seed`) and score every planned
     (adapter, scorer, target) triple; write the long confidence table (`CONF_COLUMNS`).
 
     `sc_paths`: the SC tables of the training dataset's train and test splits and, for the
     transfer scorings, of the transfer dataset (its splits pooled per checkpoint).
     With `hidden_out` (the `transfer` variant) also save, per checkpoint's own adapter, the
-    hidden states on the first `variance_items` test questions (sorted ids) for Table 19.
+    hidden states on the first `variance_items` test questions (sorted ids; "all": every one)
+    for Table 19.
     With `out` None nothing is scored (adapters and hidden states only).
 
     Memory: adapters train one after another (a multi-checkpoint one holds one base,
@@ -470,15 +471,16 @@ def _by_scorer_and_adapter(scorings: Sequence[V.Scoring]) -> dict[str, dict[str,
 
 
 def save_hidden_states(plan: V.VariantPlan, spec: dict, test_sc: Mapping[str, pd.DataFrame],
-                       adapter_dirs: Mapping[str, str], out: str, n_items: int, *,
+                       adapter_dirs: Mapping[str, str], out: str, n_items: int | str, *,
                        device: str = "cpu") -> tuple:
     """Hidden states (n_ckpt, n_layers, n_items, d) of each checkpoint's own single-view
-    adapter on its own answers to the first `n_items` test questions by item id (§B.7)."""
+    adapter on its own answers to the first `n_items` test questions by item id (§B.7);
+    `n_items` "all" (the authors' run) or 0: every test question."""
     own = [a for a in plan.adapters if len(a.views) == 1 and a.name == a.views[0]]
     if not own:
         raise ValueError(f"variant {plan.variant} has no per-checkpoint adapters for hidden states")
     ids = sorted(set.intersection(*(set(test_sc[a.name]["item_id"]) for a in own)))
-    ids = ids[:n_items] if n_items else ids
+    ids = ids if n_items in ("all", 0) else ids[:n_items]
     hs = []
     for a in own:
         t = test_sc[a.name].set_index("item_id").loc[ids]

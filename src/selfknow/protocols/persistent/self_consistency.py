@@ -62,9 +62,11 @@ def beam_weights(logprobs: Sequence[float]) -> np.ndarray:
 
 
 def group_answers(question: str, answers: Sequence[str], weights: Sequence[float],
-                  equivalence: Equivalence | None) -> list[AnswerGroup]:
+                  equivalence: Equivalence | None, raw: Sequence[str] | None = None) -> list[AnswerGroup]:
     """Group `answers` (already cleaned) with their `weights`, as the authors'
-    `group_answers` (conset/gen_cands.py) does under the equivalence's normaliser.
+    `group_answers` (conset/gen_cands.py) does under the equivalence's normaliser; `raw`
+    (default: `answers`) the beams' decoded texts uncut, which an NLI equivalence reads, as
+    the authors' `run_nli` reads their decoded beams.
 
     Beams that are no answer (`equivalence.is_answer`: empty; under SQuAD normalisation
     also articles and punctuation only) are skipped. Stage 1 merges answers with equal
@@ -98,7 +100,8 @@ def group_answers(question: str, answers: Sequence[str], weights: Sequence[float
         if equivalence.reads_forms_only:
             texts = [[answers[max(idx, key=lambda i: (w[i], -i))]] for idx in stage1]
         else:
-            texts = [list(dict.fromkeys(answers[i] for i in idx)) for idx in stage1]
+            read = answers if raw is None else raw
+            texts = [list(dict.fromkeys(read[i] for i in idx)) for idx in stage1]
         asked = [(i, j, a, b) for i in range(len(stage1)) for j in range(i + 1, len(stage1))
                  for a in texts[i] for b in texts[j]]
         verdicts = equivalence.equivalent_many(question, [(a, b) for _, _, a, b in asked])
@@ -132,7 +135,8 @@ def self_consistency(beams: Sequence[Beam], equivalence: Equivalence | None, *,
     """
     answers = [clean_answer(b.text) for b in beams]
     weights = beam_weights([b.logprob for b in beams])
-    groups = group_answers(question, answers, weights, equivalence)
+    raw = [b.text if b.raw is None else b.raw for b in beams]
+    groups = group_answers(question, answers, weights, equivalence, raw)
     if not groups:
         return "", 0.0, []
     return groups[0].answer, groups[0].probability, groups
@@ -143,7 +147,7 @@ BEAM_COLUMNS = ("item_id", "question", "text", "logprob")
 
 def self_consistency_frame(beams: pd.DataFrame, equivalence: Equivalence | None) -> pd.DataFrame:
     """SC for every item of a long beam table (one row per beam: item_id, question, text,
-    logprob; row order within an item is irrelevant).
+    logprob, optionally raw; row order within an item is irrelevant).
 
     Returns one row per item_id (first-appearance order): item_id, question, prediction,
     confidence, group_answers (list of representatives, best first), group_probs (their
@@ -155,8 +159,9 @@ def self_consistency_frame(beams: pd.DataFrame, equivalence: Equivalence | None)
     rows = []
     for item_id, df in beams.groupby("item_id", sort=False):
         question = str(df["question"].iloc[0])
-        bs = [Beam(str(t) if t is not None else "", float(lp))
-              for t, lp in zip(df["text"], df["logprob"])]
+        raws = df["raw"] if "raw" in df.columns else [None] * len(df)
+        bs = [Beam(str(t) if t is not None else "", float(lp), r if isinstance(r, str) else None)
+              for t, lp, r in zip(df["text"], df["logprob"], raws)]
         pred, conf, groups = self_consistency(bs, equivalence, question=question)
         rows.append({
             "item_id": item_id, "question": question, "prediction": pred, "confidence": conf,

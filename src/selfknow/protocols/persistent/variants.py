@@ -20,7 +20,7 @@ With the paper's running example [C1, C2 | C3, C4] (training | evaluation checkp
   (Table 4 "pooled data").
 - ``transfer``          one single-answer adapter per checkpoint (all of them), each scored on
   every checkpoint (Figure 3 left); over several seeds also the hidden states of Table 19.
-- ``random_label``      single-answer multi-checkpoint training on a pair (Ca, Cb) of
+- ``random_label``      top-2 multi-checkpoint training on a pair (Ca, Cb) of consecutive
   checkpoints with Bernoulli(0.5) labels on Cb, scored on every checkpoint (Figure 3 right).
 """
 from __future__ import annotations
@@ -104,6 +104,15 @@ VARIANTS: dict[str, str] = {
     "transfer": "one single-answer adapter per checkpoint, scored on every checkpoint",
     "random_label": "pairs of checkpoints, the second with random labels, scored on every checkpoint",
 }
+
+
+def n_answers(variant: str) -> int:
+    """Candidate answers per question a variant's adapters train on (the authors'
+    `n_max_cand`): 1 for the `_n1` variants and `transfer` (their `_5k` configs set none, and
+    `load_train_config` defaults it to 1), else 2 (their `_ncand2*` configs)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown variant {variant!r}; known: {sorted(VARIANTS)}")
+    return 1 if variant.endswith("_n1") or variant == "transfer" else 2
 #: variants whose adapters are also scored on the transfer dataset (Table 18)
 TRANSFER_VARIANTS = ("nonoracle_multi", "oracle_multi")
 #: variants of the metric tables (run with every configured seed)
@@ -147,7 +156,7 @@ def plan_variant(variant: str, train_ckpts: Sequence[str], eval_ckpts: Sequence[
     if set(tr) & set(ev):
         raise ValueError(f"checkpoints {sorted(set(tr) & set(ev))} are both training and evaluation")
     own = lambda adapter, ckpts, ds=MAIN: [Scoring(adapter, c, c, ds) for c in ckpts]  # noqa: E731
-    n = 1 if variant.endswith("_n1") else 2
+    n = n_answers(variant) if variant in VARIANTS else 0
     base = variant.removesuffix("_n1")
     hidden = False
     if base == "nonoracle_multi":
@@ -167,19 +176,19 @@ def plan_variant(variant: str, train_ckpts: Sequence[str], eval_ckpts: Sequence[
         adapters = [_own(c, [c], n) for c in ev]
         scorings = [Scoring(c, c, c, MAIN) for c in ev]
     elif variant == "oracle_single_data":
-        adapters = [_own("multi", ev, 2, data={c: (ev[0],) for c in ev})]
+        adapters = [_own("multi", ev, n, data={c: (ev[0],) for c in ev})]
         scorings = own("multi", ev)
     elif variant == "oracle_pooled":
-        adapters = [_own(c, [c], 2, data={c: tuple(ev)}) for c in ev]
+        adapters = [_own(c, [c], n, data={c: tuple(ev)}) for c in ev]
         scorings = [Scoring(c, c, c, MAIN) for c in ev]
     elif variant == "transfer":
         every = tr + ev
-        adapters = [_own(c, [c], 1) for c in every]
+        adapters = [_own(c, [c], n) for c in every]
         scorings = [Scoring(a, c, c, MAIN) for a in every for c in every]
         hidden = True
     elif variant == "random_label":
         every = tr + ev
-        adapters = [_own(f"{a}+{b}", [a, b], 1, random=(b,)) for a, b in random_label_pairs(every, pair_mode)]
+        adapters = [_own(f"{a}+{b}", [a, b], n, random=(b,)) for a, b in random_label_pairs(every, pair_mode)]
         scorings = [Scoring(ad.name, c, c, MAIN) for ad in adapters for c in every]
     else:
         raise ValueError(f"unknown variant {variant!r}; known: {sorted(VARIANTS)}")

@@ -213,21 +213,59 @@ class AdapterHParams:
         return cls(**d)
 
 
-def lr_at_step(step: int, total_steps: int, hp: AdapterHParams) -> float:
-    """Learning rate of optimiser step `step` (0-based) out of `total_steps` (§A.7).
+def wsd_decay_steps(total_steps: int, stable_frac: float) -> int:
+    """The authors' `int(steps_per_epoch * decay_frac)`, decay_frac = 1 - stable_frac."""
+    # rounded: 1 - 0.8 is 0.19999999999999996, and int(5 x that) would drop the authors' step
+    return int(total_steps * round(1.0 - stable_frac, 12))
 
-    Steps [0, S) run at `hp.lr`, S = total - D, D = round((1 - stable_frac) x total) decay steps;
-    decay step k = step - S + 1 (1..D) gets min + (lr - min)(1 + cos(pi k / D))/2, so the last
-    step runs at exactly `min_lr` (the authors' scheduler stops one step short of it).
+
+def lr_at_step(step: int, total_steps: int, hp: AdapterHParams) -> float:
+    """Learning rate of optimiser step `step` (0-based) out of `total_steps` (§A.7), as the
+    authors' `WSDScheduler` (conset/train_confidence.py) computes it: D = int(decay_frac x
+    total) decay steps, decay_frac = 1 - stable_frac; steps [0, total - D) at `hp.lr`; decay
+    step k = step - (total - D) (0..D-1) at min + (lr - min)(1 + cos(pi k / D))/2, so the first
+    decay step still runs at `lr` and the last stays above `min_lr`. Their scheduler restarts
+    every epoch; here `total_steps` is the whole run, the same schedule at the paper's one
+    epoch (the offline default's 12 epochs decay once, at the end).
     """
     if not 0 <= step < total_steps:
         raise ValueError(f"step {step} outside [0, {total_steps})")
-    decay = int(round((1.0 - hp.stable_frac) * total_steps))
+    decay = wsd_decay_steps(total_steps, hp.stable_frac)
     stable_end = total_steps - decay
-    if step < stable_end or decay == 0:
+    if step < stable_end:
         return hp.lr
-    k = step - stable_end + 1
-    return hp.min_lr + (hp.lr - hp.min_lr) * 0.5 * (1.0 + math.cos(math.pi * k / decay))
+    k = step - stable_end
+    # as a multiple of the peak (their LambdaLR), so decay step 0 is the peak to the last bit
+    ratio = hp.min_lr / hp.lr if hp.lr else 0.0
+    return hp.lr * (ratio + (1.0 - ratio) * 0.5 * (1.0 + math.cos(math.pi * k / decay)))
+
+
+#: what every step's summed loss is divided by (times the checkpoints): the configured batch
+#: size, also for a short last batch (the authors' `prepare_training_weights`)
+BATCH_DIVISOR = "batch_size"
+#: the authors' straight-through clamp of the confidence before BCE (`forward_confidence`)
+CONF_CLAMP = 1e-6
+
+
+def authors_bce(digit_logits, y):
+    """Per-example BCE of the confidence p = E[d]/9 against `y`, as the authors'
+    `forward_confidence` + `binary_cross_entropy_with_logits` compute it: p from the float32
+    softmax of the digit logits, clamped to [1e-6, 1 - 1e-6] in the forward pass with the
+    gradient passed straight through (p + (clamp(p) - p).detach()), then BCE on logit(p)."""
+    import torch
+
+    p = _confidence(digit_logits)
+    p = p + (p.clamp(CONF_CLAMP, 1 - CONF_CLAMP) - p).detach()
+    return torch.nn.functional.binary_cross_entropy_with_logits(torch.logit(p), y, reduction="none")
+
+
+def question_batches(qids: Sequence[str], seed: int, epoch: int, batch_size: int) -> list[list[str]]:
+    """One epoch's batches of question ids, as the authors' `group_examples_by_question`:
+    `np.random.RandomState(seed + epoch).shuffle` over `qids` in their canonical order (the
+    training split's), cut into runs of `batch_size`, the last one shorter."""
+    order = list(qids)
+    np.random.RandomState(seed + epoch).shuffle(order)
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,16 +394,12 @@ def _digit_logits(model, tokenizer, enc: Sequence[Sequence[int]], digit_ids: Seq
     return last[:, list(digit_ids)].float()
 
 
-def _log_conf_terms(digit_logits):
-    """(log p, log(1 - p), p) for p = E[d]/9, computed in log space so BCE keeps gradients at
-    the extremes (no clamping)."""
+def _confidence(digit_logits):
+    """p = E[d]/9 under the float32 softmax of the ten digit logits."""
     import torch
 
-    logp = torch.log_softmax(digit_logits, dim=-1)
-    v = torch.arange(10, dtype=logp.dtype, device=logp.device) / 9.0
-    log_p = torch.logsumexp(logp + torch.log(v), dim=-1)
-    log_q = torch.logsumexp(logp + torch.log1p(-v), dim=-1)
-    return log_p, log_q, torch.exp(log_p)
+    probs = torch.softmax(digit_logits.float(), dim=-1)
+    return (probs * (torch.arange(10, device=probs.device, dtype=probs.dtype) / 9.0)).sum(dim=-1)
 
 
 def _load_base(model_dir: str, hp: AdapterHParams):
@@ -440,7 +474,7 @@ def _warm_up(run_step: Callable, qids: Sequence[str], seed: int, hp: AdapterHPar
     live digits to a one-hot whose gradient vanishes and the adapter stays a constant. These
     steps first spread the mass over the ten digits."""
     steps: list[dict] = []
-    warm_rng = np.random.default_rng([seed, 0, 0])  # not an epoch's stream ([seed, epoch])
+    warm_rng = np.random.default_rng([seed, 0, 0])  # not an epoch's stream (seed + epoch)
     for w_step in range(hp.readout_warmup):
         order = warm_rng.permutation(len(qids))
         per_ckpt = run_step([qids[i] for i in order[:hp.batch_size]], hp.lr, warmup=True)
@@ -451,27 +485,36 @@ def _warm_up(run_step: Callable, qids: Sequence[str], seed: int, hp: AdapterHPar
     return steps
 
 
+def _lora_model(base, seed: int, hp: AdapterHParams) -> tuple:
+    """A fresh LoRA adapter on the frozen `base` (its attention switched to `hp.attention`),
+    and the context its training forward passes run in (`hp.autocast`; the backward pass
+    follows the forward's dtypes by itself)."""
+    import torch
+    from peft import get_peft_model
+
+    for p in base.parameters():
+        p.requires_grad_(False)
+    if hp.attention:
+        base.set_attn_implementation(hp.attention)
+    torch.manual_seed(seed)  # the same LoRA initialisation for every method
+    model = get_peft_model(base, _lora_config(base, hp))
+    model.eval()  # base dropout off; LoRA dropout is 0 anyway (§A.7)
+    precision = torch.autocast(torch.device(hp.device).type, dtype=getattr(torch, hp.autocast or "float32"),
+                               enabled=hp.autocast is not None)
+    return model, precision
+
+
 def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[str], seed: int,
          hp: AdapterHParams, say: Callable[[str], None]) -> tuple:
     """`train_adapter`'s optimisation: a fresh LoRA adapter on `views.model`, trained on every
     view's examples (`frames`, in view order); returns (peft model, read-out, per-step log)."""
     import torch
-    from peft import get_peft_model
 
     names = list(frames)
     steps_per_epoch = math.ceil(len(qids) / hp.batch_size)
     total_steps = steps_per_epoch * hp.epochs
 
-    for p in views.model.parameters():
-        p.requires_grad_(False)
-    torch.manual_seed(seed)  # the same LoRA initialisation for every method
-    if hp.attention:
-        views.model.set_attn_implementation(hp.attention)
-    model = get_peft_model(views.model, _lora_config(views.model, hp))
-    # the forward under autocast; its backward follows the forward's dtypes by itself
-    precision = torch.autocast(torch.device(hp.device).type, dtype=getattr(torch, hp.autocast or "float32"),
-                               enabled=hp.autocast is not None)
-    model.eval()  # base dropout off; LoRA dropout is 0 anyway (§A.7)
+    model, precision = _lora_model(views.model, seed, hp)
     toks = views.tokenizers
     readout, digit_ids = _shared_readout(toks, names, hp)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -485,12 +528,13 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
 
     def run_step(batch_q: Sequence[str], lr: float, warmup: bool) -> dict[str, float]:
         """One optimiser step on `batch_q`'s examples of every view: the weighted BCE of the
-        confidence, or (`warmup`) the cross-entropy of the digit distribution against the
-        uniform one, each summed over the batch and divided by questions x views."""
+        confidence (`authors_bce`), or (`warmup`) the cross-entropy of the digit distribution
+        against the uniform one, each summed over the batch and divided by batch_size x views
+        (the authors' `prepare_training_weights`: a short last batch is not scaled up)."""
         for g in opt.param_groups:
             g["lr"] = lr
         opt.zero_grad(set_to_none=True)
-        denom = len(batch_q) * len(names)
+        denom = getattr(hp, BATCH_DIVISOR) * len(names)
         per_ckpt = {}
         for k, n in enumerate(names):
             rows = [r for q in batch_q for r in rows_by_q[n].get(q, ())]
@@ -510,9 +554,7 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
                 if warmup:
                     per_example = -torch.log_softmax(logits, dim=-1).mean(dim=-1)
                 else:
-                    log_p, log_q, _ = _log_conf_terms(logits)
-                    y = y_all[sl].to(log_p.device)
-                    per_example = -(y * log_p + (1 - y) * log_q)
+                    per_example = authors_bce(logits, y_all[sl].to(logits.device))
                 loss = (w * per_example).sum() / denom
                 loss.backward()
                 total += float(loss.detach())
@@ -525,9 +567,7 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
     steps = _warm_up(run_step, qids, seed, hp, say)
     step = 0
     for epoch in range(hp.epochs):
-        order = np.random.default_rng([seed, epoch]).permutation(len(qids))
-        for b in range(steps_per_epoch):
-            batch_q = [qids[i] for i in order[b * hp.batch_size:(b + 1) * hp.batch_size]]
+        for batch_q in question_batches(qids, seed, epoch, hp.batch_size):
             lr = lr_at_step(step, total_steps, hp)
             per_ckpt = run_step(batch_q, lr, warmup=False)
             steps.append({"step": step, "epoch": epoch, "lr": lr, "loss": sum(per_ckpt.values()),
@@ -559,11 +599,17 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
     t0 = time.time()
     torch.set_num_threads(int(hp.num_threads))
 
-    names = list(examples_by_checkpoint)
+    # a checkpoint none of whose beams gave an answer (an untrained model) has no examples:
+    # the others train the adapter; with none at all it is saved untrained (the base model)
+    names = [n for n, (_, df) in examples_by_checkpoint.items() if len(df)]
+    empty = [n for n in examples_by_checkpoint if n not in names]
+    if empty:
+        say(f"no training examples of {empty}: " + ("trained on the others" if names else "saved untrained"))
     prepared = {n: prepare_frame(n, examples_by_checkpoint[n][1]) for n in names}
     frames = {n: merge_repeated_prompts(f) for n, f in prepared.items()}
-    qids = sorted(set().union(*(set(f["question_id"]) for f in frames.values())))
-    with ViewWeights([str(examples_by_checkpoint[n][0]) for n in names], device=hp.device,
+    # the canonical order the authors shuffle: the training split's, as the frames hold it
+    qids = list(dict.fromkeys(q for f in frames.values() for q in f["question_id"]))
+    with ViewWeights([str(examples_by_checkpoint[n][0]) for n in names or empty[:1]], device=hp.device,
                      dtype=hp.dtype, gpus=hp.gpus) as views:
         model, readout, steps = _fit(views, frames, qids, seed, hp, say)
 
@@ -571,7 +617,7 @@ def train_adapter(examples_by_checkpoint: TrainingSet, out_dir: str | os.PathLik
     import transformers
 
     training_log = {
-        "seed": seed, "hparams": asdict(hp), "checkpoints": names,
+        "seed": seed, "hparams": asdict(hp), "checkpoints": names, "without_examples": empty,
         "model_dirs": {n: str(examples_by_checkpoint[n][0]) for n in names},
         "n_questions": len(qids), "n_examples": {n: int(len(f)) for n, f in prepared.items()},
         "n_prompts": {n: int(len(f)) for n, f in frames.items()},
@@ -610,5 +656,5 @@ def score_local(model_dir: str, adapter_dir: str | None, questions: Sequence[str
         for i in range(0, len(prompts), batch_size):
             enc = _encode(model, tok, prompts[i:i + batch_size], hp.max_length)
             logits = _digit_logits(model, tok, enc, ids, device)
-            out.append(_log_conf_terms(logits)[2].cpu().numpy())
+            out.append(_confidence(logits).cpu().numpy())
     return np.concatenate(out) if out else np.zeros(0)
