@@ -15,6 +15,7 @@ from selfknow.protocols.persistent.catalog import (
     TABLE as P_TABLE,
     TABLES as P_CATALOG,
     ContrastTable,
+    FindingsTable,
     MethodTable,
     TransferFigure,
     config_has,
@@ -280,7 +281,7 @@ def persistent_ckpt_order():
 
 def persistent_table_names():
     """The method and contrast tables this config builds (one rule each, rules/persistent.smk)."""
-    return [t.name for t in P_BUILT if isinstance(t.layout, (MethodTable, ContrastTable))]
+    return [t.name for t in P_BUILT if isinstance(t.layout, (MethodTable, ContrastTable, FindingsTable))]
 
 
 def persistent_transfer_figures():

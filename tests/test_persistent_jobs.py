@@ -419,6 +419,34 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
             f"{f2.point('oracle', 'delta0_b'):.3f} (oracle)") in why
 
 
+def test_findings_rows_are_paired_replicate_differences_with_verdicts():
+    """Hand-built contrast AUCs and replicates: oracle 0.70 below SC 0.78 with replicates that
+    keep the order (disagrees), non-oracle 0.50 at chance (undecided), multi above single
+    checkpoint (agrees); no GCM in the file, so its rows are named as not computed."""
+    rng = np.random.default_rng(0)
+    point = {"end_correct": 0.60, "sc": 0.78, "nonoracle": 0.50, "nonoracle_single": 0.45, "oracle": 0.70,
+             "oracle_respective": 0.65}
+    shared = rng.normal(0, 0.01, 200)
+    reps = {f"eq1|{m}|contrast_auc": v + shared + (rng.normal(0, 0.03, 200) if m == "nonoracle" else 0)
+            for m, v in point.items()}
+    f = _metric_file({m: {"contrast_auc": v} for m, v in point.items()}, reps)
+    table, note = T.findings_table({("M", "d", "d"): f})
+    by = dict(zip(table["comparison"], table.to_dict("records")))
+    osc = by["M, d: Oracle − SC (contrast AUC)"]
+    assert osc["difference"] == pytest.approx(-0.08) and osc["verdict"] == "disagrees"
+    # the replicates share their noise: the paired difference is the constant -0.08
+    assert osc["95 % interval"] == "[-0.080, -0.080]"
+    chance = by["M, d: Non-oracle − chance (0.5) (contrast AUC)"]
+    lo, hi = np.quantile(reps["eq1|nonoracle|contrast_auc"] - 0.5, [0.025, 0.975])
+    assert chance["95 % interval"] == f"[{lo:+.3f}, {hi:+.3f}]" and chance["verdict"].startswith("undecided")
+    assert by["M, d: Oracle multi − respective checkpoint (contrast AUC)"]["verdict"] == "agrees"
+    assert by["M, d: Oracle − end-correct baseline (contrast AUC)"]["paper's direction"] == "> 0"
+    assert len(table) == 8 and "Not computed in this configuration: GCM headroom: oracle − GCM, GCM − chance" in note
+    # by hand: oracle above non-oracle, end-correct and respective, SC above end-correct agree; oracle
+    # below SC and non-oracle 0.1 below end-correct disagree; non-oracle vs chance and vs single undecided
+    assert "Of 8 comparisons: 4 agrees, 2 disagrees, 2 undecided (interval includes 0)." in note
+
+
 def test_contrast_size_table_marks_unused_pairs():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
     df = T.contrast_size_table({"M": PM.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)

@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.report.findings import Claim
 from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
 
 from . import catalog as C
@@ -413,6 +414,74 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
             "gcm_contrast_auc": gcm, "auc_gap": oracle - gcm, "gap_lo": lo, "gap_hi": hi, "gcm_method": g}
 
 
+_ORACLE_ROOM = Claim(1, "\"SC and non-oracle training consistently have worse contrast-set calibration than "
+                        "oracle training, showing room for improvement\" (§3.2, Table 1)")
+_MULTI = Claim(1, "\"In both oracle and non-oracle settings, we find that contrast-set calibration improves when "
+                  "we introduce multi-checkpoint training\" (§1, Table 3)")
+#: the paper's headline comparisons on contrast AUC: (label, method, the method or constant it is
+#: set against, the claim); "{gcm}" is the GCM the config runs
+FINDINGS: tuple[tuple[str, str, str | float, Claim], ...] = (
+    ("Oracle − SC", "oracle", "sc", _ORACLE_ROOM),
+    ("Oracle − non-oracle", "oracle", "nonoracle", _ORACLE_ROOM),
+    ("Oracle − end-correct baseline", "oracle", "end_correct", Claim(
+        1, "oracle training is the reference that quantifies \"the room for improvement of a confidence "
+           "estimator\" (§3.1); the end-correct baseline is Table 1's floor")),
+    ("SC − end-correct baseline", "sc", "end_correct", Claim(
+        1, "SC and non-oracle training \"appear nontrivial, outperforming the end-correct baseline in almost "
+           "all cases (Table 1)\" (§3.2)")),
+    ("Non-oracle − end-correct baseline", "nonoracle", "end_correct", Claim(
+        1, "SC and non-oracle training \"appear nontrivial, outperforming the end-correct baseline in almost "
+           "all cases (Table 1)\" (§3.2)")),
+    ("Non-oracle − chance (0.5)", "nonoracle", 0.5, Claim(
+        1, "non-oracle training's contrast AUC is 0.757-0.821 in Table 1: \"imperfect contrast-set calibration, "
+           "it appears nontrivial\" (§3.2)")),
+    ("Non-oracle multi − single checkpoint", "nonoracle", "nonoracle_single", _MULTI),
+    ("Oracle multi − respective checkpoint", "oracle", "oracle_respective", Claim(
+        1, "\"multi-checkpoint training in the oracle setting outperforms respective-checkpoint training\" "
+           "(§1, Table 3)")),
+    ("GCM headroom: oracle − GCM", "oracle", "{gcm}", Claim(
+        1, "\"GCMs Do Not Satisfy Persistent Calibration\": Figure 2 plots the GCM's headroom on contrast-set "
+           "AUC against oracle training (§3.2)")),
+    ("GCM − chance (0.5)", "{gcm}", 0.5, Claim(
+        1, "the headroom is measured against a GCM that \"matches oracle performance on Olmo 3 7B\" (§3.2), "
+           "far above chance")),
+)
+
+
+def findings_table(files: Mapping[tuple, MetricFile]) -> tuple[pd.DataFrame, str]:
+    """What the default finds (`selfknow.report.findings`): per metric file (model, training
+    dataset), each comparison of `FINDINGS` on contrast AUC, the difference of the point values
+    with the paired percentile interval of the difference of the bootstrap replicates (§A.8;
+    against a constant, the replicates minus it). A comparison whose methods the metric file
+    lacks (no GCM in the config) is left out and named in the note."""
+    from selfknow.report.findings import LEVEL, frame, row, tally_note
+
+    rows, absent = [], []
+    for (model, dataset, _), f in files.items():
+        have = set(f.points["method"])
+        gcm = next((g for g in GCM_METHODS if g in have), None)
+        for label, a, b, claim in FINDINGS:
+            a, b = (x.format(gcm=gcm) if isinstance(x, str) and gcm else x for x in (a, b))
+            if a not in have or (isinstance(b, str) and b not in have):
+                absent.append(label)
+                continue
+            diff = f.point(a, "contrast_auc") - (b if isinstance(b, float) else f.point(b, "contrast_auc"))
+            ra = f.reps(a, "contrast_auc")
+            rb = np.float64(b) if isinstance(b, float) else f.reps(b, "contrast_auc")
+            lo = hi = np.nan
+            if ra is not None and rb is not None:
+                lo, hi = percentile_interval(np.asarray(ra, dtype=float) - np.asarray(rb, dtype=float), LEVEL)
+            rows.append(row(f"{model}, {dataset}: {label} (contrast AUC)", diff, lo, hi, claim))
+    table = frame(rows)
+    note = (tally_note(table) + " Differences of contrast-set AUC (mean over the used evaluation-checkpoint pairs) "
+            "on each training dataset's test split; intervals: paired percentile intervals of the class-stratified "
+            "bootstrap replicates the metrics job keeps (§A.8), trained methods averaged over their seeds inside "
+            "each replicate.")
+    if absent:
+        note += " Not computed in this configuration: " + ", ".join(dict.fromkeys(absent)) + "."
+    return table, note
+
+
 # ----------------------------------------------------------------------------------------------
 # files -> tables
 # ----------------------------------------------------------------------------------------------
@@ -481,6 +550,11 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
         for d in datasets:
             f = files[Evaluation(m, d, evalset)]
             loaded[(m, d, transfer if evalset == TRANSFER else d)] = load_metric_file(f.metrics, f.replicates)
+    if isinstance(layout, C.FindingsTable):
+        values, notes = findings_table(loaded)
+        write_table(values, csv, md, title=C.TABLE[name].title, notes=notes + judged(
+            [(m, d, evalset) for m in models for d in datasets]), provenance=provenance)
+        return {"rows": len(values)}
     values, marks, title, notes = method_table(name, loaded, models, datasets, transfer, seeds)
     if layout.oracle_check:
         notes += oracle_check(loaded, {(m, d, d): pd.read_parquet(files[Evaluation(m, d, "main")].contrast)
