@@ -447,6 +447,40 @@ def test_findings_rows_are_paired_replicate_differences_with_verdicts():
     assert "Of 8 comparisons: 4 agrees, 2 disagrees, 2 undecided (interval includes 0)." in note
 
 
+def test_transfer_asymmetry_is_forward_minus_backward_auc_with_paired_resamples():
+    """Three checkpoints, 40 questions each: forward cells rank perfectly (AUC 1), backward
+    cells at random, the diagonal (left out) inverted; the difference is 1 minus the backward
+    cells' mean AUC, and its interval, from one resample shared by every cell, is the
+    percentile interval of the hand-computed per-resample differences."""
+    from selfknow.protocols.persistent.learning_check import resample_indices
+    from selfknow.stats.classification import auc
+
+    rng = np.random.default_rng(1)
+    order = ["c1", "c2", "c3"]
+    y = (np.arange(40) % 2).astype(float)
+    rows, backward = [], {}
+    for i, a in enumerate(order):
+        for j, c in enumerate(order):
+            p = y * 0.8 + 0.1 if i < j else (1 - y if i == j else rng.random(40))
+            if i > j:
+                backward[(a, c)] = p
+            rows += [{"adapter": a, "scorer": c, "target": c, "item_id": f"q{k:02d}", "correct": y[k],
+                      "confidence": p[k]} for k in rng.permutation(40)]
+    df = pd.DataFrame(rows)
+    diff, lo, hi = T.transfer_asymmetry(df, order, 300, 7)
+    assert diff == pytest.approx(1 - np.mean([auc(p, y) for p in backward.values()]))
+    idx = resample_indices(40, 300, 7)
+    reps = []
+    for r in idx:
+        if 0 < y[r].sum() < 40:
+            reps.append(1 - np.mean([auc(p[r], y[r]) for p in backward.values()]))
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(reps, [0.025, 0.975])))
+    assert lo > 0
+    table, _ = T.findings_table({}, {"d": ("M", (diff, lo, hi))})
+    assert table.iloc[0]["comparison"].startswith("M, d: forward − backward transfer")
+    assert table.iloc[0]["verdict"] == "agrees"
+
+
 def test_contrast_size_table_marks_unused_pairs():
     y = np.array([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 1, 1]])
     df = T.contrast_size_table({"M": PM.contrast_size_frame(y, ["A", "B", "C"], 3)}, 3)

@@ -448,12 +448,54 @@ FINDINGS: tuple[tuple[str, str, str | float, Claim], ...] = (
 )
 
 
-def findings_table(files: Mapping[tuple, MetricFile]) -> tuple[pd.DataFrame, str]:
+_TRANSFER_CLAIM = Claim(1, "\"Forward transfer (top right) is strong, while backward transfer (bottom left) is "
+                          "weak\" (Figure 3; \"AUC 0.870 on 10% → 100%\" against \"0.671 for 100% → 10%\", §4.3)")
+
+
+def transfer_asymmetry(transfer_conf: pd.DataFrame, order: Sequence[str], n_boot: int, seed: int
+                       ) -> tuple[float, float, float]:
+    """Figure 3's asymmetry (§4.3) as one number: the mean full-set AUC of the forward cells
+    (an adapter trained on an earlier checkpoint scoring a later one) minus that of the backward
+    cells, with its percentile `findings.LEVEL` interval over `n_boot` resamples of the
+    questions, one resample shared by every cell (`learning_check.resample_indices`, `seed`)."""
+    from selfknow.report.findings import LEVEL
+    from selfknow.stats.classification import auc
+
+    from .learning_check import resample_indices, resampled_aucs
+
+    rank = {c: k for k, c in enumerate(order)}
+    cells = {1: [], -1: []}
+    idx = None
+    own = transfer_conf[transfer_conf["target"] == transfer_conf["scorer"]]
+    for (a, c), g in own.groupby(["adapter", "target"], sort=True):
+        if a not in rank or c not in rank or a == c:
+            continue
+        g = g.sort_values("item_id")
+        p, y = g["confidence"].to_numpy(float), g["correct"].to_numpy(float)
+        if idx is None:
+            idx = resample_indices(len(g), n_boot, seed)
+        elif idx.shape[1] != len(g):
+            raise ValueError(f"transfer cell {a} → {c} scores {len(g)} questions, the others {idx.shape[1]}")
+        cells[1 if rank[a] < rank[c] else -1].append((auc(p, y), resampled_aucs(p, y, idx)))
+    if not cells[1] or not cells[-1]:
+        return np.nan, np.nan, np.nan
+
+    def mean(direction: int, k: int):
+        return np.mean([cell[k] for cell in cells[direction]], axis=0)
+
+    diff = mean(1, 0) - mean(-1, 0)
+    lo, hi = percentile_interval(mean(1, 1) - mean(-1, 1), LEVEL) if n_boot else (np.nan, np.nan)
+    return float(diff), lo, hi
+
+
+def findings_table(files: Mapping[tuple, MetricFile], asymmetry: Mapping[str, tuple[str, tuple]] | None = None
+                   ) -> tuple[pd.DataFrame, str]:
     """What the default finds (`selfknow.report.findings`): per metric file (model, training
     dataset), each comparison of `FINDINGS` on contrast AUC, the difference of the point values
     with the paired percentile interval of the difference of the bootstrap replicates (§A.8;
     against a constant, the replicates minus it). A comparison whose methods the metric file
-    lacks (no GCM in the config) is left out and named in the note."""
+    lacks (no GCM in the config) is left out and named in the note. `asymmetry`: per training
+    dataset, (model, `transfer_asymmetry`'s difference and interval), a row each."""
     from selfknow.report.findings import LEVEL, frame, row, tally_note
 
     rows, absent = [], []
@@ -472,6 +514,9 @@ def findings_table(files: Mapping[tuple, MetricFile]) -> tuple[pd.DataFrame, str
             if ra is not None and rb is not None:
                 lo, hi = percentile_interval(np.asarray(ra, dtype=float) - np.asarray(rb, dtype=float), LEVEL)
             rows.append(row(f"{model}, {dataset}: {label} (contrast AUC)", diff, lo, hi, claim))
+    for dataset, (model, (diff, lo, hi)) in (asymmetry or {}).items():
+        rows.append(row(f"{model}, {dataset}: forward − backward transfer (full-set AUC, Figure 3's cells, "
+                        f"one seed)", diff, lo, hi, _TRANSFER_CLAIM))
     table = frame(rows)
     note = (tally_note(table) + " Differences of contrast-set AUC (mean over the used evaluation-checkpoint pairs) "
             "on each training dataset's test split; intervals: paired percentile intervals of the class-stratified "
@@ -520,10 +565,14 @@ def judge_note(counts: pd.DataFrame) -> str:
 
 def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
               transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
-              seeds: Sequence[int] = (), provenance: dict | None = None) -> dict:
+              seeds: Sequence[int] = (), provenance: dict | None = None,
+              transfer_confs: Mapping[str, str] | None = None, order: Sequence[str] = (), n_boot: int = 0,
+              seed: int = 0) -> dict:
     """Write one method or contrast table of the catalog (`catalog.TABLES`) from the `metrics_job` and `jobs.judge_count_job` outputs
     `files` of each evaluation; with `provenance`, its sidecar too
-    (`selfknow.report.provenance`)."""
+    (`selfknow.report.provenance`). The findings table also reads Figures 3-4's transfer
+    confidences, `transfer_confs` (training dataset -> path, first model) in checkpoint `order`,
+    resampled `n_boot` times with `seed`."""
     from selfknow.report.tables import write_table
 
     def judged(keys) -> str:
@@ -551,7 +600,9 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
             f = files[Evaluation(m, d, evalset)]
             loaded[(m, d, transfer if evalset == TRANSFER else d)] = load_metric_file(f.metrics, f.replicates)
     if isinstance(layout, C.FindingsTable):
-        values, notes = findings_table(loaded)
+        asym = {d: (models[0], transfer_asymmetry(pd.read_parquet(p), order, n_boot, seed))
+                for d, p in (transfer_confs or {}).items()}
+        values, notes = findings_table(loaded, asym)
         write_table(values, csv, md, title=C.TABLE[name].title, notes=notes + judged(
             [(m, d, evalset) for m in models for d in datasets]), provenance=provenance)
         return {"rows": len(values)}
