@@ -503,3 +503,36 @@ def test_main_note_says_whose_prompted_levels_and_on_how_many_sessions_each_esti
     cfg = {"models": [{"name": "wm", "backend": "hf"}, {"name": "smol", "backend": "hf", "chat": True}],
            "ladder": {"prompted_model": "smol"}}
     assert stated_by(cfg, ["wm", "smol"]) == {"wm": "smol", "smol": "smol"}
+
+
+def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_stated_it():
+    from scipy import stats
+
+    from selfknow.protocols.ladder.tables import findings
+
+    rows = []
+    for k in range(4):
+        cbf = {"NoMemory": 0.70, "ZS": 0.70 + (0.01, 0.03, 0.02, 0.04)[k], "Count": 0.80, "OraclePDC": 1.0,
+               "Dawid-Skene": 0.80 + (0.02, -0.02, 0.01, -0.01)[k]}
+        if k < 3:
+            cbf["LSA"] = 0.70
+        rows += [{"model": "wm", "session_id": f"s{k}", "estimator": e, "CBF": v} for e, v in cbf.items()]
+    table, note = findings(pd.DataFrame(rows), {"wm": "smol"})
+    by = dict(zip(table["comparison"], table.to_dict("records")))
+    assert list(by) == ["wm: ZS (stated by smol) − NoMemory (session CBF, 4 sessions)",
+                        "wm: LSA (stated by smol) − NoMemory (session CBF, 3 sessions)",
+                        "wm: Count − NoMemory (session CBF, 4 sessions)",
+                        "wm: Dawid-Skene − NoMemory (session CBF, 4 sessions)",
+                        "wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]
+    zs = by["wm: ZS (stated by smol) − NoMemory (session CBF, 4 sessions)"]
+    d = np.array([0.01, 0.03, 0.02, 0.04])
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert zs["difference"] == pytest.approx(0.025)
+    assert zs["95 % interval"] == f"[{0.025 - half:+.3f}, {0.025 + half:+.3f}]" and zs["verdict"] == "agrees"
+    # identical on every session: a zero-width interval at 0 is undecided, not a finding
+    lsa = by["wm: LSA (stated by smol) − NoMemory (session CBF, 3 sessions)"]
+    assert lsa["95 % interval"] == "[0.000, 0.000]" and lsa["verdict"].startswith("undecided")
+    assert by["wm: Count − NoMemory (session CBF, 4 sessions)"]["paper's direction"] == "none stated"
+    assert by["wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]["verdict"].startswith(
+        "undecided")
+    assert "Not compared: OraclePDC" in note

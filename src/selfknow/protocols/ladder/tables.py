@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.report.catalog import call_by_name, names
+from selfknow.report.findings import Claim
 
 from . import controls as C
 from .catalog import TABLE as CATALOG_ENTRY
@@ -228,6 +229,58 @@ def main_with_note(sessions: pd.DataFrame, bootstrap: pd.DataFrame, stated_by: M
     """The main table, and its notes drawn from it (`main_note`) and from the reply modes."""
     main = main_table(sessions, bootstrap)
     return main, " ".join(filter(None, [main_note(main, stated_by), modes_note]))
+
+
+#: the levels' claims against NoMemory (session CBF, estimator minus NoMemory); an estimator
+#: not listed is compared with no stated direction (`_NO_DIRECTION`)
+LEVEL_CLAIMS = {
+    "ZS": Claim(1, "\"L1 improves on constant L0 for 14 of 18 models\" (§4.2)"),
+    "GT-SelfStats": Claim(1, "\"All 18 complete L4 evaluations reproduce supplied statistics at CBF 1.000\" (§4.2)"),
+}
+_NO_DIRECTION = Claim(None, "none: Figure 4 shows \"mean session CBF across five levels\" (§4.3) and states no "
+                            "ordering of an L2 estimator against L0")
+#: second-order (reliability-aware) estimators against the first-order count they refine
+SECOND_ORDER = ("Dawid-Skene", "GLAD", "EM-Joint")
+FIRST_ORDER = "Count"
+_SECOND_ORDER_CLAIM = Claim(None, "none: \"The reliability-aware estimators are also compared at matched session "
+                                  "and pooled scoring units\" (§E.10), with no direction; Global \"leads five matched "
+                                  "algorithmic controls on 14/18 session-level rows\" (§4.2)")
+#: prompted levels: a model states them (`stated_by`)
+PROMPTED = ("ZS", "LSA", "GT-SelfStats")
+#: fixed by construction, so not compared (OraclePDC's CBF is 1 on every session)
+BY_CONSTRUCTION = ("OraclePDC",)
+
+
+def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
+    """What the default finds on LADDER (`selfknow.report.findings`): per model, each level's
+    session CBF against NoMemory's and each second-order estimator's against Count's, as the
+    mean over the sessions both were scored on of the paired difference, with the Student-t
+    interval over those sessions. A prompted level's row names the model that stated it."""
+    from selfknow.report.findings import LEVEL, frame, row, tally_note
+    from selfknow.stats.hypothesis import mean_ci
+
+    rows = []
+    for model, g in sessions.groupby("model", sort=False):
+        wide = g.pivot_table(index="session_id", columns="estimator", values="CBF", aggfunc="mean")
+
+        def compare(label: str, a: str, b: str, claim: Claim) -> None:
+            if {a, b} <= set(wide.columns):
+                d = (wide[a] - wide[b]).dropna().to_numpy()
+                if d.size:
+                    m, lo, hi = mean_ci(d, LEVEL)
+                    rows.append(row(f"{model}: {label} (session CBF, {d.size} sessions)", m, lo, hi, claim))
+
+        for est in _est_columns(wide.columns):
+            if est in ("NoMemory", *BY_CONSTRUCTION):
+                continue
+            who = f" (stated by {stated_by.get(model, model)})" if est in PROMPTED else ""
+            compare(f"{est}{who} − NoMemory", est, "NoMemory", LEVEL_CLAIMS.get(est, _NO_DIRECTION))
+        for est in SECOND_ORDER:
+            compare(f"{est} − {FIRST_ORDER} (second- vs first-order)", est, FIRST_ORDER, _SECOND_ORDER_CLAIM)
+    table = frame(rows)
+    return table, (tally_note(table) + " Intervals: Student-t over the sessions both estimators were scored on "
+                   "(paired differences of session CBF). Not compared: " + ", ".join(BY_CONSTRUCTION)
+                   + " (CBF 1 on every session by construction).")
 
 
 def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame) -> tuple[pd.DataFrame, str]:
