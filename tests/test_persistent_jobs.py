@@ -338,8 +338,37 @@ def test_table1_cells_and_marks_by_hand():
                                          "Oracle training"]
     assert values["M2 contrast AUC"].tolist() == pytest.approx([0.1, 0.70, 0.699, 0.80])
     col = marks["M1 Δ0b"].tolist()
-    # oracle best; nonoracle's replicates are noisy -> not significantly worse; sc clearly worse
+    # oracle best; nonoracle's replicates are noisy -> not significantly worse; sc clearly worse.
+    # Nothing separates oracle from non-oracle, so the default bolds nothing; the paper's rule
+    # bolds the best by value
+    assert col == ["", "", "tie", ""]
+    from selfknow.report import tables as R
+
+    try:
+        R.set_bold_rule("paper")
+        col = T.method_table("table1", files, ["M1", "M2"], ["d"], "t")[1]["M1 Δ0b"].tolist()
+    finally:
+        R.set_bold_rule("separated")
     assert col[3] == "best" and col[1] == "" and col[0] == "" and col[2] == "tie"
+
+
+def test_bold_only_a_separated_best_never_a_value_fixed_by_construction():
+    from selfknow.stats.persistent.significance import separated_bold, significance_marks
+
+    reps = {"a": np.array([0.80, 0.82, 0.78, 0.81]), "b": np.array([0.60, 0.61, 0.59, 0.62]),
+            "c": np.array([0.79, 0.83, 0.77, 0.80])}
+    point = {"a": 0.80, "b": 0.60, "c": 0.795}
+    marks = significance_marks(point, reps, higher_is_better=True)
+    assert marks == {"a": "best", "b": "", "c": "tie"}
+    assert separated_bold(marks, reps) == {"a": "", "b": "", "c": "tie"}
+    two = {k: reps[k] for k in ("a", "b")}
+    assert separated_bold(significance_marks({"a": 0.8, "b": 0.6}, two, higher_is_better=True), two) == {
+        "a": "best", "b": ""}
+    # an ECE of 0 in every replicate is fixed by construction: separated from the rest, never bold
+    zero = {"a": np.zeros(4), "b": np.array([0.10, 0.12, 0.11, 0.13])}
+    m = significance_marks({"a": 0.0, "b": 0.11}, zero, higher_is_better=False)
+    assert m["a"] == "best" and separated_bold(m, zero) == {"a": "", "b": ""}
+    assert separated_bold({"a": "best+tie", "b": "best+tie"}, two) == {"a": "tie", "b": "tie"}
 
 
 def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a_good_one():
@@ -512,12 +541,15 @@ def test_write_table_and_figure3_from_synthetic_files(tmp_path):
     for e, row in counts.items():
         pd.DataFrame([{"dataset": "main", "split": "test", "checkpoint": "C1", **row}]).to_csv(
             files[Evaluation("M", "d", e)].judge, index=False)
-    for name in ("table1", "table4", "table8", "table10", "table12", "table14", "table18"):
+    for name in ("table1", "table4", "table8", "table10", "table12", "table14", "table18", "findings"):
         out = T.table_job(name, files, ["M"], ["d"], "t", f"{R}/{name}.csv", f"{R}/{name}.md", min_contrast=1,
                           min_contrast_transfer=1)
         assert out["rows"] > 0 and out.get("nan_cells", 0) == 0
     md = Path(f"{R}/table18.md").read_text()
-    assert "d → t" in md and "**0.500**" in md
+    # every cell 0.5 in every replicate: nothing is separated, so nothing is bold; all tie with the best
+    assert "d → t" in md and "**" not in md and "<u>0.500</u>" in md
+    findings = pd.read_csv(f"{R}/findings.csv")
+    assert set(findings["verdict"]) == {"undecided (interval includes 0)"}
     # who labelled the answers: the transfer tables count the judge's refusals and unparsable replies
     assert ("LLM judge judge-lm (§A.5, one request per question) on 5 questions: 1 refused, 2 unparsable, 0 without "
             "a candidate; of 9 candidate answers 3 R, 2 W, 1 N, 3 unlabelled") in md

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from selfknow.report.findings import Claim
+from selfknow.report.tables import bold_text
 from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
 
 from . import catalog as C
@@ -83,7 +84,8 @@ class Col:
 def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, MetricFile], *,
              normaliser: str = "eq1") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(values, marks) frames for `rows` x `cols` (label columns first)."""
-    from selfknow.stats.persistent.significance import significance_marks
+    from selfknow.report import tables as R
+    from selfknow.stats.persistent.significance import separated_bold, significance_marks
 
     def key_of(r: Row, c: Col) -> tuple:
         return (c.model, *r.key[1:]) if c.model else r.key
@@ -104,7 +106,7 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
             reps = {i: files[key_of(rows[i], c)].reps(rows[i].method, c.metric, normaliser) for i in idx}
             if any(v is None for v in reps.values()):
                 finite = {i: v for i, v in point.items() if np.isfinite(v)}
-                if finite:
+                if finite and R.BOLD_RULE == "paper":
                     sign = 1 if HIGHER_IS_BETTER[c.metric] else -1
                     best = max(sign * v for v in finite.values())
                     for i, v in finite.items():
@@ -113,6 +115,8 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
                 continue
             m = significance_marks({str(i): point[i] for i in idx}, {str(i): reps[i] for i in idx},
                                    higher_is_better=HIGHER_IS_BETTER[c.metric])
+            if R.BOLD_RULE == "separated":
+                m = separated_bold(m, {str(i): reps[i] for i in idx})
             for i in idx:
                 marks.at[i, c.name] = m[str(i)]
     return values, marks
@@ -273,7 +277,7 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     values, marks = assemble(rows, cols, files, normaliser=t.normaliser)
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
-             f"checkpoint then averaged; trained methods averaged over {_seed_phrase(seeds)}. Bold: best in its block; "
+             f"checkpoint then averaged; trained methods averaged over {_seed_phrase(seeds)}. {bold_text()}; "
              "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8); "
              "a method tied with the best is both. "
              + chance_check(rows, cols, files, normaliser=t.normaliser))
