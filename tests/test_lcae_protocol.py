@@ -281,9 +281,9 @@ def test_table3_note_names_the_models_whose_repeats_were_shared():
     assert [stage2_repeats_shared(s, 0.0) for s in (hf_chat, hf_base, api)] == [True, True, False]
     assert [stage2_repeats_shared(s, 0.7) for s in (hf_chat, hf_base, api)] == [False, True, False]
     note = repeats_note(["gpt", "smol", "wm"], ["smol", "wm"])
-    assert "intervals are points, for: smol, wm (" in note
+    assert "cells are single values without an interval, for: smol, wm (" in note
     assert note.endswith("Repeats were separate requests, each its own answer, for: gpt.")
-    assert "separate" not in repeats_note(["wm"], ["wm"]) and "points" not in repeats_note(["gpt"], [])
+    assert "separate" not in repeats_note(["wm"], ["wm"]) and "single" not in repeats_note(["gpt"], [])
 
 
 def test_table1_squared_variant_is_the_mean_squared_error_over_repeats_with_the_same_tests():

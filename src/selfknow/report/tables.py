@@ -49,6 +49,16 @@ def set_bold_rule(rule: str) -> None:
     BOLD_RULE = rule
 
 
+def value_interval(value: float, lo: float, hi: float, digits: int = 3) -> str:
+    """"value [lo, hi]"; the value alone where the interval is missing or a single point
+    (identical repeats give no interval), "" for a missing value."""
+    if value is None or not np.isfinite(value):
+        return ""
+    if not (np.isfinite(lo) and np.isfinite(hi)) or format_number(lo, digits) == format_number(hi, digits):
+        return format_number(value, digits)
+    return f"{format_number(value, digits)} [{format_number(lo, digits)}, {format_number(hi, digits)}]"
+
+
 def set_decimals(n: int) -> None:
     """The default decimals of every table this process writes from now on."""
     global DECIMALS

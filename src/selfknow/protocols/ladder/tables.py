@@ -9,6 +9,7 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.config import stated_by  # noqa: F401  (the ladder rule jobs take it from here)
 from selfknow.report.catalog import call_by_name, names
 from selfknow.report.findings import Claim
 
@@ -179,16 +180,6 @@ def _read(paths: Sequence[str]) -> pd.DataFrame:
     frames = [pd.read_parquet(p) for p in paths]
     frames = [f for f in frames if len(f)]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-
-def stated_by(config: Mapping, models: Sequence[str]) -> dict[str, str]:
-    """Who states each model's prompted levels (ZS, LSA, GT-SelfStats): a chat model itself,
-    a base LM the configured `ladder.prompted_model`."""
-    from selfknow.config import is_chat
-
-    specs = {m["name"]: m for m in config["models"]}
-    prompted = config["ladder"].get("prompted_model") or ""
-    return {m: m if m not in specs or is_chat(specs[m]) else (prompted or m) for m in models}
 
 
 def main_note(main: pd.DataFrame, stated_by: Mapping[str, str]) -> str:

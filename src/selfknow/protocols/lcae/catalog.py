@@ -22,7 +22,7 @@ TABLES: tuple[Table, ...] = (
           "Table II: ability θ re-estimated from final answers (Stage 3), per condition",
           job="tables", subcategory=_GROUP, label="Table II: ability per condition"),
     Table("table3", "selfknow.protocols.lcae.tables:table3",
-          "Table III: top examinees by ability, mean LCAE [95 % CI over repeats]",
+          "Table III: top examinees by ability, mean LCAE [95 % CI over repeats, where they differ]",
           "Ranked by the mean Stage-3 ability over every condition and repeat; columns in the paper's order.",
           job="tables", subcategory=_GROUP, label="Table III: top examinees"),
     Table("item_fit", "selfknow.protocols.lcae.tables:item_fit",

@@ -123,9 +123,9 @@ def routes_note(stage3: pd.DataFrame) -> str:
 def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
     """Table III: the top-k examinees by mean Stage-3 ability (over every condition and
     repeat; the paper says "ranked by ability" and reports Stage-3 abilities as the models'
-    ability); mean LCAE over the repeats with a 95 % t-interval, per condition, in the
-    paper's column order (`TABLE3_COLUMNS`)."""
-    from selfknow.report.tables import format_number as num
+    ability); mean LCAE over the repeats with a 95 % t-interval (the mean alone where the repeats
+    agree: no interval), per condition, in the paper's column order (`TABLE3_COLUMNS`)."""
+    from selfknow.report.tables import value_interval
 
     order = stage3.groupby("examinee")["theta"].mean().sort_values(ascending=False).index[:k]
     rows = []
@@ -134,8 +134,7 @@ def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
         for c, label in TABLE3_COLUMNS.items():
             vals = stage3.loc[(stage3.examinee == ex) & (stage3.condition == c), "lcae"].to_numpy()
             if len(vals):
-                m, lo, hi = mean_ci(vals, 0.95)
-                row[label] = f"{num(m, 3)} [{num(lo, 3)}, {num(hi, 3)}]"
+                row[label] = value_interval(*mean_ci(vals, 0.95))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -167,7 +166,8 @@ def repeats_note(models: list[str], shared: list[str]) -> str:
     varied = [m for m in models if m not in shared]
     out = []
     if shared:
-        out.append(f"Repeats were one set of requests, so their intervals are points, for: {', '.join(shared)} "
+        out.append(f"Repeats were one set of requests, so their cells are single values without an interval, for: "
+                   f"{', '.join(shared)} "
                    f"(deterministic: greedy local decoding, or log-likelihood assessments).")
     if varied:
         out.append(f"Repeats were separate requests, each its own answer, for: {', '.join(varied)}.")
