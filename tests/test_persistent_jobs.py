@@ -857,6 +857,12 @@ def test_transfer_figure_job_writes_the_figure_and_its_cells(tmp_path):
     assert data[data["panel"] == "transfer"][["A", "B"]].to_numpy().tolist() == [[1, 1], [0, 1]]
     side = json.loads((fig / "figure4.json").read_text())
     assert side["figure"]["suptitle"] == "Figure 4" and len(side["figure"]["axes"]) == 2
+    # the note states the colour scale the caption describes: the lower of 0.5 and the lowest cell
+    # (here B on A, AUC 0) to the higher of 1 and the highest cell
+    cells = data[["A", "B"]].to_numpy(float)
+    lo, hi = min(0.5, np.nanmin(cells)), max(1.0, np.nanmax(cells))
+    assert (lo, hi) == (0.0, 1.0)
+    assert f"Colour scale of both panels: {lo:.3f} to {hi:.3f}." in (tab / "figure4.md").read_text()
     out = T.transfer_figure_job(str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"), ["A", "B"],
                                 str(fig / "f.png"), str(tab / "f.csv"), str(tab / "f.md"), title="Figure 4", n_boot=50)
     # two questions: a transfer cell's resamples with both classes rank as the full set does (AUC 1, or 0 for B

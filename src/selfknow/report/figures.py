@@ -563,7 +563,9 @@ def reliability_bins(df: pd.DataFrame, path: str | Path, *, title: str = "Answer
 
 # --- persistent Figure 3: transfer between checkpoints ---------------------------------------
 
-def _auc_limits(*frames: pd.DataFrame) -> tuple[float, float]:
+def auc_limits(*frames: pd.DataFrame) -> tuple[float, float]:
+    """The colour scale of Figures 3-4: from the lower of chance (0.5) and the lowest cell to the
+    higher of 1 and the highest cell (0.5 to 1 where no cell is defined)."""
     vals = np.concatenate([f.to_numpy(float).ravel() for f in frames])
     vals = vals[~np.isnan(vals)]
     if vals.size == 0:  # e.g. checkpoints that answer nothing right: AUC is undefined everywhere
@@ -590,7 +592,7 @@ def transfer_heatmap(matrix: pd.DataFrame, path: str | Path, *, title: str,
     The colour scale spans 0.5 to 1 and widens to take in any cell outside it."""
     if matrix.empty:
         raise ValueError("transfer_heatmap: empty matrix")
-    vmin, vmax = _auc_limits(matrix)
+    vmin, vmax = auc_limits(matrix)
     fig, ax = _pyplot().subplots(figsize=(1.6 + 0.8 * matrix.shape[1], 1.2 + 0.6 * matrix.shape[0]))
     _transfer_panel(ax, matrix, vmin=vmin, vmax=vmax, title=title, ylabel="training checkpoint",
                     xlabel="evaluation checkpoint")
@@ -609,7 +611,7 @@ def transfer_heatmap_random_label(transfer: pd.DataFrame, random_label: pd.DataF
     parentheses."""
     if transfer.empty or random_label.empty:
         raise ValueError("transfer_heatmap_random_label: empty matrix")
-    vmin, vmax = _auc_limits(transfer, random_label)
+    vmin, vmax = auc_limits(transfer, random_label)
     width = 3.2 + 0.8 * (transfer.shape[1] + random_label.shape[1])
     height = 1.4 + 0.6 * max(transfer.shape[0], random_label.shape[0])
     fig, (left, right) = _pyplot().subplots(1, 2, figsize=(width, height), layout="constrained")

@@ -351,6 +351,10 @@ def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, or
     return (*values, *chance) if n_boot else tuple(values)
 
 
+#: decimals of Table 7's percentages (as the paper's: "31.6"); the CSV keeps full precision
+PERCENT_DIGITS = 1
+
+
 def accuracy_table(correct: Mapping[tuple[str, str, str], pd.Series], models: Sequence[str],
                    checkpoints: Mapping[str, Sequence[str]], n_train: int, datasets: Sequence[str]) -> pd.DataFrame:
     """Table 7 (§A.9): per model, one row per checkpoint in training order (the first `n_train`
@@ -626,7 +630,7 @@ def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[st
     data as a table (with `provenance`, a sidecar beside each). With `n_boot`, cells whose
     bootstrap interval includes 0.5 (`transfer_matrices`) print in parentheses in the figure
     and are listed in the table's note."""
-    from selfknow.report.figures import transfer_heatmap_random_label
+    from selfknow.report.figures import auc_limits, transfer_heatmap_random_label
     from selfknow.report.tables import write_table
 
     left, right, *chance = transfer_matrices(pd.read_parquet(transfer_conf), pd.read_parquet(random_conf), order,
@@ -639,8 +643,9 @@ def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[st
     data = data[["panel", "trained on", *order]]
     seeds = ("The confidence tables hold one seed per adapter (the first variance seed for the transfer panel, the "
              "first training seed for the random-label one), so the cells are not averaged over seeds. ")
+    lo, hi = auc_limits(left, right)
     notes = ("Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer), evaluated on the column "
-             "checkpoint's own test answers. " + seeds)
+             "checkpoint's own test answers. " + seeds + f"Colour scale of both panels: {lo:.3f} to {hi:.3f}. ")
     if n_boot:
         at = [f"{panel} {r} on {c}" for panel, m in (("transfer:", chance[0]), ("random labels:", chance[1]))
               for r in m.index for c in m.columns if m.loc[r, c]]
@@ -682,7 +687,7 @@ def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
                 notes=("Accuracy of the checkpoint's top self-consistency answer (the most probable group of "
                        f"equivalent beams). {n}. The paper's column of training tokens is not given for the "
                        "configured models and is left out."),
-                provenance=provenance)
+                digits=PERCENT_DIGITS, provenance=provenance)
     return {"rows": len(df)}
 
 
