@@ -536,3 +536,15 @@ def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_s
     assert by["wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]["verdict"].startswith(
         "undecided")
     assert "Not compared: OraclePDC" in note
+
+
+def test_an_lsa_clean_control_that_cannot_differ_says_so():
+    from selfknow.protocols.ladder.tables import lsa_clean_note
+
+    rows = [{"model": m, "session_id": f"s{k}", "estimator": e, "CBF": 0.6 + 0.01 * k + (0.05 if (m == "b" and
+             e == "LSA-clean" and k == 1) else 0), "bias": 0.1, "shape_error": 0.2}
+            for m in ("a", "b") for k in range(3) for e in ("LSA", "LSA-clean")]
+    note = lsa_clean_note(pd.DataFrame(rows), {"a": "smol", "b": "b"})
+    assert note == ("a: LSA-clean equals LSA on all 3 sessions (CBF, bias, shape error): smol's profiles did not "
+                    "change between clean and observed histories, so this control cannot differ here and shows "
+                    "nothing.")

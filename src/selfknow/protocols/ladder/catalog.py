@@ -132,7 +132,7 @@ TABLES: tuple[Table, ...] = (
             "Answer-level metrics",
             "Answer accuracy of each model on the session pool (the turns' recorded correctness)."),
     _tables("findings", "selfknow.protocols.ladder.tables:findings",
-            "What the default finds (LADDER): each level against NoMemory, second- against first-order estimators",
+            "LADDER, what the default finds: each level against NoMemory, second- against first-order estimators",
             "What the default finds: LADDER", subcategory=FINDINGS),
     _figure("figure4", "selfknow.protocols.ladder.tables:figure4", "Figure 4: the ladder"),
     _figure("figure5", "selfknow.protocols.ladder.tables:figure5", "Figure 5: accuracy vs profile CBF"),

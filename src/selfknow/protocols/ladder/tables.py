@@ -215,11 +215,29 @@ def r4_note(sessions: pd.DataFrame) -> str:
         f"{m}: {int(lsa.get(m, 0))} of {int(n)} sessions" for m, n in every.items()) + "."
 
 
+def lsa_clean_note(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
+    """Per model whose LSA-clean scores equal LSA's on every session both were asked on (CBF,
+    bias, shape error): the clean-label control cannot differ there, since the prompted model's
+    profiles did not change with the feedback, which the note says instead of reading a null."""
+    out = []
+    cols = [c for c in ("CBF", "bias", "shape_error") if c in sessions.columns]
+    for model, g in sessions.groupby("model", sort=False):
+        w = {e: g[g["estimator"] == e].set_index("session_id")[cols] for e in ("LSA", "LSA-clean")}
+        shared = w["LSA"].index.intersection(w["LSA-clean"].index)
+        if len(shared) and np.allclose(w["LSA"].loc[shared].to_numpy(float), w["LSA-clean"].loc[shared].to_numpy(float),
+                                       rtol=0, atol=1e-12, equal_nan=True):
+            out.append(f"{model}: LSA-clean equals LSA on all {len(shared)} sessions (CBF, bias, shape error): "
+                       f"{stated_by.get(model, model)}'s profiles did not change between clean and observed "
+                       f"histories, so this control cannot differ here and shows nothing.")
+    return " ".join(out)
+
+
 def main_with_note(sessions: pd.DataFrame, bootstrap: pd.DataFrame, stated_by: Mapping[str, str],
                    modes_note: str) -> tuple[pd.DataFrame, str]:
-    """The main table, and its notes drawn from it (`main_note`) and from the reply modes."""
+    """The main table, and its notes drawn from it (`main_note`), from LSA-clean
+    (`lsa_clean_note`) and from the reply modes."""
     main = main_table(sessions, bootstrap)
-    return main, " ".join(filter(None, [main_note(main, stated_by), modes_note]))
+    return main, " ".join(filter(None, [main_note(main, stated_by), lsa_clean_note(sessions, stated_by), modes_note]))
 
 
 #: the levels' claims against NoMemory (session CBF, estimator minus NoMemory); an estimator
