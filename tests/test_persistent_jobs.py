@@ -436,6 +436,7 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
     # and 10 regressions (390-399)
     assert T.improvement_share(contrast[("M", "d1", "d1")]) == (90 + 160 + 80, 90 + 160 + 90)
     note = T.oracle_check(files, contrast)
+    assert note.endswith("are rows of tables/persistent/findings.")
     f1, f2 = files[("M", "d1", "d1")], files[("M", "d2", "d2")]
     d1 = f1.point("oracle", "contrast_auc") - f1.point("nonoracle", "contrast_auc")
     lo, hi = np.quantile(f1.reps("oracle", "contrast_auc") - f1.reps("nonoracle", "contrast_auc"), [0.025, 0.975])

@@ -218,7 +218,9 @@ def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.
     if explained:
         text += (" Where oracle training is not shown above non-oracle training (the paper's §4.1 finding), "
                  + "; ".join(explained) + ".")
-    return text
+    return text + (" The table's other headline comparisons (oracle training against SC and the end-correct "
+                   "baseline, each method against chance), agreeing with the paper or not, are rows of "
+                   "tables/persistent/findings.")
 
 
 def _full_cols() -> list[Col]:
