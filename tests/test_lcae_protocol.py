@@ -503,6 +503,11 @@ def test_findings_rows_are_paired_over_examinees_with_a_t_interval_and_a_verdict
     assert table.iloc[0]["verdict"] == "no direction stated"
     assert "Of 5 comparisons: 1 agrees, 2 undecided (interval includes 0), 2 no direction stated" in notes[0]
     assert "over the 3 Stage-2 examinees" in notes[1]
+    assert notes[2] == ""  # IDS lowers every examinee's LCAE
+    worse = pd.DataFrame(rows).assign(lcae=lambda d: d["lcae"] + np.where((d.examinee == "b") & (d.condition == "ids"),
+                                                                          0.5, 0.0))
+    assert findings(worse)[1][2] == ("Per examinee (means over repeats, no interval): IDS raises LCAE, the reverse "
+                                     "of the paper, for 1 of 3 examinees: b (1.200 -> 1.450).")
 
 
 def test_findings_verdicts_and_intervals_never_print_negative_zero():

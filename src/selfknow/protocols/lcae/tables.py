@@ -284,7 +284,22 @@ def findings(stage3: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     table = frame(rows)
     n = len(lcae_w)
     return table, [tally_note(table), f"Intervals: Student-t over the {n} Stage-2 examinees (each examinee's LCAE "
-                   f"averaged over its repeats), the paper's blocks (§V)."]
+                   f"averaged over its repeats), the paper's blocks (§V).", reversed_note(lcae_w, conds)]
+
+
+def reversed_note(lcae_w: pd.DataFrame, conds: list[str]) -> str:
+    """The examinees in which a condition the paper says lowers LCAE (`BASELINE_CLAIMS`
+    direction -1) raises it instead, with both values (point values: means over repeats)."""
+    parts = []
+    for c in conds:
+        if c == "baseline" or "baseline" not in conds or BASELINE_CLAIMS[c].direction != -1:
+            continue
+        up = lcae_w.index[(lcae_w[c] > lcae_w["baseline"]).to_numpy()]
+        if len(up):
+            parts.append(f"{CONDITION_LABELS[c]} raises LCAE, the reverse of the paper, for {len(up)} of "
+                         f"{len(lcae_w)} examinees: " + ", ".join(
+                             f"{ex} ({lcae_w.at[ex, 'baseline']:.3f} -> {lcae_w.at[ex, c]:.3f})" for ex in up))
+    return ("Per examinee (means over repeats, no interval): " + "; ".join(parts) + ".") if parts else ""
 
 
 def item_fit(items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
