@@ -515,7 +515,9 @@ def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_s
         cbf = {"NoMemory": 0.70, "ZS": 0.70 + (0.01, 0.03, 0.02, 0.04)[k], "Count": 0.80, "OraclePDC": 1.0,
                "Dawid-Skene": 0.80 + (0.02, -0.02, 0.01, -0.01)[k]}
         if k < 3:
-            cbf["LSA"] = 0.70
+            cbf["LSA"] = cbf["LSA-clean"] = 0.70
+        if k == 0:
+            cbf["GT-SelfStats"] = 0.9
         rows += [{"model": "wm", "session_id": f"s{k}", "estimator": e, "CBF": v} for e, v in cbf.items()]
     table, note = findings(pd.DataFrame(rows), {"wm": "smol"})
     by = dict(zip(table["comparison"], table.to_dict("records")))
@@ -523,6 +525,7 @@ def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_s
                         "wm: LSA (stated by smol) − NoMemory (session CBF, 3 sessions)",
                         "wm: Count − NoMemory (session CBF, 4 sessions)",
                         "wm: Dawid-Skene − NoMemory (session CBF, 4 sessions)",
+                        "wm: GT-SelfStats (stated by smol) − NoMemory (session CBF, 1 session)",
                         "wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]
     zs = by["wm: ZS (stated by smol) − NoMemory (session CBF, 4 sessions)"]
     d = np.array([0.01, 0.03, 0.02, 0.04])
@@ -535,7 +538,8 @@ def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_s
     assert by["wm: Count − NoMemory (session CBF, 4 sessions)"]["paper's direction"] == "none stated"
     assert by["wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]["verdict"].startswith(
         "undecided")
-    assert "Not compared: OraclePDC" in note
+    assert "Not compared: OraclePDC" in note and "the control LSA-clean" in note
+    assert by["wm: GT-SelfStats (stated by smol) − NoMemory (session CBF, 1 session)"]["verdict"] == "no interval"
 
 
 def test_an_lsa_clean_control_that_cannot_differ_says_so():

@@ -258,6 +258,8 @@ _SECOND_ORDER_CLAIM = Claim(None, "none: \"The reliability-aware estimators are 
 PROMPTED = ("ZS", "LSA", "GT-SelfStats")
 #: fixed by construction, so not compared (OraclePDC's CBF is 1 on every session)
 BY_CONSTRUCTION = ("OraclePDC",)
+#: controls, not levels (LSA on clean histories: the main table's note says when it cannot differ)
+CONTROLS = ("LSA-clean",)
 
 
 def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
@@ -277,10 +279,11 @@ def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.D
                 d = (wide[a] - wide[b]).dropna().to_numpy()
                 if d.size:
                     m, lo, hi = mean_ci(d, LEVEL)
-                    rows.append(row(f"{model}: {label} (session CBF, {d.size} sessions)", m, lo, hi, claim))
+                    n = f"{d.size} session{'s' if d.size != 1 else ''}"
+                    rows.append(row(f"{model}: {label} (session CBF, {n})", m, lo, hi, claim))
 
         for est in _est_columns(wide.columns):
-            if est in ("NoMemory", *BY_CONSTRUCTION):
+            if est in ("NoMemory", *BY_CONSTRUCTION, *CONTROLS):
                 continue
             who = f" (stated by {stated_by.get(model, model)})" if est in PROMPTED else ""
             compare(f"{est}{who} − NoMemory", est, "NoMemory", LEVEL_CLAIMS.get(est, _NO_DIRECTION))
@@ -288,8 +291,9 @@ def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.D
             compare(f"{est} − {FIRST_ORDER} (second- vs first-order)", est, FIRST_ORDER, _SECOND_ORDER_CLAIM)
     table = frame(rows)
     return table, (tally_note(table) + " Intervals: Student-t over the sessions both estimators were scored on "
-                   "(paired differences of session CBF). Not compared: " + ", ".join(BY_CONSTRUCTION)
-                   + " (CBF 1 on every session by construction).")
+                   "(paired differences of session CBF; none on one session). Not compared: "
+                   + ", ".join(BY_CONSTRUCTION) + " (CBF 1 on every session by construction) and the control "
+                   + ", ".join(CONTROLS) + " (the main table).")
 
 
 def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame) -> tuple[pd.DataFrame, str]:
