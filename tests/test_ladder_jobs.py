@@ -532,9 +532,9 @@ def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_s
     half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
     assert zs["difference"] == pytest.approx(0.025)
     assert zs["95 % interval"] == f"[{0.025 - half:+.3f}, {0.025 + half:+.3f}]" and zs["verdict"] == "agrees"
-    # identical on every session: a zero-width interval at 0 is undecided, not a finding
+    # identical on every session: no interval, and no difference, rather than a point read as a finding
     lsa = by["wm: LSA (stated by smol) − NoMemory (session CBF, 3 sessions)"]
-    assert lsa["95 % interval"] == "[0.000, 0.000]" and lsa["verdict"].startswith("undecided")
+    assert lsa["95 % interval"] == "none: every unit alike" and lsa["verdict"] == "no difference on any unit"
     assert by["wm: Count − NoMemory (session CBF, 4 sessions)"]["paper's direction"] == "none stated"
     assert by["wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]["verdict"].startswith(
         "undecided")

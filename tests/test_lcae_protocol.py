@@ -516,5 +516,6 @@ def test_findings_verdicts_and_intervals_never_print_negative_zero():
     assert verdict(0.1, 0.3, 1) == "agrees" and verdict(0.1, 0.3, -1) == "disagrees"
     assert verdict(-0.3, -0.1, 0) == "disagrees" and verdict(-0.1, 0.2, 1).startswith("undecided")
     assert verdict(np.nan, np.nan, 1) == "no interval" and verdict(0.1, 0.2, None) == "no direction stated"
+    assert verdict(0.0, 0.0, 0) == "no difference on any unit" and interval_text(0.2, 0.2) == "none: every unit alike"
     assert interval_text(-0.0001, 0.0002) == "[0.000, 0.000]" and interval_text(-0.2, 0.1) == "[-0.200, +0.100]"
     assert Claim(1, "x").direction == 1

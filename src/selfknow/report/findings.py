@@ -12,8 +12,11 @@ import pandas as pd
 #: the interval every row gives
 LEVEL = 0.95
 #: the verdicts a row can carry
-AGREES, DISAGREES, UNDECIDED, NO_CLAIM, NO_INTERVAL = (
-    "agrees", "disagrees", "undecided (interval includes 0)", "no direction stated", "no interval")
+AGREES, DISAGREES, UNDECIDED, NO_CLAIM, NO_INTERVAL, NO_DIFFERENCE = (
+    "agrees", "disagrees", "undecided (interval includes 0)", "no direction stated", "no interval",
+    "no difference on any unit")
+#: what a row prints for an interval that is a single point (every unit gave the same difference)
+SINGLE_POINT = "none: every unit alike"
 COLUMNS = ("comparison", "difference", "95 % interval", "paper's direction", "verdict", "claim tested")
 
 
@@ -30,9 +33,12 @@ class Claim:
 def verdict(lo: float, hi: float, direction: int | None) -> str:
     """How a difference with interval [lo, hi] stands against a stated `direction`: undecided
     where the interval includes 0; for a claim of no difference, disagrees where it excludes 0
-    (and is undecided otherwise, since an interval that includes 0 shows no equivalence)."""
+    (and is undecided otherwise, since an interval that includes 0 shows no equivalence); a
+    difference of exactly 0 on every unit is none at all, said as such."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return NO_INTERVAL
+    if lo == hi == 0:
+        return NO_DIFFERENCE
     if lo <= 0 <= hi:
         return UNDECIDED
     if direction is None:
@@ -47,9 +53,12 @@ def direction_text(direction: int | None) -> str:
 
 
 def interval_text(lo: float, hi: float, digits: int = 3) -> str:
-    """"[lo, hi]" with signed bounds; a bound that rounds to zero prints as 0 (never "-0.000")."""
+    """"[lo, hi]" with signed bounds; a bound that rounds to zero prints as 0 (never "-0.000");
+    a single point (every unit gave the same difference) is not printed as an interval."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return "none"
+    if lo == hi:
+        return SINGLE_POINT
 
     def fmt(v: float) -> str:
         s = f"{v:+.{digits}f}"
@@ -72,7 +81,7 @@ def frame(rows: list[dict]) -> pd.DataFrame:
 def tally_note(table: pd.DataFrame) -> str:
     """The note every findings table carries: how many rows agree, disagree, are undecided."""
     counts = table["verdict"].value_counts()
-    parts = [f"{counts.get(v, 0)} {v}" for v in (AGREES, DISAGREES, UNDECIDED, NO_CLAIM, NO_INTERVAL)
+    parts = [f"{counts.get(v, 0)} {v}" for v in (AGREES, DISAGREES, UNDECIDED, NO_CLAIM, NO_DIFFERENCE, NO_INTERVAL)
              if counts.get(v, 0)]
     return (f"Of {len(table)} comparisons: " + ", ".join(parts) + ". A row agrees when its "
             f"{LEVEL:.0%}".replace("%", " %") + " interval excludes 0 on the side the paper states; it is "
