@@ -517,5 +517,8 @@ def test_findings_verdicts_and_intervals_never_print_negative_zero():
     assert verdict(-0.3, -0.1, 0) == "disagrees" and verdict(-0.1, 0.2, 1).startswith("undecided")
     assert verdict(np.nan, np.nan, 1) == "no interval" and verdict(0.1, 0.2, None) == "no direction stated"
     assert verdict(0.0, 0.0, 0) == "no difference on any unit" and interval_text(0.2, 0.2) == "none: every unit alike"
-    assert interval_text(-0.0001, 0.0002) == "[0.000, 0.000]" and interval_text(-0.2, 0.1) == "[-0.200, +0.100]"
+    # float rounding is no difference: LCAEs equal up to the last bits
+    assert verdict(-2e-17, 3e-17, 0) == "no difference on any unit" and interval_text(-2e-17, 3e-17).startswith("none")
+    assert interval_text(-0.0001, 0.2) == "[0.000, +0.200]" and verdict(-1e-6, 1e-6, 0).startswith("undecided") and interval_text(1e-4, 4e-4) == "[+0.0001, +0.0004]"
+    assert interval_text(-0.0001, 0.0002) == "[-0.0001, +0.0002]" and interval_text(-0.2, 0.1) == "[-0.200, +0.100]"
     assert Claim(1, "x").direction == 1

@@ -17,6 +17,8 @@ AGREES, DISAGREES, UNDECIDED, NO_CLAIM, NO_INTERVAL, NO_DIFFERENCE = (
     "no difference on any unit")
 #: what a row prints for an interval that is a single point (every unit gave the same difference)
 SINGLE_POINT = "none: every unit alike"
+#: bounds closer than this are one point (a difference of float rounding, not of the units)
+POINT_TOL = 1e-12
 COLUMNS = ("comparison", "difference", "95 % interval", "paper's direction", "verdict", "claim tested")
 
 
@@ -37,7 +39,7 @@ def verdict(lo: float, hi: float, direction: int | None) -> str:
     difference of exactly 0 on every unit is none at all, said as such."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return NO_INTERVAL
-    if lo == hi == 0:
+    if max(abs(lo), abs(hi)) <= POINT_TOL:
         return NO_DIFFERENCE
     if lo <= 0 <= hi:
         return UNDECIDED
@@ -57,14 +59,16 @@ def interval_text(lo: float, hi: float, digits: int = 3) -> str:
     a single point (every unit gave the same difference) is not printed as an interval."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return "none"
-    if lo == hi:
+    if hi - lo <= POINT_TOL:
         return SINGLE_POINT
 
-    def fmt(v: float) -> str:
-        s = f"{v:+.{digits}f}"
-        return f"{0:.{digits}f}" if float(s) == 0 else s
+    def fmt(v: float, d: int) -> str:
+        s = f"{v:+.{d}f}"
+        return f"{0:.{d}f}" if float(s) == 0 else s
 
-    return f"[{fmt(lo)}, {fmt(hi)}]"
+    # a real interval narrower than `digits` shows more of them, so that it never reads as a point
+    d = next((k for k in range(digits, digits + 6) if fmt(lo, k) != fmt(hi, k)), digits + 5)
+    return f"[{fmt(lo, d)}, {fmt(hi, d)}]"
 
 
 def row(comparison: str, diff: float, lo: float, hi: float, claim: Claim) -> dict:
