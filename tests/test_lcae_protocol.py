@@ -519,6 +519,8 @@ def test_findings_verdicts_and_intervals_never_print_negative_zero():
     assert verdict(0.0, 0.0, 0) == "no difference on any unit" and interval_text(0.2, 0.2) == "none: every unit alike"
     # float rounding is no difference: LCAEs equal up to the last bits
     assert verdict(-2e-17, 3e-17, 0) == "no difference on any unit" and interval_text(-2e-17, 3e-17).startswith("none")
-    assert interval_text(-0.0001, 0.2) == "[0.000, +0.200]" and verdict(-1e-6, 1e-6, 0).startswith("undecided") and interval_text(1e-4, 4e-4) == "[+0.0001, +0.0004]"
+    assert interval_text(-0.0001, 0.2) == "[0.000, +0.200]" and verdict(-1e-6, 1e-6, 0).startswith("undecided")
+    # a real interval narrower than three decimals shows more, never reading as a point
+    assert interval_text(1e-4, 4e-4) == "[+0.0001, +0.0004]"
     assert interval_text(-0.0001, 0.0002) == "[-0.0001, +0.0002]" and interval_text(-0.2, 0.1) == "[-0.200, +0.100]"
     assert Claim(1, "x").direction == 1
