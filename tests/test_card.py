@@ -19,6 +19,7 @@ def test_card_rows_and_intervals():
                          "CI_low": [0.65, 1.0], "CI_high": [0.75, 1.0]})
     ld = ladder_columns(main)
     assert ld.loc[0, "CBF L0 NoMemory"] == "0.700 [0.650, 0.750]"
+    assert ld.loc[0, "CBF L3 OraclePDC"] == "1.000 (by construction)"  # a point, and fixed: no interval
     pts = pd.DataFrame({"normaliser": "eq1", "method": "sc", "metric": ["contrast_auc", "full_ece"],
                         "value": [0.6, 0.1]})
     reps = {"eq1|sc|contrast_auc": np.linspace(0.5, 0.7, 101)}

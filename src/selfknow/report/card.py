@@ -21,6 +21,8 @@ from .catalog import SHARED_TABLE
 
 LADDER_LEVEL_ESTIMATORS = {"L0": "NoMemory", "L1": "ZS", "L2": "LSA", "L3": "OraclePDC", "L4": "GT-SelfStats"}
 PERSISTENT_METHOD = "sc"
+#: the level whose CBF is 1 by construction (verified counts), so its cell measures nothing
+FIXED_LEVEL = "OraclePDC"
 #: the levels a model states when prompted (LADDER's ZS, LSA, GT-SelfStats)
 PROMPTED_LEVELS = ("ZS", "LSA", "GT-SelfStats")
 
@@ -63,6 +65,8 @@ def ladder_columns(main: pd.DataFrame, stated_by: Mapping[str, str] | None = Non
                 cell = _fmt(float(r.CBF), float(r.get("CI_low", np.nan)), float(r.get("CI_high", np.nan)))
                 if est in PROMPTED_LEVELS and stated_by is not None:
                     cell += f" (stated by {stated_by.get(model, model)})"
+                elif est == FIXED_LEVEL:
+                    cell += " (by construction)"
                 row[f"CBF {level} {est}"] = cell
         rows.append(row)
     return pd.DataFrame(rows)
