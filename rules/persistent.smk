@@ -299,6 +299,7 @@ for _table in persistent_table_names():
             f"persistent_{_table}"
         input:
             files=paths_of(persistent_table_inputs(_table)),
+            transfer_confs=list(persistent_findings_transfer(_table).values()),
         output:
             **named_table_targets("persistent", [_table]),
         localrule: True
@@ -314,6 +315,7 @@ for _table in persistent_table_names():
             min_contrast_transfer=PC["min_contrast_transfer"],
             seeds=P_SEEDS,
             report=REPORT_SETTINGS,
+            **persistent_findings_params(_table),
         conda:
             "../envs/selfknow.yaml"
         log:

@@ -15,6 +15,7 @@ from selfknow.protocols.persistent.catalog import (
     TABLE as P_TABLE,
     TABLES as P_CATALOG,
     ContrastTable,
+    FindingsTable,
     MethodTable,
     TransferFigure,
     config_has,
@@ -280,13 +281,30 @@ def persistent_table_inputs(table):
             for m in P_MODELS for d in P_DATASETS}
 
 
+def persistent_findings_transfer(table):
+    """The findings table's transfer confidences (Figures 3-4's left panels): training dataset
+    -> path, first model; none for any other table."""
+    if not isinstance(P_TABLE[table].layout, FindingsTable):
+        return {}
+    return {P_DATASETS[t.layout.dataset]: p_conf(P_MODELS[0], P_DATASETS[t.layout.dataset], "transfer", P_VAR_SEEDS[0])
+            for t in P_BUILT if isinstance(t.layout, TransferFigure)}
+
+
+def persistent_findings_params(table):
+    """The findings table's params beyond the other tables' (so that theirs stay as they were)."""
+    if not isinstance(P_TABLE[table].layout, FindingsTable):
+        return {}
+    return {"transfer_confs": persistent_findings_transfer(table), "order": persistent_ckpt_order(),
+            "n_boot": PC["bootstrap_replicates"], "seed": PC["bootstrap_seed"]}
+
+
 def persistent_ckpt_order():
     return checkpoint_names(config, P_MODELS[0]) if P_MODELS else []
 
 
 def persistent_table_names():
     """The method and contrast tables this config builds (one rule each, rules/persistent.smk)."""
-    return [t.name for t in P_BUILT if isinstance(t.layout, (MethodTable, ContrastTable))]
+    return [t.name for t in P_BUILT if isinstance(t.layout, (MethodTable, ContrastTable, FindingsTable))]
 
 
 def persistent_transfer_figures():

@@ -19,6 +19,7 @@ def test_card_rows_and_intervals():
                          "CI_low": [0.65, 1.0], "CI_high": [0.75, 1.0]})
     ld = ladder_columns(main)
     assert ld.loc[0, "CBF L0 NoMemory"] == "0.700 [0.650, 0.750]"
+    assert ld.loc[0, "CBF L3 OraclePDC"] == "1.000 (by construction)"  # a point, and fixed: no interval
     pts = pd.DataFrame({"normaliser": "eq1", "method": "sc", "metric": ["contrast_auc", "full_ece"],
                         "value": [0.6, 0.1]})
     reps = {"eq1|sc|contrast_auc": np.linspace(0.5, 0.7, 101)}
@@ -32,6 +33,17 @@ def test_card_rows_and_intervals():
     # an empty cell, or an empty row, says which protocols do not run the model
     assert card.set_index("model")["not run"].to_dict() == {"a": "-", "b": "LADDER, persistent",
                                                           "c": "LCAE, LADDER, persistent"}
-    # no "-0.000" in an interval
+    # no "-0.000", and an interval that prints as a single point is not printed as one
     assert lcae_columns(persons.assign(theta=[1.0, 0.5, -0.0001], se=[0.5, 0.4, 0.0001]), stage3,
-                        {"b": "final"}).loc[0, "ability θ"] == "0.000 [0.000, 0.000]"
+                        {"b": "final"}).loc[0, "ability θ"] == "0.000"
+    # b's three repeats agree: its LCAE has no interval
+    assert lc.set_index("model").loc["b", "LCAE baseline"] == "0.500"
+
+
+def test_prompted_card_cells_name_the_model_that_stated_them():
+    main = pd.DataFrame({"model": ["wm", "wm", "chat"], "estimator": ["NoMemory", "ZS", "ZS"], "CBF": [0.7, 0.45, 0.6],
+                         "CI_low": [0.65, 0.40, 0.55], "CI_high": [0.75, 0.50, 0.65]})
+    ld = ladder_columns(main, {"wm": "smollm2", "chat": "chat"}).set_index("model")
+    assert ld.loc["wm", "CBF L1 ZS"] == "0.450 [0.400, 0.500] (stated by smollm2)"
+    assert ld.loc["chat", "CBF L1 ZS"] == "0.600 [0.550, 0.650] (stated by chat)"
+    assert ld.loc["wm", "CBF L0 NoMemory"] == "0.700 [0.650, 0.750]"  # not prompted: nobody states it

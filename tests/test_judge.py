@@ -148,6 +148,10 @@ def test_audit_table_flags_a_judge_at_chance_and_counts_every_judgment():
     assert con["agreement"] == 1.0 and con["cohen_kappa"] == 1.0 and con["kappa_low"] > 0.9
     assert gen["kappa_low"] <= 0 <= gen["kappa_high"]
     assert "FLAGGED" in notes and "generate (kappa" in notes and "constrained (kappa" not in notes
+    # a bound that rounds to zero prints as 0.000, never -0.000
+    judge_zero = [r | {"judge_correct": True} if r["labels"] == "generate" else r for r in rows]
+    _, notes = judge_audit_table(pd.DataFrame(judge_zero), replicates=200, seed=0)
+    assert "-0.000" not in notes and "[0.000, 0.000]" in notes
 
 
 def test_cohen_kappa_matches_sklearn():

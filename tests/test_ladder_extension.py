@@ -139,6 +139,19 @@ def test_the_note_counts_fenced_completions_and_unparsed_answers():
     assert "their fenced code was run (unfence_humaneval" in parse_counts(rec, True)
 
 
+def test_a_gap_resting_on_unparsed_answers_is_flagged():
+    from selfknow.protocols.ladder.extension import unparsed_gap_note
+
+    # m's BFCL gap is over 3 answers with a confidence, 2 of them unparsed; its GSM8K gap over
+    # parsed answers only (the unparsed one stated no confidence)
+    rec = pd.DataFrame({"model": "m", "task": ["gsm8k"] * 2 + ["bfcl"] * 4,
+                        "parsed": ["12", None, "[]", None, None, "[]"],
+                        "confidence": [0.9, None, 0.8, 0.99, 0.99, None]})
+    assert unparsed_gap_note(rec) == ("FLAGGED, gaps resting on unparsed answers (scored wrong, so they read as "
+                                      "overconfidence rather than measure it): m BFCL: 2 of 3.")
+    assert unparsed_gap_note(rec.assign(parsed="ok")) == ""
+
+
 def test_extension_job_draws_asks_scores_and_writes(tmp_path, monkeypatch):
     from selfknow.protocols.ladder.extension import RECORD_COLUMNS, extension_job
     from selfknow.records import read_parquet, write_parquet

@@ -521,3 +521,52 @@ def test_main_note_says_whose_prompted_levels_and_on_how_many_sessions_each_esti
     cfg = {"models": [{"name": "wm", "backend": "hf"}, {"name": "smol", "backend": "hf", "chat": True}],
            "ladder": {"prompted_model": "smol"}}
     assert stated_by(cfg, ["wm", "smol"]) == {"wm": "smol", "smol": "smol"}
+
+
+def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_stated_it():
+    from scipy import stats
+
+    from selfknow.protocols.ladder.tables import findings
+
+    rows = []
+    for k in range(4):
+        cbf = {"NoMemory": 0.70, "ZS": 0.70 + (0.01, 0.03, 0.02, 0.04)[k], "Count": 0.80, "OraclePDC": 1.0,
+               "Dawid-Skene": 0.80 + (0.02, -0.02, 0.01, -0.01)[k]}
+        if k < 3:
+            cbf["LSA"] = cbf["LSA-clean"] = 0.70
+        if k == 0:
+            cbf["GT-SelfStats"] = 0.9
+        rows += [{"model": "wm", "session_id": f"s{k}", "estimator": e, "CBF": v} for e, v in cbf.items()]
+    table, note = findings(pd.DataFrame(rows), {"wm": "smol"})
+    by = dict(zip(table["comparison"], table.to_dict("records")))
+    assert list(by) == ["wm: ZS (stated by smol) − NoMemory (session CBF, 4 sessions)",
+                        "wm: LSA (stated by smol) − NoMemory (session CBF, 3 sessions)",
+                        "wm: Count − NoMemory (session CBF, 4 sessions)",
+                        "wm: Dawid-Skene − NoMemory (session CBF, 4 sessions)",
+                        "wm: GT-SelfStats (stated by smol) − NoMemory (session CBF, 1 session)",
+                        "wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]
+    zs = by["wm: ZS (stated by smol) − NoMemory (session CBF, 4 sessions)"]
+    d = np.array([0.01, 0.03, 0.02, 0.04])
+    half = stats.t.ppf(0.975, 3) * d.std(ddof=1) / 2
+    assert zs["difference"] == pytest.approx(0.025)
+    assert zs["95 % interval"] == f"[{0.025 - half:+.3f}, {0.025 + half:+.3f}]" and zs["verdict"] == "agrees"
+    # identical on every session: no interval, and no difference, rather than a point read as a finding
+    lsa = by["wm: LSA (stated by smol) − NoMemory (session CBF, 3 sessions)"]
+    assert lsa["95 % interval"] == "none: every unit alike" and lsa["verdict"] == "no difference on any unit"
+    assert by["wm: Count − NoMemory (session CBF, 4 sessions)"]["paper's direction"] == "none stated"
+    assert by["wm: Dawid-Skene − Count (second- vs first-order) (session CBF, 4 sessions)"]["verdict"].startswith(
+        "undecided")
+    assert "Not compared: OraclePDC" in note and "the control LSA-clean" in note
+    assert by["wm: GT-SelfStats (stated by smol) − NoMemory (session CBF, 1 session)"]["verdict"] == "no interval"
+
+
+def test_an_lsa_clean_control_that_cannot_differ_says_so():
+    from selfknow.protocols.ladder.tables import lsa_clean_note
+
+    rows = [{"model": m, "session_id": f"s{k}", "estimator": e, "CBF": 0.6 + 0.01 * k + (0.05 if (m == "b" and
+             e == "LSA-clean" and k == 1) else 0), "bias": 0.1, "shape_error": 0.2}
+            for m in ("a", "b") for k in range(3) for e in ("LSA", "LSA-clean")]
+    note = lsa_clean_note(pd.DataFrame(rows), {"a": "smol", "b": "b"})
+    assert note == ("a: LSA-clean equals LSA on all 3 sessions (CBF, bias, shape error): smol's profiles did not "
+                    "change between clean and observed histories, so this control cannot differ here and shows "
+                    "nothing.")

@@ -281,9 +281,9 @@ def test_table3_note_names_the_models_whose_repeats_were_shared():
     assert [stage2_repeats_shared(s, 0.0) for s in (hf_chat, hf_base, api)] == [True, True, False]
     assert [stage2_repeats_shared(s, 0.7) for s in (hf_chat, hf_base, api)] == [False, True, False]
     note = repeats_note(["gpt", "smol", "wm"], ["smol", "wm"])
-    assert "intervals are points, for: smol, wm (" in note
+    assert "cells are single values without an interval, for: smol, wm (" in note
     assert note.endswith("Repeats were separate requests, each its own answer, for: gpt.")
-    assert "separate" not in repeats_note(["wm"], ["wm"]) and "points" not in repeats_note(["gpt"], [])
+    assert "separate" not in repeats_note(["wm"], ["wm"]) and "single" not in repeats_note(["gpt"], [])
 
 
 def test_table1_squared_variant_is_the_mean_squared_error_over_repeats_with_the_same_tests():
@@ -461,7 +461,7 @@ def test_table_notes_count_unparsed_and_truncated_replies_and_state_the_choices(
     irt_job(paths, str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"), method="jml")
     stage3_job(s2paths, str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
                str(tmp_path / "s3.parquet"), eps=1e-6)
-    names = ["table1", "table1_squared", "table2", "table3", "item_fit"]
+    names = ["table1", "table1_squared", "table2", "table3", "item_fit", "findings"]
     outputs = {f"{n}_{x}": str(tmp_path / f"{n}.{x}") for n in names for x in ("csv", "md")}
     write_tables(str(tmp_path / "s3.parquet"), str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
                  outputs, str(tmp_path / "figure2.png"), {"m0": [1.0, 2.0]}, [], method="jml", eps=1e-6,
@@ -472,3 +472,55 @@ def test_table_notes_count_unparsed_and_truncated_replies_and_state_the_choices(
                 "cut at the token budget (truncated)") in md
         assert "Stage 2: of 480 self-assessments, 18 unparsed and 6 truncated" in md
         assert "(L-1)/L" in md and "ε = 1e-06 (lcae.lcae_eps)" in md and "Base LMs (m2)" in md
+
+
+def test_findings_rows_are_paired_over_examinees_with_a_t_interval_and_a_verdict():
+    from scipy import stats
+
+    from selfknow.protocols.lcae.tables import findings
+
+    # IDS lowers every examinee's LCAE by 0.2-0.3, DPR changes it by ±0.05; repeats identical
+    rows = []
+    for k, ex in enumerate(["a", "b", "c"]):
+        base = 1.0 + 0.2 * k
+        for cond, lc in (("baseline", base), ("ids", base - 0.2 - 0.05 * k), ("dpr", base + (0.05, -0.05, 0.0)[k])):
+            for rep in range(2):
+                rows.append({"examinee": ex, "condition": cond, "repeat": rep, "lcae": lc,
+                             "lcae_gain": np.log(2) - lc})
+    table, notes = findings(pd.DataFrame(rows))
+    assert list(table["comparison"]) == ["Baseline vs constant 0.5 (ln 2 − LCAE)", "IDS vs constant 0.5 (ln 2 − LCAE)",
+                                         "DPR vs constant 0.5 (ln 2 − LCAE)", "IDS − Baseline (LCAE)",
+                                         "DPR − Baseline (LCAE)"]
+    ids = table.iloc[3]
+    # differences -0.2, -0.25, -0.3: mean -0.25, sd 0.05, t(2) half-width
+    half = stats.t.ppf(0.975, 2) * 0.05 / np.sqrt(3)
+    assert ids["difference"] == pytest.approx(-0.25)
+    assert ids["95 % interval"] == f"[{-0.25 - half:+.3f}, {-0.25 + half:+.3f}]"
+    assert ids["verdict"] == "agrees" and ids["paper's direction"] == "< 0"
+    assert table.iloc[4]["verdict"] == "undecided (interval includes 0)"
+    # every examinee's LCAE is above ln 2: worse than the constant, a claim the paper does not make
+    assert table.iloc[0]["difference"] == pytest.approx(np.log(2) - 1.2)
+    assert table.iloc[0]["verdict"] == "no direction stated"
+    assert "Of 5 comparisons: 1 agrees, 2 undecided (interval includes 0), 2 no direction stated" in notes[0]
+    assert "over the 3 Stage-2 examinees" in notes[1]
+    assert notes[2] == ""  # IDS lowers every examinee's LCAE
+    worse = pd.DataFrame(rows).assign(lcae=lambda d: d["lcae"] + np.where((d.examinee == "b") & (d.condition == "ids"),
+                                                                          0.5, 0.0))
+    assert findings(worse)[1][2] == ("Per examinee (means over repeats, no interval): IDS raises LCAE, the reverse "
+                                     "of the paper, for 1 of 3 examinees: b (1.200 -> 1.450).")
+
+
+def test_findings_verdicts_and_intervals_never_print_negative_zero():
+    from selfknow.report.findings import Claim, interval_text, verdict
+
+    assert verdict(0.1, 0.3, 1) == "agrees" and verdict(0.1, 0.3, -1) == "disagrees"
+    assert verdict(-0.3, -0.1, 0) == "disagrees" and verdict(-0.1, 0.2, 1).startswith("undecided")
+    assert verdict(np.nan, np.nan, 1) == "no interval" and verdict(0.1, 0.2, None) == "no direction stated"
+    assert verdict(0.0, 0.0, 0) == "no difference on any unit" and interval_text(0.2, 0.2) == "none: every unit alike"
+    # float rounding is no difference: LCAEs equal up to the last bits
+    assert verdict(-2e-17, 3e-17, 0) == "no difference on any unit" and interval_text(-2e-17, 3e-17).startswith("none")
+    assert interval_text(-0.0001, 0.2) == "[0.000, +0.200]" and verdict(-1e-6, 1e-6, 0).startswith("undecided")
+    # a real interval narrower than three decimals shows more, never reading as a point
+    assert interval_text(1e-4, 4e-4) == "[+0.0001, +0.0004]"
+    assert interval_text(-0.0001, 0.0002) == "[-0.0001, +0.0002]" and interval_text(-0.2, 0.1) == "[-0.200, +0.100]"
+    assert Claim(1, "x").direction == 1

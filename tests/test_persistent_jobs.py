@@ -351,8 +351,37 @@ def test_table1_cells_and_marks_by_hand():
                                          "Oracle training"]
     assert values["M2 contrast AUC"].tolist() == pytest.approx([0.1, 0.70, 0.699, 0.80])
     col = marks["M1 Δ0b"].tolist()
-    # oracle best; nonoracle's replicates are noisy -> not significantly worse; sc clearly worse
+    # oracle best; nonoracle's replicates are noisy -> not significantly worse; sc clearly worse.
+    # Nothing separates oracle from non-oracle, so the default bolds nothing; the paper's rule
+    # bolds the best by value
+    assert col == ["", "", "tie", ""]
+    from selfknow.report import tables as R
+
+    try:
+        R.set_bold_rule("paper")
+        col = T.method_table("table1", files, ["M1", "M2"], ["d"], "t")[1]["M1 Δ0b"].tolist()
+    finally:
+        R.set_bold_rule("separated")
     assert col[3] == "best" and col[1] == "" and col[0] == "" and col[2] == "tie"
+
+
+def test_bold_only_a_separated_best_never_a_value_fixed_by_construction():
+    from selfknow.stats.persistent.significance import separated_bold, significance_marks
+
+    reps = {"a": np.array([0.80, 0.82, 0.78, 0.81]), "b": np.array([0.60, 0.61, 0.59, 0.62]),
+            "c": np.array([0.79, 0.83, 0.77, 0.80])}
+    point = {"a": 0.80, "b": 0.60, "c": 0.795}
+    marks = significance_marks(point, reps, higher_is_better=True)
+    assert marks == {"a": "best", "b": "", "c": "tie"}
+    assert separated_bold(marks, reps) == {"a": "", "b": "", "c": "tie"}
+    two = {k: reps[k] for k in ("a", "b")}
+    assert separated_bold(significance_marks({"a": 0.8, "b": 0.6}, two, higher_is_better=True), two) == {
+        "a": "best", "b": ""}
+    # an ECE of 0 in every replicate is fixed by construction: separated from the rest, never bold
+    zero = {"a": np.zeros(4), "b": np.array([0.10, 0.12, 0.11, 0.13])}
+    m = significance_marks({"a": 0.0, "b": 0.11}, zero, higher_is_better=False)
+    assert m["a"] == "best" and separated_bold(m, zero) == {"a": "", "b": ""}
+    assert separated_bold({"a": "best+tie", "b": "best+tie"}, two) == {"a": "tie", "b": "tie"}
 
 
 def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a_good_one():
@@ -420,6 +449,7 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
     # and 10 regressions (390-399)
     assert T.improvement_share(contrast[("M", "d1", "d1")]) == (90 + 160 + 80, 90 + 160 + 90)
     note = T.oracle_check(files, contrast)
+    assert note.endswith("are rows of tables/persistent/findings.")
     f1, f2 = files[("M", "d1", "d1")], files[("M", "d2", "d2")]
     d1 = f1.point("oracle", "contrast_auc") - f1.point("nonoracle", "contrast_auc")
     lo, hi = np.quantile(f1.reps("oracle", "contrast_auc") - f1.reps("nonoracle", "contrast_auc"), [0.025, 0.975])
@@ -430,6 +460,68 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
     assert f"end-correct baseline reaches {f2.point('end_correct', 'contrast_auc'):.3f}" in why
     assert (f"{f2.point('nonoracle', 'delta0_b'):.3f} (non-oracle) and "
             f"{f2.point('oracle', 'delta0_b'):.3f} (oracle)") in why
+
+
+def test_findings_rows_are_paired_replicate_differences_with_verdicts():
+    """Hand-built contrast AUCs and replicates: oracle 0.70 below SC 0.78 with replicates that
+    keep the order (disagrees), non-oracle 0.50 at chance (undecided), multi above single
+    checkpoint (agrees); no GCM in the file, so its rows are named as not computed."""
+    rng = np.random.default_rng(0)
+    point = {"end_correct": 0.60, "sc": 0.78, "nonoracle": 0.50, "nonoracle_single": 0.45, "oracle": 0.70,
+             "oracle_respective": 0.65}
+    shared = rng.normal(0, 0.01, 200)
+    reps = {f"eq1|{m}|contrast_auc": v + shared + (rng.normal(0, 0.03, 200) if m == "nonoracle" else 0)
+            for m, v in point.items()}
+    f = _metric_file({m: {"contrast_auc": v} for m, v in point.items()}, reps)
+    table, note = T.findings_table({("M", "d", "d"): f})
+    by = dict(zip(table["comparison"], table.to_dict("records")))
+    osc = by["M, d: Oracle − SC (contrast AUC)"]
+    assert osc["difference"] == pytest.approx(-0.08) and osc["verdict"] == "disagrees"
+    # the replicates share their noise: the paired difference is the constant -0.08, no interval
+    assert osc["95 % interval"] == "none: every unit alike"
+    chance = by["M, d: Non-oracle − chance (0.5) (contrast AUC)"]
+    lo, hi = np.quantile(reps["eq1|nonoracle|contrast_auc"] - 0.5, [0.025, 0.975])
+    assert chance["95 % interval"] == f"[{lo:+.3f}, {hi:+.3f}]" and chance["verdict"].startswith("undecided")
+    assert by["M, d: Oracle multi − respective checkpoint (contrast AUC)"]["verdict"] == "agrees"
+    assert by["M, d: Oracle − end-correct baseline (contrast AUC)"]["paper's direction"] == "> 0"
+    assert len(table) == 8 and "Not computed in this configuration: GCM headroom: oracle − GCM, GCM − chance" in note
+    # by hand: oracle above non-oracle, end-correct and respective, SC above end-correct agree; oracle
+    # below SC and non-oracle 0.1 below end-correct disagree; non-oracle vs chance and vs single undecided
+    assert "Of 8 comparisons: 4 agrees, 2 disagrees, 2 undecided (interval includes 0)." in note
+
+
+def test_transfer_asymmetry_is_forward_minus_backward_auc_with_paired_resamples():
+    """Three checkpoints, 40 questions each: forward cells rank perfectly (AUC 1), backward
+    cells at random, the diagonal (left out) inverted; the difference is 1 minus the backward
+    cells' mean AUC, and its interval, from one resample shared by every cell, is the
+    percentile interval of the hand-computed per-resample differences."""
+    from selfknow.protocols.persistent.learning_check import resample_indices
+    from selfknow.stats.classification import auc
+
+    rng = np.random.default_rng(1)
+    order = ["c1", "c2", "c3"]
+    y = (np.arange(40) % 2).astype(float)
+    rows, backward = [], {}
+    for i, a in enumerate(order):
+        for j, c in enumerate(order):
+            p = y * 0.8 + 0.1 if i < j else (1 - y if i == j else rng.random(40))
+            if i > j:
+                backward[(a, c)] = p
+            rows += [{"adapter": a, "scorer": c, "target": c, "item_id": f"q{k:02d}", "correct": y[k],
+                      "confidence": p[k]} for k in rng.permutation(40)]
+    df = pd.DataFrame(rows)
+    diff, lo, hi = T.transfer_asymmetry(df, order, 300, 7)
+    assert diff == pytest.approx(1 - np.mean([auc(p, y) for p in backward.values()]))
+    idx = resample_indices(40, 300, 7)
+    reps = []
+    for r in idx:
+        if 0 < y[r].sum() < 40:
+            reps.append(1 - np.mean([auc(p[r], y[r]) for p in backward.values()]))
+    assert (lo, hi) == pytest.approx(tuple(np.quantile(reps, [0.025, 0.975])))
+    assert lo > 0
+    table, _ = T.findings_table({}, {"d": ("M", (diff, lo, hi))})
+    assert table.iloc[0]["comparison"].startswith("M, d: forward − backward transfer")
+    assert table.iloc[0]["verdict"] == "agrees"
 
 
 def test_contrast_size_table_marks_unused_pairs():
@@ -463,12 +555,15 @@ def test_write_table_and_figure3_from_synthetic_files(tmp_path):
     for e, row in counts.items():
         pd.DataFrame([{"dataset": "main", "split": "test", "checkpoint": "C1", **row}]).to_csv(
             files[Evaluation("M", "d", e)].judge, index=False)
-    for name in ("table1", "table4", "table8", "table10", "table12", "table14", "table18"):
+    for name in ("table1", "table4", "table8", "table10", "table12", "table14", "table18", "findings"):
         out = T.table_job(name, files, ["M"], ["d"], "t", f"{R}/{name}.csv", f"{R}/{name}.md", min_contrast=1,
                           min_contrast_transfer=1)
         assert out["rows"] > 0 and out.get("nan_cells", 0) == 0
     md = Path(f"{R}/table18.md").read_text()
-    assert "d → t" in md and "**0.500**" in md
+    # every cell 0.5 in every replicate: nothing is separated, so nothing is bold; all tie with the best
+    assert "d → t" in md and "**" not in md and "<u>0.500</u>" in md
+    findings = pd.read_csv(f"{R}/findings.csv")
+    assert set(findings["verdict"]) == {"no difference on any unit"}
     # who labelled the answers: the transfer tables count the judge's refusals and unparsable replies
     assert ("LLM judge judge-lm (§A.5, one request per question) on 5 questions: 1 refused, 2 unparsable, 0 without "
             "a candidate; of 9 candidate answers 3 R, 2 W, 1 N, 3 unlabelled") in md
@@ -776,6 +871,12 @@ def test_transfer_figure_job_writes_the_figure_and_its_cells(tmp_path):
     assert data[data["panel"] == "transfer"][["A", "B"]].to_numpy().tolist() == [[1, 1], [0, 1]]
     side = json.loads((fig / "figure4.json").read_text())
     assert side["figure"]["suptitle"] == "Figure 4" and len(side["figure"]["axes"]) == 2
+    # the note states the colour scale the caption describes: the lower of 0.5 and the lowest cell
+    # (here B on A, AUC 0) to the higher of 1 and the highest cell
+    cells = data[["A", "B"]].to_numpy(float)
+    lo, hi = min(0.5, np.nanmin(cells)), max(1.0, np.nanmax(cells))
+    assert (lo, hi) == (0.0, 1.0)
+    assert f"Colour scale of both panels: {lo:.3f} to {hi:.3f}." in (tab / "figure4.md").read_text()
     out = T.transfer_figure_job(str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"), ["A", "B"],
                                 str(fig / "f.png"), str(tab / "f.csv"), str(tab / "f.md"), title="Figure 4", n_boot=50)
     # two questions: a transfer cell's resamples with both classes rank as the full set does (AUC 1, or 0 for B

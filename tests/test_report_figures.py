@@ -290,6 +290,9 @@ def test_lcae_figure2_has_one_series_per_model_ce_as_area_and_a_bounded_legend(t
     area = {c.get_label(): c.get_sizes() for c in ax.collections}
     assert area["small"] == pytest.approx([F.CE_MAX_AREA] * 3) and area["big"] == pytest.approx([F.CE_MAX_AREA / 10])
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["big", "small"]
+    # the constant 0.5's LCAE, ln 2, as a dashed line across the axes
+    (line,) = [ln for ln in ax.lines if ln.get_linestyle() == "--"]
+    assert line.get_ydata()[0] == pytest.approx(np.log(2)) and "ln 2" in ax.get_ylabel()
 
     rng = np.random.default_rng(0)
     names = [f"model-{i:02d}" for i in range(20)]

@@ -137,6 +137,42 @@ def test_every_caption_renders_with_its_provenance(configfile, tmp_path, monkeyp
     assert config["models"][0]["name"] in body
 
 
+@pytest.mark.parametrize("configfile", ["config.yaml", "config/paper.yaml", "config/test.yaml"])
+def test_captions_state_the_counts_their_tables_use(configfile, tmp_path, monkeypatch):
+    """A caption's counts are those its table's job uses: Table 19's seeds are
+    persistent.variance_seeds (rules: P_VAR_SEEDS), noise_grid's sessions ladder.grid_sessions'
+    first sessions, LCAE Figure 2 plots no Stage-1 strategy, and Figures 3-4's colour scale is
+    `auc_limits`' (from the lower of 0.5 and the lowest cell)."""
+    config = yaml.safe_load((REPO / configfile).read_text(encoding="utf-8"))
+    monkeypatch.chdir(tmp_path)
+
+    def text(key: str) -> str:
+        paper, name = key.split("/")
+        kind = CATALOG[key]["kind"]
+        outputs = ({f"{name}_{ext}": f"results/tables/{paper}/{name}.{ext}" for ext in ("csv", "md", "html")}
+                   if kind == "table" else {name: f"results/{CATALOG[key]['output']}"})
+        side = Path(next(iter(outputs.values()))).with_suffix(".json")
+        side.parent.mkdir(parents=True, exist_ok=True)
+        side.write_text(json.dumps({"config_hash": "h", "config": {}}))
+        return re.sub(r"<[^>]+>", "", _render_caption(key, config, outputs, {}))
+
+    pc, lad, lc = config.get("persistent", {}), config.get("ladder", {}), config.get("lcae", {})
+    if pc:
+        seeds = pc.get("variance_seeds", pc.get("seeds", []))
+        assert f"different seeds ({', '.join(map(str, seeds))}, persistent.variance_seeds)" in text("persistent/table19")
+        for f in ("figure3", "figure4"):
+            assert "from the lower of chance (0.5) and the lowest cell to the higher of 1" in text(f"persistent/{f}")
+    if lad:
+        g = lad.get("grid_sessions", 0)
+        assert (f"on the first {g} of each model's sessions" if g else "on all of each model's sessions") \
+            in " ".join(text("ladder/noise_grid").split())
+    if lc:
+        f2 = " ".join(text("lcae/figure2").split())
+        strategies = ", ".join(lc.get("strategies", []))
+        assert f"(Stage 1 also ran the strategies {strategies}, which the figure does not plot)" in f2
+        assert "ln 2 = 0.693" in f2
+
+
 def test_a_caption_whose_sidecar_is_missing_fails_loudly(tmp_path, monkeypatch):
     from docutils.utils import SystemMessage
 

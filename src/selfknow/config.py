@@ -439,6 +439,14 @@ def is_chat(spec: dict) -> bool:
     return (spec["mode"] if "mode" in spec else subschema("models.*.mode")["default"]) != "completions"
 
 
+def stated_by(config: Mapping, models: Sequence[str]) -> dict[str, str]:
+    """Who states each model's prompted levels (ZS, LSA, GT-SelfStats): a chat model itself,
+    a base LM the configured `ladder.prompted_model`."""
+    specs = {m["name"]: m for m in config["models"]}
+    prompted = config["ladder"].get("prompted_model") or ""
+    return {m: m if m not in specs or is_chat(specs[m]) else (prompted or m) for m in models}
+
+
 def model_entry(cfg: dict, name: str) -> dict:
     for m in cfg["models"]:
         if m["name"] == name:

@@ -556,7 +556,7 @@ STAGES = tuple(dict.fromkeys(s for c in COUNTERS.values() for s in c.stages))
 FREE_RULES = (
     "items", "smollm2_convert", "world_generate", "world_train", "world_evolution_table", "judge_audit_table",
     "persistent_variant_slice", "persistent_metrics", "persistent_judge_counts", "persistent_reliability",
-    "persistent_table*", "persistent_figure*",
+    "persistent_table*", "persistent_figure*", "persistent_findings",
     "ladder_score", "ladder_optimisation", "ladder_appendix", "ladder_table*",
     "ladder_crosstask_tables", "ladder_import",
     "lcae_sample", "lcae_irt", "lcae_stage3", "lcae_tables", "knowledge_card",

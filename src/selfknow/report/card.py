@@ -21,16 +21,16 @@ from .catalog import SHARED_TABLE
 
 LADDER_LEVEL_ESTIMATORS = {"L0": "NoMemory", "L1": "ZS", "L2": "LSA", "L3": "OraclePDC", "L4": "GT-SelfStats"}
 PERSISTENT_METHOD = "sc"
+#: the level whose CBF is 1 by construction (verified counts), so its cell measures nothing
+FIXED_LEVEL = "OraclePDC"
+#: the levels a model states when prompted (LADDER's ZS, LSA, GT-SelfStats)
+PROMPTED_LEVELS = ("ZS", "LSA", "GT-SelfStats")
 
 
 def _fmt(value: float, lo: float, hi: float) -> str:
-    from selfknow.report.tables import format_number as num
+    from selfknow.report.tables import value_interval
 
-    if value is None or not np.isfinite(value):
-        return ""
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return num(value, 3)
-    return f"{num(value, 3)} [{num(lo, 3)}, {num(hi, 3)}]"
+    return value_interval(value, lo, hi)
 
 
 def lcae_columns(persons: pd.DataFrame, stage3: pd.DataFrame, last_ckpt: Mapping[str, str]) -> pd.DataFrame:
@@ -52,7 +52,9 @@ def lcae_columns(persons: pd.DataFrame, stage3: pd.DataFrame, last_ckpt: Mapping
     return pd.DataFrame(rows)
 
 
-def ladder_columns(main: pd.DataFrame) -> pd.DataFrame:
+def ladder_columns(main: pd.DataFrame, stated_by: Mapping[str, str] | None = None) -> pd.DataFrame:
+    """Session CBF per level; a prompted level's cell names the model that stated it
+    (`stated_by`: model -> that model)."""
     rows = []
     for model, g in main.groupby("model", sort=False):
         row = {"model": model}
@@ -60,8 +62,12 @@ def ladder_columns(main: pd.DataFrame) -> pd.DataFrame:
             r = g[g.estimator == est]
             if len(r):
                 r = r.iloc[0]
-                row[f"CBF {level} {est}"] = _fmt(float(r.CBF), float(r.get("CI_low", np.nan)),
-                                                  float(r.get("CI_high", np.nan)))
+                cell = _fmt(float(r.CBF), float(r.get("CI_low", np.nan)), float(r.get("CI_high", np.nan)))
+                if est in PROMPTED_LEVELS and stated_by is not None:
+                    cell += f" (stated by {stated_by.get(model, model)})"
+                elif est == FIXED_LEVEL:
+                    cell += " (by construction)"
+                row[f"CBF {level} {est}"] = cell
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -100,15 +106,16 @@ def knowledge_card(models: Sequence[str], parts: Mapping[str, pd.DataFrame]) -> 
 
 def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_persons: str | None,
              lcae_stage3: str | None, ladder_main: str | None, persistent: Mapping[str, tuple[str, str]],
-             csv: str, md: str, provenance: dict | None = None) -> dict:
-    """Read each protocol's outputs that exist in this config and write the card."""
+             csv: str, md: str, provenance: dict | None = None, stated_by: Mapping[str, str] | None = None) -> dict:
+    """Read each protocol's outputs that exist in this config and write the card; `stated_by`
+    names who stated each LADDER model's prompted levels (`selfknow.config.stated_by`)."""
     from selfknow.report.tables import write_table
 
     parts = {}
     if lcae_persons and lcae_stage3:
         parts["LCAE"] = lcae_columns(pd.read_parquet(lcae_persons), pd.read_parquet(lcae_stage3), last_ckpt)
     if ladder_main:
-        parts["LADDER"] = ladder_columns(pd.read_csv(ladder_main))
+        parts["LADDER"] = ladder_columns(pd.read_csv(ladder_main), stated_by)
     if persistent:
         files = {}
         for model, (points, reps) in persistent.items():
@@ -118,8 +125,9 @@ def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_person
     card = knowledge_card(models, parts)
     write_table(card, csv, md, provenance=provenance, title=SHARED_TABLE["card/self_knowledge"].title,
                 notes="Ability: Rasch θ ± 1.96 SE (LCAE Stage 1, Standard prompting, last checkpoint). "
-                      "LCAE: mean over repeats, t-interval (a point when the repeats agree: local models "
-                      "decode deterministically at temperature 0, the paper's setting). CBF: LADDER session mean, session-bootstrap "
+                      "LCAE: mean over repeats, t-interval (none when the repeats agree: local models "
+                      "decode deterministically at temperature 0, the paper's setting). A value without an interval "
+                      "has none: a single point is not printed as one. CBF: LADDER session mean, session-bootstrap "
                       "interval. Persistent: self-consistency, paired-bootstrap percentile interval. "
                       "Empty: the config does not run that protocol for the model; `not run` names those "
                       "protocols (a model in the registry only to serve, e.g. as judge, user or prompted model, "
@@ -136,6 +144,9 @@ def knowledge_card_job(models: Sequence[str], last_ckpt: Mapping[str, str], pers
 
     prov = table_job_provenance(config, input_files, report, models=list(models),
                                 sections=[s for s in ("lcae", "ladder", "persistent") if s in config])
+    from selfknow.config import stated_by
+
+    who = stated_by(config, config["ladder"]["models"]) if "ladder" in config else None
     return card_job(list(models), dict(last_ckpt), lcae_persons=lcae_persons, lcae_stage3=lcae_stage3,
                     ladder_main=ladder_main, persistent=persistent, csv=outputs["self_knowledge_csv"],
-                    md=outputs["self_knowledge_md"], provenance=prov)
+                    md=outputs["self_knowledge_md"], provenance=prov, stated_by=who)

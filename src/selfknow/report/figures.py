@@ -150,6 +150,10 @@ def _ce_key_values(ce: np.ndarray) -> np.ndarray:
     return ticks[np.linspace(0, ticks.size - 1, min(3, ticks.size)).round().astype(int)]
 
 
+#: the BCE LCAE of stating 0.5 for every item, Figure 2's reference line
+LN2 = float(np.log(2))
+
+
 def ability_lcae_ce(df: pd.DataFrame, path: str | Path, *, title: str,
                     provenance: dict | None = None) -> FigureSummary:
     """LCAE Figure 2 (§IV, "ability, LCAE, and cost efficiency"): one marker per examinee at
@@ -159,7 +163,7 @@ def ability_lcae_ce(df: pd.DataFrame, path: str | Path, *, title: str,
     own group). Colour and marker tell the groups apart, one legend series per group beside
     the axes (`LEGEND_ROWS` a column); the examinees of a group with several (e.g. a model's
     checkpoints) carry their label beside the marker; a second key gives the area of round CE
-    values."""
+    values; a dashed line marks the LCAE of the constant 0.5 (ln 2)."""
     from matplotlib.lines import Line2D
 
     _require(df, ["label", "theta", "lcae", "ce"], "ability_lcae_ce")
@@ -181,8 +185,10 @@ def ability_lcae_ce(df: pd.DataFrame, path: str | Path, *, title: str,
                 ax.annotate(str(r.label), (r.theta, r.lcae), xytext=(gap, gap / 2), textcoords="offset points",
                             fontsize=7, color="#333333")
     ax.margins(0.12)
+    # the LCAE of stating 0.5 for every item: an examinee above the line does worse than that
+    ax.axhline(LN2, color="#888888", linestyle="--", linewidth=0.8, zorder=1, label="_constant 0.5")
     ax.set_xlabel("ability θ (logits, Stage 3)")
-    ax.set_ylabel("LCAE (BCE, lower is better)")
+    ax.set_ylabel("LCAE (BCE, lower is better; dashed: ln 2)")
     ax.set_title(title)
     # the groups' key shows colour and marker at one size: in the axes, size is CE
     _, labels = ax.get_legend_handles_labels()
@@ -557,7 +563,9 @@ def reliability_bins(df: pd.DataFrame, path: str | Path, *, title: str = "Answer
 
 # --- persistent Figure 3: transfer between checkpoints ---------------------------------------
 
-def _auc_limits(*frames: pd.DataFrame) -> tuple[float, float]:
+def auc_limits(*frames: pd.DataFrame) -> tuple[float, float]:
+    """The colour scale of Figures 3-4: from the lower of chance (0.5) and the lowest cell to the
+    higher of 1 and the highest cell (0.5 to 1 where no cell is defined)."""
     vals = np.concatenate([f.to_numpy(float).ravel() for f in frames])
     vals = vals[~np.isnan(vals)]
     if vals.size == 0:  # e.g. checkpoints that answer nothing right: AUC is undefined everywhere
@@ -584,7 +592,7 @@ def transfer_heatmap(matrix: pd.DataFrame, path: str | Path, *, title: str,
     The colour scale spans 0.5 to 1 and widens to take in any cell outside it."""
     if matrix.empty:
         raise ValueError("transfer_heatmap: empty matrix")
-    vmin, vmax = _auc_limits(matrix)
+    vmin, vmax = auc_limits(matrix)
     fig, ax = _pyplot().subplots(figsize=(1.6 + 0.8 * matrix.shape[1], 1.2 + 0.6 * matrix.shape[0]))
     _transfer_panel(ax, matrix, vmin=vmin, vmax=vmax, title=title, ylabel="training checkpoint",
                     xlabel="evaluation checkpoint")
@@ -603,7 +611,7 @@ def transfer_heatmap_random_label(transfer: pd.DataFrame, random_label: pd.DataF
     parentheses."""
     if transfer.empty or random_label.empty:
         raise ValueError("transfer_heatmap_random_label: empty matrix")
-    vmin, vmax = _auc_limits(transfer, random_label)
+    vmin, vmax = auc_limits(transfer, random_label)
     width = 3.2 + 0.8 * (transfer.shape[1] + random_label.shape[1])
     height = 1.4 + 0.6 * max(transfer.shape[0], random_label.shape[0])
     fig, (left, right) = _pyplot().subplots(1, 2, figsize=(width, height), layout="constrained")

@@ -26,6 +26,39 @@ from selfknow.stats.persistent.significance import BOLD, UNDERLINED
 DECIMALS = 3
 
 
+#: Which best a table bolds (`report.bold`, rendering only): "separated", a best its interval
+#: separates from the next and that is not fixed by construction
+#: (`stats.persistent.significance.separated_bold`); "paper", the best by point value as the
+#: authors' tables do (§A.8). A table job sets it (`table_job_provenance`).
+BOLD_RULE = "separated"
+
+
+def bold_text() -> str:
+    """What bold means in a table under `BOLD_RULE`, as its note says it."""
+    if BOLD_RULE == "paper":
+        return "Bold: best in its block"
+    return ("Bold: a best that its paired bootstrap interval separates from every other row of its block and that "
+            "is not fixed by construction (a block where nothing is separated has no bold)")
+
+
+def set_bold_rule(rule: str) -> None:
+    """The bold rule of every table this process writes from now on."""
+    global BOLD_RULE
+    if rule not in ("separated", "paper"):
+        raise ValueError(f"report.bold must be 'separated' or 'paper', got {rule!r}")
+    BOLD_RULE = rule
+
+
+def value_interval(value: float, lo: float, hi: float, digits: int = 3) -> str:
+    """"value [lo, hi]"; the value alone where the interval is missing or a single point
+    (identical repeats give no interval), "" for a missing value."""
+    if value is None or not np.isfinite(value):
+        return ""
+    if not (np.isfinite(lo) and np.isfinite(hi)) or format_number(lo, digits) == format_number(hi, digits):
+        return format_number(value, digits)
+    return f"{format_number(value, digits)} [{format_number(lo, digits)}, {format_number(hi, digits)}]"
+
+
 def set_decimals(n: int) -> None:
     """The default decimals of every table this process writes from now on."""
     global DECIMALS
@@ -166,7 +199,7 @@ def to_html(df: pd.DataFrame, *, title: str = "", notes: str = "", digits: int |
         if para:
             out.append(f'<p class="notes">{html.escape(para)}</p>')
     if marks is not None:
-        out.append('<p class="notes">Bold: best; underlined: not significantly worse than the best '
+        out.append(f'<p class="notes">{html.escape(bold_text())}; underlined: not significantly worse than the best '
                    '(both: tied with the best).</p>')
     if provenance:
         from selfknow.report.provenance import summary_lines
@@ -204,4 +237,5 @@ def table_job_provenance(config: Mapping, input_files: Sequence[str], report: Ma
     from selfknow.report.provenance import job_provenance
 
     set_decimals(report["decimals"])
+    set_bold_rule(report["bold"])
     return job_provenance(config, input_files, **what)

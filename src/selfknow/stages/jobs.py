@@ -76,6 +76,9 @@ def judge_audit_table(judged: pd.DataFrame, *, replicates: int, seed: int) -> tu
     kappa with its percentile bootstrap interval (`replicates`, `seed`), and the refused and
     unparsable judgments, which count as wrong (as in the persistent labels) and are never
     dropped. The note flags a mode whose kappa interval includes 0 (or is undefined)."""
+    def num(v: float) -> str:  # rounded first, so that a bound just below 0 prints 0.000, not -0.000
+        return f"{round(v, 3) + 0.0:.3f}"
+
     rows, flagged = [], []
     for mode, g in judged.groupby("labels", sort=False):
         em, llm = g["exact_match"].astype(bool).to_numpy(), g["judge_correct"].astype(bool).to_numpy()
@@ -88,7 +91,7 @@ def judge_audit_table(judged: pd.DataFrame, *, replicates: int, seed: int) -> tu
                      "kappa_low": lo, "kappa_high": hi,
                      "em_accuracy": float(em.mean()), "judge_accuracy": float(llm.mean())})
         if not lo > 0:
-            flagged.append(f"{mode} (kappa {kappa:.3f}, 95 % interval [{lo:.3f}, {hi:.3f}]; judge marks "
+            flagged.append(f"{mode} (kappa {num(kappa)}, 95 % interval [{num(lo)}, {num(hi)}]; judge marks "
                            f"{llm.mean():.0%} right, exact match {em.mean():.0%})")
     notes = ("Each greedy answer is judged alone in the authors' R/W/N request (persistent §A.5). labels: "
              "generate = the judge's own reply, parsed; constrained = one label token per candidate, the most "

@@ -18,6 +18,7 @@ APPENDIX_PARTS = ("sessions", "answers", "heldout", "controls")
 _MAIN = needs("ladder")
 CATEGORY = "Paper 2: LADDER"
 MAIN_RESULTS, ANALYSES = "Main results (table, Figures 4-7)", "Analyses"
+FINDINGS = "What the default finds"
 APPENDIX, CROSSTASK = "Appendix analyses (Tables 18, 33; Figures 9, 11)", "Cross-task priors (Tables 14-15)"
 #: A builder that `tables.write_tables` calls through this catalog is written whole, so that the
 #: code fingerprint of its job reaches it (selfknow.code_inputs); the builders the rules call
@@ -130,6 +131,9 @@ TABLES: tuple[Table, ...] = (
             "LADDER answers: answer accuracy of each model on the session pool",
             "Answer-level metrics",
             "Answer accuracy of each model on the session pool (the turns' recorded correctness)."),
+    _tables("findings", "selfknow.protocols.ladder.tables:findings",
+            "LADDER, what the default finds: each level against NoMemory, second- against first-order estimators",
+            "What the default finds: LADDER", subcategory=FINDINGS),
     _figure("figure4", "selfknow.protocols.ladder.tables:figure4", "Figure 4: the ladder"),
     _figure("figure5", "selfknow.protocols.ladder.tables:figure5", "Figure 5: accuracy vs profile CBF"),
     _figure("figure6", "selfknow.protocols.ladder.tables:figure6", "Figure 6: model x baseline CBF matrix"),

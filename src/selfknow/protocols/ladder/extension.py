@@ -170,6 +170,22 @@ def parse_counts(records: pd.DataFrame, unfence_humaneval: bool) -> str:
             f"Unparsed answers (scored wrong): {unparsed}.")
 
 
+def unparsed_gap_note(records: pd.DataFrame) -> str:
+    """The gaps that rest on unparsed answers (scored wrong, so the gap reads as
+    overconfidence): per model and task with a parse step (GSM8K, BFCL), how many of the
+    answers its gap is taken over were unparsed."""
+    flagged = []
+    for (model, task), t in records[records["task"].isin(("gsm8k", "bfcl"))].groupby(["model", "task"], sort=False):
+        have = t["confidence"].astype(float).notna()
+        n_bad = int(t.loc[have, "parsed"].isna().sum())
+        if n_bad:
+            flagged.append(f"{model} {TASK_LABELS[task]}: {n_bad} of {int(have.sum())}")
+    if not flagged:
+        return ""
+    return ("FLAGGED, gaps resting on unparsed answers (scored wrong, so they read as overconfidence rather than "
+            "measure it): " + "; ".join(flagged) + ".")
+
+
 def table32_note(table: pd.DataFrame, datasets: Mapping[str, str], loaders: Mapping[str, str],
                  sign_tolerance_pp: float, counts: str) -> str:
     """The table note: definitions, the sign-flip count, which dataset each task column reads
@@ -204,7 +220,8 @@ def table32_job(record_paths: Sequence[str], out_csv: str, out_md: str, *, datas
     write_table(table, out_csv, out_md,
                 title=TABLE["table32"].title,
                 notes=" ".join(filter(None, [table32_note(table, datasets, loaders, sign_tolerance_pp,
-                                                          parse_counts(records, unfence_humaneval)), modes_note])),
+                                                          parse_counts(records, unfence_humaneval)),
+                                             unparsed_gap_note(records), modes_note])),
                 provenance=provenance)
     return {"models": len(table), "sign_flips": int((table["sign_flip"] == "yes").sum()),
             "rows_scored": int((table["sign_flip"] != "").sum())}

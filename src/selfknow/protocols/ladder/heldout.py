@@ -169,8 +169,9 @@ SOURCE_NOTES = {
               "configuration's L1 zero-shot prior over the subjects, stated before its trajectories."),
     "sessions": ("Offline analogue of Table 34 (held-out ReAct prediction): no ReAct trajectories exist offline, "
                  "so each LADDER model's session answers on {dataset} (each question once; its domains stand "
-                 "for ReAct's subjects) are the records, one configuration per model, and the model's L1 "
-                 "zero-shot prior is its ZS profile."),
+                 "for ReAct's subjects) are the records, one configuration per model, and the L1 zero-shot "
+                 "prior stated for the model is its ZS profile: stated by the model itself if it is a chat "
+                 "model, else by ladder.prompted_model (the main table's note names who)."),
 }
 
 

@@ -9,7 +9,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.config import stated_by  # noqa: F401  (the ladder rule jobs take it from here)
 from selfknow.report.catalog import call_by_name, names
+from selfknow.report.findings import Claim
 
 from . import controls as C
 from .catalog import TABLE as CATALOG_ENTRY
@@ -180,16 +182,6 @@ def _read(paths: Sequence[str]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def stated_by(config: Mapping, models: Sequence[str]) -> dict[str, str]:
-    """Who states each model's prompted levels (ZS, LSA, GT-SelfStats): a chat model itself,
-    a base LM the configured `ladder.prompted_model`."""
-    from selfknow.config import is_chat
-
-    specs = {m["name"]: m for m in config["models"]}
-    prompted = config["ladder"].get("prompted_model") or ""
-    return {m: m if m not in specs or is_chat(specs[m]) else (prompted or m) for m in models}
-
-
 def main_note(main: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
     """The main table's note drawn from its numbers: who stated each model's prompted levels,
     how many sessions each estimator rests on, and whether ZS and GT-SelfStats, which both
@@ -223,11 +215,85 @@ def r4_note(sessions: pd.DataFrame) -> str:
         f"{m}: {int(lsa.get(m, 0))} of {int(n)} sessions" for m, n in every.items()) + "."
 
 
+def lsa_clean_note(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
+    """Per model whose LSA-clean scores equal LSA's on every session both were asked on (CBF,
+    bias, shape error): the clean-label control cannot differ there, since the prompted model's
+    profiles did not change with the feedback, which the note says instead of reading a null."""
+    out = []
+    cols = [c for c in ("CBF", "bias", "shape_error") if c in sessions.columns]
+    for model, g in sessions.groupby("model", sort=False):
+        w = {e: g[g["estimator"] == e].set_index("session_id")[cols] for e in ("LSA", "LSA-clean")}
+        shared = w["LSA"].index.intersection(w["LSA-clean"].index)
+        if len(shared) and np.allclose(w["LSA"].loc[shared].to_numpy(float), w["LSA-clean"].loc[shared].to_numpy(float),
+                                       rtol=0, atol=1e-12, equal_nan=True):
+            out.append(f"{model}: LSA-clean equals LSA on all {len(shared)} sessions (CBF, bias, shape error): "
+                       f"{stated_by.get(model, model)}'s profiles did not change between clean and observed "
+                       f"histories, so this control cannot differ here and shows nothing.")
+    return " ".join(out)
+
+
 def main_with_note(sessions: pd.DataFrame, bootstrap: pd.DataFrame, stated_by: Mapping[str, str],
                    modes_note: str) -> tuple[pd.DataFrame, str]:
-    """The main table, and its notes drawn from it (`main_note`) and from the reply modes."""
+    """The main table, and its notes drawn from it (`main_note`), from LSA-clean
+    (`lsa_clean_note`) and from the reply modes."""
     main = main_table(sessions, bootstrap)
-    return main, " ".join(filter(None, [main_note(main, stated_by), modes_note]))
+    return main, " ".join(filter(None, [main_note(main, stated_by), lsa_clean_note(sessions, stated_by), modes_note]))
+
+
+#: the levels' claims against NoMemory (session CBF, estimator minus NoMemory); an estimator
+#: not listed is compared with no stated direction (`_NO_DIRECTION`)
+LEVEL_CLAIMS = {
+    "ZS": Claim(1, "\"L1 improves on constant L0 for 14 of 18 models\" (§4.2)"),
+    "GT-SelfStats": Claim(1, "\"All 18 complete L4 evaluations reproduce supplied statistics at CBF 1.000\" (§4.2)"),
+}
+_NO_DIRECTION = Claim(None, "none: Figure 4 shows \"mean session CBF across five levels\" (§4.3) and states no "
+                            "ordering of an L2 estimator against L0")
+#: second-order (reliability-aware) estimators against the first-order count they refine
+SECOND_ORDER = ("Dawid-Skene", "GLAD", "EM-Joint")
+FIRST_ORDER = "Count"
+_SECOND_ORDER_CLAIM = Claim(None, "none: \"The reliability-aware estimators are also compared at matched session "
+                                  "and pooled scoring units\" (§E.10), with no direction; Global \"leads five matched "
+                                  "algorithmic controls on 14/18 session-level rows\" (§4.2)")
+#: prompted levels: a model states them (`stated_by`)
+PROMPTED = ("ZS", "LSA", "GT-SelfStats")
+#: fixed by construction, so not compared (OraclePDC's CBF is 1 on every session)
+BY_CONSTRUCTION = ("OraclePDC",)
+#: controls, not levels (LSA on clean histories: the main table's note says when it cannot differ)
+CONTROLS = ("LSA-clean",)
+
+
+def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
+    """What the default finds on LADDER (`selfknow.report.findings`): per model, each level's
+    session CBF against NoMemory's and each second-order estimator's against Count's, as the
+    mean over the sessions both were scored on of the paired difference, with the Student-t
+    interval over those sessions. A prompted level's row names the model that stated it."""
+    from selfknow.report.findings import LEVEL, frame, row, tally_note
+    from selfknow.stats.hypothesis import mean_ci
+
+    rows = []
+    for model, g in sessions.groupby("model", sort=False):
+        wide = g.pivot_table(index="session_id", columns="estimator", values="CBF", aggfunc="mean")
+
+        def compare(label: str, a: str, b: str, claim: Claim) -> None:
+            if {a, b} <= set(wide.columns):
+                d = (wide[a] - wide[b]).dropna().to_numpy()
+                if d.size:
+                    m, lo, hi = mean_ci(d, LEVEL)
+                    n = f"{d.size} session{'s' if d.size != 1 else ''}"
+                    rows.append(row(f"{model}: {label} (session CBF, {n})", m, lo, hi, claim))
+
+        for est in _est_columns(wide.columns):
+            if est in ("NoMemory", *BY_CONSTRUCTION, *CONTROLS):
+                continue
+            who = f" (stated by {stated_by.get(model, model)})" if est in PROMPTED else ""
+            compare(f"{est}{who} − NoMemory", est, "NoMemory", LEVEL_CLAIMS.get(est, _NO_DIRECTION))
+        for est in SECOND_ORDER:
+            compare(f"{est} − {FIRST_ORDER} (second- vs first-order)", est, FIRST_ORDER, _SECOND_ORDER_CLAIM)
+    table = frame(rows)
+    return table, (tally_note(table) + " Intervals: Student-t over the sessions both estimators were scored on "
+                   "(paired differences of session CBF; none on one session). Not compared: "
+                   + ", ".join(BY_CONSTRUCTION) + " (CBF 1 on every session by construction) and the control "
+                   + ", ".join(CONTROLS) + " (the main table).")
 
 
 def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame) -> tuple[pd.DataFrame, str]:

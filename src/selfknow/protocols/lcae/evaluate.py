@@ -10,15 +10,17 @@ import numpy as np
 import pandas as pd
 
 from selfknow.records import RecordTable, write_csv, write_parquet
+from selfknow.report.catalog import names
 from selfknow.stats.item_fit import fit_band
 from selfknow.stats.lcae import lcae
 from selfknow.stats.rasch import estimate_abilities, fit_rasch, irt_item_error_p, irt_model_error_p, response_matrix
 
+from .catalog import TABLES as CATALOG_TABLES
 from .examinees import STATUSES
 from .records import read_stage1, read_stage2
 
-#: the tables `tables.write_tables` writes
-TABLES = ["table1", "table1_squared", "table2", "table3", "item_fit"]
+#: the tables `tables.write_tables` writes: every table of the catalog
+TABLES = list(names(CATALOG_TABLES, figure=False))
 
 
 def fit_stage1(stage1: pd.DataFrame, *, method: str, repeats: str = "first"

@@ -8,6 +8,7 @@ from selfknow.stats.hypothesis import friedman, mean_ci, pairwise_wilcoxon_holm
 from selfknow.stats.item_fit import band_counts
 from selfknow.stats.lcae import cost_efficiency
 from selfknow.report.catalog import call_by_name, names
+from selfknow.report.findings import Claim
 from selfknow.stats.rasch import EXTREME_SCORE_ADJUSTMENT
 
 from .catalog import TABLE, TABLES
@@ -122,9 +123,9 @@ def routes_note(stage3: pd.DataFrame) -> str:
 def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
     """Table III: the top-k examinees by mean Stage-3 ability (over every condition and
     repeat; the paper says "ranked by ability" and reports Stage-3 abilities as the models'
-    ability); mean LCAE over the repeats with a 95 % t-interval, per condition, in the
-    paper's column order (`TABLE3_COLUMNS`)."""
-    from selfknow.report.tables import format_number as num
+    ability); mean LCAE over the repeats with a 95 % t-interval (the mean alone where the repeats
+    agree: no interval), per condition, in the paper's column order (`TABLE3_COLUMNS`)."""
+    from selfknow.report.tables import value_interval
 
     order = stage3.groupby("examinee")["theta"].mean().sort_values(ascending=False).index[:k]
     rows = []
@@ -133,8 +134,7 @@ def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
         for c, label in TABLE3_COLUMNS.items():
             vals = stage3.loc[(stage3.examinee == ex) & (stage3.condition == c), "lcae"].to_numpy()
             if len(vals):
-                m, lo, hi = mean_ci(vals, 0.95)
-                row[label] = f"{num(m, 3)} [{num(lo, 3)}, {num(hi, 3)}]"
+                row[label] = value_interval(*mean_ci(vals, 0.95))
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -166,7 +166,8 @@ def repeats_note(models: list[str], shared: list[str]) -> str:
     varied = [m for m in models if m not in shared]
     out = []
     if shared:
-        out.append(f"Repeats were one set of requests, so their intervals are points, for: {', '.join(shared)} "
+        out.append(f"Repeats were one set of requests, so their cells are single values without an interval, for: "
+                   f"{', '.join(shared)} "
                    f"(deterministic: greedy local decoding, or log-likelihood assessments).")
     if varied:
         out.append(f"Repeats were separate requests, each its own answer, for: {', '.join(varied)}.")
@@ -243,6 +244,62 @@ def table3(stage3: pd.DataFrame, shared_repeats: list[str] | None, modes_note: s
            fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
     repeats = "" if shared_repeats is None else repeats_note(sorted(stage3["model"].unique()), shared_repeats)
     return top_models_table(stage3), [repeats, modes_note, fit_notes]
+
+
+#: what the paper states of each condition against Baseline (LCAE difference, condition minus
+#: Baseline: below 0 is a reduction), §V
+BASELINE_CLAIMS = {
+    "ids": Claim(-1, "\"Introducing IDS consistently reduces LCAE across models relative to their respective "
+                     "baselines\" (§V, Table III)"),
+    "dpr": Claim(0, "\"IDS+DPR significantly reduces LCAE compared to the baseline, whereas DPR alone shows no "
+                    "significant effect\" (§V, Table I)"),
+    "ids_dpr": Claim(-1, "\"IDS+DPR significantly reduces LCAE compared to the baseline\" (§V, Table I)"),
+}
+#: the paper has no constant reference: its LCAEs (1.058 to 5.870, §V) are all above ln 2
+CONSTANT_CLAIM = Claim(None, "none: the paper compares no assessment with stating 0.5; its reported LCAEs "
+                             "(1.058 to 5.870, §V) all lie above ln 2 = 0.693")
+
+
+def findings(stage3: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """What the default finds on LCAE (`selfknow.report.findings`): each condition's LCAE
+    against the constant 0.5 (constant minus LCAE, above 0 where the assessment beats it) and
+    each condition other than Baseline against Baseline (condition minus Baseline, paired by
+    examinee). A difference is the mean over examinees of each examinee's mean over repeats; its
+    interval is the Student-t interval over the examinees (the paper's blocks, §V)."""
+    from selfknow.report.findings import LEVEL, frame, row, tally_note
+
+    s = stage3.sort_values(["examinee", "condition", "repeat"], kind="stable")
+    conds = [c for c in CONDITION_LABELS if c in set(s["condition"])]
+    per_ex = s.groupby(["examinee", "condition"])[["lcae", "lcae_gain"]].mean()
+    lcae_w, gain_w = per_ex["lcae"].unstack("condition"), per_ex["lcae_gain"].unstack("condition")
+    rows = []
+    for c in conds:
+        m, lo, hi = mean_ci(gain_w[c].dropna().to_numpy(), LEVEL)
+        rows.append(row(f"{CONDITION_LABELS[c]} vs constant 0.5 (ln 2 − LCAE)", m, lo, hi, CONSTANT_CLAIM))
+    for c in conds:
+        if c == "baseline" or "baseline" not in conds:
+            continue
+        m, lo, hi = mean_ci((lcae_w[c] - lcae_w["baseline"]).dropna().to_numpy(), LEVEL)
+        rows.append(row(f"{CONDITION_LABELS[c]} − Baseline (LCAE)", m, lo, hi, BASELINE_CLAIMS[c]))
+    table = frame(rows)
+    n = len(lcae_w)
+    return table, [tally_note(table), f"Intervals: Student-t over the {n} Stage-2 examinees (each examinee's LCAE "
+                   f"averaged over its repeats), the paper's blocks (§V).", reversed_note(lcae_w, conds)]
+
+
+def reversed_note(lcae_w: pd.DataFrame, conds: list[str]) -> str:
+    """The examinees in which a condition the paper says lowers LCAE (`BASELINE_CLAIMS`
+    direction -1) raises it instead, with both values (point values: means over repeats)."""
+    parts = []
+    for c in conds:
+        if c == "baseline" or "baseline" not in conds or BASELINE_CLAIMS[c].direction != -1:
+            continue
+        up = lcae_w.index[(lcae_w[c] > lcae_w["baseline"]).to_numpy()]
+        if len(up):
+            parts.append(f"{CONDITION_LABELS[c]} raises LCAE, the reverse of the paper, for {len(up)} of "
+                         f"{len(lcae_w)} examinees: " + ", ".join(
+                             f"{ex} ({lcae_w.at[ex, 'baseline']:.3f} -> {lcae_w.at[ex, c]:.3f})" for ex in up))
+    return ("Per examinee (means over repeats, no interval): " + "; ".join(parts) + ".") if parts else ""
 
 
 def item_fit(items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

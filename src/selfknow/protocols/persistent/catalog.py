@@ -142,6 +142,15 @@ class ContrastTable:
 
 
 @dataclass(frozen=True)
+class FindingsTable:
+    """What the default finds: the paper's headline comparisons on contrast-set AUC, each model
+    and training dataset, from the paired bootstrap replicates of `evalset`'s metric files
+    (`tables.findings_table`)."""
+
+    evalset: str = MAIN
+
+
+@dataclass(frozen=True)
 class TransferFigure:
     """Figures 3 and 4: the transfer and random-label matrices of the first model on one
     training dataset (0: the first, 1: the second)."""
@@ -167,6 +176,7 @@ SECOND, TRANSFER_SET, GCM = "second_dataset", "transfer", "gcm"
 CATEGORY = "Paper 1: Persistent calibration"
 MAIN_TEXT, APPENDIX = "Main text (Tables 1-4, Figures 2-3)", "Appendix (Tables 7, 11-19, Figure 4)"
 CONTRAST = "Contrast-set sizes (Tables 8-10)"
+FINDINGS = "What the default finds"
 #: A builder is the job function that writes the table (its rule passes it the files and
 #: settings it names). The references are assembled from their module, not written whole: the
 #: table code reads this catalog for layouts and titles and must not reach, in its code
@@ -228,6 +238,9 @@ TABLES: tuple[Table, ...] = (
     method_entry("table18", "Table 18: domain transfer to {transfer}",
             MethodTable((Block(("sc", "nonoracle", "oracle")),), label_columns=("model", "transfer"), evalset=TRANSFER),
             APPENDIX, "Table 18: domain transfer", needs(TRANSFER_SET)),
+    Table("findings", TABLE_JOB, "What the default finds (persistent calibration): the paper's headline "
+          "comparisons on contrast-set AUC", layout=FindingsTable(), subcategory=FINDINGS,
+          label="What the default finds: persistent calibration"),
     Table("table7", _T + "table7_job", "Table 7: top-answer accuracy (%) per checkpoint",
           subcategory=APPENDIX, label="Table 7: accuracy per checkpoint"),
     Table("table19", _T + "table19_job", "Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance "

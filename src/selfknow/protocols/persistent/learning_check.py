@@ -40,21 +40,35 @@ def bootstrap_auc(conf, correct, n_boot: int, seed: int, level: float = LEVEL) -
     """Percentile `level` interval of the AUC over `n_boot` resamples of the questions
     (with replacement, `numpy.random.default_rng(seed)`); resamples with one class only are
     left out. (nan, nan) when none has both classes."""
+    aucs = resampled_aucs(conf, correct, resample_indices(np.size(conf), n_boot, seed))
+    if np.isnan(aucs).all():
+        return float("nan"), float("nan")
+    alpha = (1.0 - level) / 2
+    lo, hi = np.nanquantile(aucs, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
+def resample_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
+    """(n_boot, n) question indices drawn with replacement (`numpy.random.default_rng(seed)`):
+    one set shared by every cell that scores the same questions, so that cells are paired."""
+    return np.random.default_rng(seed).integers(0, n, size=(int(n_boot), n))
+
+
+def resampled_aucs(conf, correct, idx: np.ndarray) -> np.ndarray:
+    """The AUC of each resample `idx` (rows of question indices; ties count 1/2), NaN for a
+    resample with one class only."""
     p = np.asarray(conf, dtype=float)
     y = np.asarray(correct, dtype=bool)
-    idx = np.random.default_rng(seed).integers(0, p.size, size=(int(n_boot), p.size))
     ys = y[idx]
     n_pos = ys.sum(axis=1)
     n_neg = p.size - n_pos
     ok = (n_pos > 0) & (n_neg > 0)
-    if not ok.any():
-        return float("nan"), float("nan")
-    ranks = rankdata(p[idx[ok]], axis=1)
-    pos, neg = n_pos[ok].astype(float), n_neg[ok].astype(float)
-    aucs = ((ranks * ys[ok]).sum(axis=1) - pos * (pos + 1) / 2) / (pos * neg)
-    alpha = (1.0 - level) / 2
-    lo, hi = np.quantile(aucs, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
+    out = np.full(len(idx), np.nan)
+    if ok.any():
+        ranks = rankdata(p[idx[ok]], axis=1)
+        pos, neg = n_pos[ok].astype(float), n_neg[ok].astype(float)
+        out[ok] = ((ranks * ys[ok]).sum(axis=1) - pos * (pos + 1) / 2) / (pos * neg)
+    return out
 
 
 def check_estimators(records: pd.DataFrame, *, n_boot: int = 2000, seed: int = 0, min_sd: float = MIN_SD,

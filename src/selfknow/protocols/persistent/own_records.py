@@ -23,6 +23,7 @@ from selfknow.paths import fill
 from selfknow.readers import read_records
 from selfknow.readers.plain import COLUMNS
 from selfknow.records import atomic_path, read_parquet, write_csv
+from selfknow.report.tables import bold_text
 from selfknow.stats.persistent.contrast import METRICS
 
 from . import catalog as C
@@ -42,7 +43,7 @@ NOTES = ("Contrast sets: the questions one evaluation checkpoint answers right a
          "pair of evaluation checkpoints (earlier first, in the records' order); contrast metrics average over "
          "the pairs of at least {min_contrast} questions ({pairs}). Full-set AUC and Brier pool the evaluation "
          "checkpoints' answers, SmoothECE is averaged over checkpoints; methods with several seeds average each "
-         "metric over seeds. Bold: best in its block (a dataset); underlined: not significantly worse on {n_boot} "
+         "metric over seeds. {bold} (a block: a dataset); underlined: not significantly worse on {n_boot} "
          "paired class-stratified bootstrap replicates (one-sided 95 %, §A.8); a method tied with the best is both. ")
 
 
@@ -79,7 +80,7 @@ def render_tables(results: dict[str, Result], methods: dict[str, list[str]], set
                 for d in results for m in methods[d]]
         values, marks = assemble(rows, cols, files, normaliser=norm)
         pairs = ", ".join(f"{d + ': ' if d else ''}{len(r.pairs)} pairs" for d, r in results.items())
-        notes = NOTES.format(min_contrast=settings.min_contrast, pairs=pairs, n_boot=settings.n_boot)
+        notes = NOTES.format(min_contrast=settings.min_contrast, pairs=pairs, n_boot=settings.n_boot, bold=bold_text())
         out[name] = (values, marks, title, notes + chance_check(rows, cols, files, normaliser=norm))
     sizes = pd.concat([contrast_size_table({d: r.contrast}, settings.min_contrast) for d, r in results.items()],
                       ignore_index=True).rename(columns={"model": "dataset"})

@@ -17,6 +17,8 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.report.findings import Claim
+from selfknow.report.tables import bold_text
 from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
 
 from . import catalog as C
@@ -82,7 +84,8 @@ class Col:
 def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, MetricFile], *,
              normaliser: str = "eq1") -> tuple[pd.DataFrame, pd.DataFrame]:
     """(values, marks) frames for `rows` x `cols` (label columns first)."""
-    from selfknow.stats.persistent.significance import significance_marks
+    from selfknow.report import tables as R
+    from selfknow.stats.persistent.significance import separated_bold, significance_marks
 
     def key_of(r: Row, c: Col) -> tuple:
         return (c.model, *r.key[1:]) if c.model else r.key
@@ -103,7 +106,7 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
             reps = {i: files[key_of(rows[i], c)].reps(rows[i].method, c.metric, normaliser) for i in idx}
             if any(v is None for v in reps.values()):
                 finite = {i: v for i, v in point.items() if np.isfinite(v)}
-                if finite:
+                if finite and R.BOLD_RULE == "paper":
                     sign = 1 if HIGHER_IS_BETTER[c.metric] else -1
                     best = max(sign * v for v in finite.values())
                     for i, v in finite.items():
@@ -112,6 +115,8 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
                 continue
             m = significance_marks({str(i): point[i] for i in idx}, {str(i): reps[i] for i in idx},
                                    higher_is_better=HIGHER_IS_BETTER[c.metric])
+            if R.BOLD_RULE == "separated":
+                m = separated_bold(m, {str(i): reps[i] for i in idx})
             for i in idx:
                 marks.at[i, c.name] = m[str(i)]
     return values, marks
@@ -213,7 +218,9 @@ def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.
     if explained:
         text += (" Where oracle training is not shown above non-oracle training (the paper's §4.1 finding), "
                  + "; ".join(explained) + ".")
-    return text
+    return text + (" The table's other headline comparisons (oracle training against SC and the end-correct "
+                   "baseline, each method against chance), agreeing with the paper or not, are rows of "
+                   "tables/persistent/findings.")
 
 
 def _full_cols() -> list[Col]:
@@ -272,7 +279,7 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     values, marks = assemble(rows, cols, files, normaliser=t.normaliser)
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
-             f"checkpoint then averaged; trained methods averaged over {_seed_phrase(seeds)}. Bold: best in its block; "
+             f"checkpoint then averaged; trained methods averaged over {_seed_phrase(seeds)}. {bold_text()}; "
              "underlined: not significantly worse (paired class-stratified bootstrap, one-sided 95 %, §A.8); "
              "a method tied with the best is both. "
              + chance_check(rows, cols, files, normaliser=t.normaliser))
@@ -346,6 +353,10 @@ def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, or
     return (*values, *chance) if n_boot else tuple(values)
 
 
+#: decimals of Table 7's percentages (as the paper's: "31.6"); the CSV keeps full precision
+PERCENT_DIGITS = 1
+
+
 def accuracy_table(correct: Mapping[tuple[str, str, str], pd.Series], models: Sequence[str],
                    checkpoints: Mapping[str, Sequence[str]], n_train: int, datasets: Sequence[str]) -> pd.DataFrame:
     """Table 7 (§A.9): per model, one row per checkpoint in training order (the first `n_train`
@@ -413,6 +424,117 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
             "gcm_contrast_auc": gcm, "auc_gap": oracle - gcm, "gap_lo": lo, "gap_hi": hi, "gcm_method": g}
 
 
+_ORACLE_ROOM = Claim(1, "\"SC and non-oracle training consistently have worse contrast-set calibration than "
+                        "oracle training, showing room for improvement\" (§3.2, Table 1)")
+_MULTI = Claim(1, "\"In both oracle and non-oracle settings, we find that contrast-set calibration improves when "
+                  "we introduce multi-checkpoint training\" (§1, Table 3)")
+_NONTRIVIAL = Claim(1, "SC and non-oracle training \"appear nontrivial, outperforming the end-correct baseline in "
+                       "almost all cases (Table 1)\" (§3.2)")
+#: the paper's headline comparisons on contrast AUC: (label, method, the method or constant it is
+#: set against, the claim); "{gcm}" is the GCM the config runs
+FINDINGS: tuple[tuple[str, str, str | float, Claim], ...] = (
+    ("Oracle − SC", "oracle", "sc", _ORACLE_ROOM),
+    ("Oracle − non-oracle", "oracle", "nonoracle", _ORACLE_ROOM),
+    ("Oracle − end-correct baseline", "oracle", "end_correct", Claim(
+        1, "oracle training is the reference that quantifies \"the room for improvement of a confidence "
+           "estimator\" (§3.1); the end-correct baseline is Table 1's floor")),
+    ("SC − end-correct baseline", "sc", "end_correct", _NONTRIVIAL),
+    ("Non-oracle − end-correct baseline", "nonoracle", "end_correct", _NONTRIVIAL),
+    ("Non-oracle − chance (0.5)", "nonoracle", 0.5, Claim(
+        1, "non-oracle training's contrast AUC is 0.757-0.821 in Table 1: \"imperfect contrast-set calibration, "
+           "it appears nontrivial\" (§3.2)")),
+    ("Non-oracle multi − single checkpoint", "nonoracle", "nonoracle_single", _MULTI),
+    ("Oracle multi − respective checkpoint", "oracle", "oracle_respective", Claim(
+        1, "\"multi-checkpoint training in the oracle setting outperforms respective-checkpoint training\" "
+           "(§1, Table 3)")),
+    ("GCM headroom: oracle − GCM", "oracle", "{gcm}", Claim(
+        1, "\"GCMs Do Not Satisfy Persistent Calibration\": Figure 2 plots the GCM's headroom on contrast-set "
+           "AUC against oracle training (§3.2)")),
+    ("GCM − chance (0.5)", "{gcm}", 0.5, Claim(
+        1, "the headroom is measured against a GCM that \"matches oracle performance on Olmo 3 7B\" (§3.2), "
+           "far above chance")),
+)
+
+
+_TRANSFER_CLAIM = Claim(1, "\"Forward transfer (top right) is strong, while backward transfer (bottom left) is "
+                          "weak\" (Figure 3; \"AUC 0.870 on 10% → 100%\" against \"0.671 for 100% → 10%\", §4.3)")
+
+
+def transfer_asymmetry(transfer_conf: pd.DataFrame, order: Sequence[str], n_boot: int, seed: int
+                       ) -> tuple[float, float, float]:
+    """Figure 3's asymmetry (§4.3) as one number: the mean full-set AUC of the forward cells
+    (an adapter trained on an earlier checkpoint scoring a later one) minus that of the backward
+    cells, with its percentile `findings.LEVEL` interval over `n_boot` resamples of the
+    questions, one resample shared by every cell (`learning_check.resample_indices`, `seed`)."""
+    from selfknow.report.findings import LEVEL
+    from selfknow.stats.classification import auc
+
+    from .learning_check import resample_indices, resampled_aucs
+
+    rank = {c: k for k, c in enumerate(order)}
+    cells = {1: [], -1: []}
+    idx = None
+    own = transfer_conf[transfer_conf["target"] == transfer_conf["scorer"]]
+    for (a, c), g in own.groupby(["adapter", "target"], sort=True):
+        if a not in rank or c not in rank or a == c:
+            continue
+        g = g.sort_values("item_id")
+        p, y = g["confidence"].to_numpy(float), g["correct"].to_numpy(float)
+        if idx is None:
+            idx = resample_indices(len(g), n_boot, seed)
+        elif idx.shape[1] != len(g):
+            raise ValueError(f"transfer cell {a} → {c} scores {len(g)} questions, the others {idx.shape[1]}")
+        cells[1 if rank[a] < rank[c] else -1].append((auc(p, y), resampled_aucs(p, y, idx)))
+    if not cells[1] or not cells[-1]:
+        return np.nan, np.nan, np.nan
+
+    def mean(direction: int, k: int):
+        return np.mean([cell[k] for cell in cells[direction]], axis=0)
+
+    diff = mean(1, 0) - mean(-1, 0)
+    lo, hi = percentile_interval(mean(1, 1) - mean(-1, 1), LEVEL) if n_boot else (np.nan, np.nan)
+    return float(diff), lo, hi
+
+
+def findings_table(files: Mapping[tuple, MetricFile], asymmetry: Mapping[str, tuple[str, tuple]] | None = None
+                   ) -> tuple[pd.DataFrame, str]:
+    """What the default finds (`selfknow.report.findings`): per metric file (model, training
+    dataset), each comparison of `FINDINGS` on contrast AUC, the difference of the point values
+    with the paired percentile interval of the difference of the bootstrap replicates (§A.8;
+    against a constant, the replicates minus it). A comparison whose methods the metric file
+    lacks (no GCM in the config) is left out and named in the note. `asymmetry`: per training
+    dataset, (model, `transfer_asymmetry`'s difference and interval), a row each."""
+    from selfknow.report.findings import LEVEL, frame, row, tally_note
+
+    rows, absent = [], []
+    for (model, dataset, _), f in files.items():
+        have = set(f.points["method"])
+        gcm = next((g for g in GCM_METHODS if g in have), None)
+        for label, a, b, claim in FINDINGS:
+            a, b = (x.format(gcm=gcm) if isinstance(x, str) and gcm else x for x in (a, b))
+            if a not in have or (isinstance(b, str) and b not in have):
+                absent.append(label)
+                continue
+            diff = f.point(a, "contrast_auc") - (b if isinstance(b, float) else f.point(b, "contrast_auc"))
+            ra = f.reps(a, "contrast_auc")
+            rb = np.float64(b) if isinstance(b, float) else f.reps(b, "contrast_auc")
+            lo = hi = np.nan
+            if ra is not None and rb is not None:
+                lo, hi = percentile_interval(np.asarray(ra, dtype=float) - np.asarray(rb, dtype=float), LEVEL)
+            rows.append(row(f"{model}, {dataset}: {label} (contrast AUC)", diff, lo, hi, claim))
+    for dataset, (model, (diff, lo, hi)) in (asymmetry or {}).items():
+        rows.append(row(f"{model}, {dataset}: forward − backward transfer (full-set AUC, Figure 3's cells, "
+                        f"one seed)", diff, lo, hi, _TRANSFER_CLAIM))
+    table = frame(rows)
+    note = (tally_note(table) + " Differences of contrast-set AUC (mean over the used evaluation-checkpoint pairs) "
+            "on each training dataset's test split; intervals: paired percentile intervals of the class-stratified "
+            "bootstrap replicates the metrics job keeps (§A.8), trained methods averaged over their seeds inside "
+            "each replicate.")
+    if absent:
+        note += " Not computed in this configuration: " + ", ".join(dict.fromkeys(absent)) + "."
+    return table, note
+
+
 # ----------------------------------------------------------------------------------------------
 # files -> tables
 # ----------------------------------------------------------------------------------------------
@@ -451,10 +573,14 @@ def judge_note(counts: pd.DataFrame) -> str:
 
 def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
               transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
-              seeds: Sequence[int] = (), provenance: dict | None = None) -> dict:
+              seeds: Sequence[int] = (), provenance: dict | None = None,
+              transfer_confs: Mapping[str, str] | None = None, order: Sequence[str] = (), n_boot: int = 0,
+              seed: int = 0) -> dict:
     """Write one method or contrast table of the catalog (`catalog.TABLES`) from the `metrics_job` and `jobs.judge_count_job` outputs
     `files` of each evaluation; with `provenance`, its sidecar too
-    (`selfknow.report.provenance`)."""
+    (`selfknow.report.provenance`). The findings table also reads Figures 3-4's transfer
+    confidences, `transfer_confs` (training dataset -> path, first model) in checkpoint `order`,
+    resampled `n_boot` times with `seed`."""
     from selfknow.report.tables import write_table
 
     def judged(keys) -> str:
@@ -481,6 +607,13 @@ def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence
         for d in datasets:
             f = files[Evaluation(m, d, evalset)]
             loaded[(m, d, transfer if evalset == TRANSFER else d)] = load_metric_file(f.metrics, f.replicates)
+    if isinstance(layout, C.FindingsTable):
+        asym = {d: (models[0], transfer_asymmetry(pd.read_parquet(p), order, n_boot, seed))
+                for d, p in (transfer_confs or {}).items()}
+        values, notes = findings_table(loaded, asym)
+        write_table(values, csv, md, title=C.TABLE[name].title, notes=notes + judged(
+            [(m, d, evalset) for m in models for d in datasets]), provenance=provenance)
+        return {"rows": len(values)}
     values, marks, title, notes = method_table(name, loaded, models, datasets, transfer, seeds)
     if layout.oracle_check:
         notes += oracle_check(loaded, {(m, d, d): pd.read_parquet(files[Evaluation(m, d, "main")].contrast)
@@ -497,7 +630,7 @@ def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[st
     data as a table (with `provenance`, a sidecar beside each). With `n_boot`, cells whose
     bootstrap interval includes 0.5 (`transfer_matrices`) print in parentheses in the figure
     and are listed in the table's note."""
-    from selfknow.report.figures import transfer_heatmap_random_label
+    from selfknow.report.figures import auc_limits, transfer_heatmap_random_label
     from selfknow.report.tables import write_table
 
     left, right, *chance = transfer_matrices(pd.read_parquet(transfer_conf), pd.read_parquet(random_conf), order,
@@ -510,8 +643,9 @@ def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[st
     data = data[["panel", "trained on", *order]]
     seeds = ("The confidence tables hold one seed per adapter (the first variance seed for the transfer panel, the "
              "first training seed for the random-label one), so the cells are not averaged over seeds. ")
+    lo, hi = auc_limits(left, right)
     notes = ("Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer), evaluated on the column "
-             "checkpoint's own test answers. " + seeds)
+             "checkpoint's own test answers. " + seeds + f"Colour scale of both panels: {lo:.3f} to {hi:.3f}. ")
     if n_boot:
         at = [f"{panel} {r} on {c}" for panel, m in (("transfer:", chance[0]), ("random labels:", chance[1]))
               for r in m.index for c in m.columns if m.loc[r, c]]
@@ -553,7 +687,7 @@ def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
                 notes=("Accuracy of the checkpoint's top self-consistency answer (the most probable group of "
                        f"equivalent beams). {n}. The paper's column of training tokens is not given for the "
                        "configured models and is left out."),
-                provenance=provenance)
+                digits=PERCENT_DIGITS, provenance=provenance)
     return {"rows": len(df)}
 
 

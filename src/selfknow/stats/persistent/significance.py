@@ -64,6 +64,24 @@ def significance_marks(point: Mapping[str, float], replicates: Mapping[str, np.n
     return marks
 
 
+def separated_bold(marks: Mapping[str, str], replicates: Mapping[str, np.ndarray] | None) -> dict[str, str]:
+    """`significance_marks`' marks with the bold kept only where it says something: on a best
+    that its interval separates from every other method (none is underlined: not significantly
+    worse, or tied) and whose replicates vary (a value every replicate repeats is fixed by
+    construction, such as a contrast ECE of 0). Without replicates nothing is separated, so
+    nothing is bold. Underlines are kept."""
+    out = dict(marks)
+    bests = [m for m, k in marks.items() if k in BOLD]
+    others_close = any(k in UNDERLINED for m, k in marks.items() if m not in bests) or len(bests) > 1
+    for m in bests:
+        reps = None if replicates is None else replicates.get(m)
+        finite = None if reps is None else np.asarray(reps, dtype=float)
+        fixed = finite is None or not np.isfinite(finite).any() or np.nanmax(finite) == np.nanmin(finite)
+        if others_close or fixed:
+            out[m] = TIE if marks[m] == BEST_TIE else ""
+    return out
+
+
 def table_marks(points: Mapping[str, Mapping[str, float]],
                 replicates: Mapping[str, Mapping[str, np.ndarray]], *,
                 higher_is_better: Mapping[str, bool] = HIGHER_IS_BETTER,

@@ -1,0 +1,92 @@
+"""The "what the default finds" tables: each paper's headline comparisons, one row each, with
+the difference the run measured, its 95 % interval and whether it agrees with the direction
+the paper states. A paper's protocol computes the differences from its own replicates; this
+module only judges and lays out the rows, so that the three papers' tables read alike."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+#: the interval every row gives
+LEVEL = 0.95
+#: the verdicts a row can carry
+AGREES, DISAGREES, UNDECIDED, NO_CLAIM, NO_INTERVAL, NO_DIFFERENCE = (
+    "agrees", "disagrees", "undecided (interval includes 0)", "no direction stated", "no interval",
+    "no difference on any unit")
+#: what a row prints for an interval that is a single point (every unit gave the same difference)
+SINGLE_POINT = "none: every unit alike"
+#: bounds closer than this are one point (a difference of float rounding, not of the units)
+POINT_TOL = 1e-12
+COLUMNS = ("comparison", "difference", "95 % interval", "paper's direction", "verdict", "claim tested")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A comparison a paper states: `direction` +1 (the difference is above 0), -1 (below),
+    0 (no difference: the paper reports none) or None (the paper states no direction, the row
+    reports the run only); `quote`: the paper's words (or SPEC.md's), with where they stand."""
+
+    direction: int | None
+    quote: str
+
+
+def verdict(lo: float, hi: float, direction: int | None) -> str:
+    """How a difference with interval [lo, hi] stands against a stated `direction`: undecided
+    where the interval includes 0; for a claim of no difference, disagrees where it excludes 0
+    (and is undecided otherwise, since an interval that includes 0 shows no equivalence); a
+    difference of exactly 0 on every unit is none at all, said as such."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return NO_INTERVAL
+    if max(abs(lo), abs(hi)) <= POINT_TOL:
+        return NO_DIFFERENCE
+    if lo <= 0 <= hi:
+        return UNDECIDED
+    if direction is None:
+        return NO_CLAIM
+    if direction == 0:
+        return DISAGREES
+    return AGREES if (lo > 0) == (direction > 0) else DISAGREES
+
+
+def direction_text(direction: int | None) -> str:
+    return {1: "> 0", -1: "< 0", 0: "= 0", None: "none stated"}[direction]
+
+
+def interval_text(lo: float, hi: float, digits: int = 3) -> str:
+    """"[lo, hi]" with signed bounds; a bound that rounds to zero prints as 0 (never "-0.000");
+    a single point (every unit gave the same difference) is not printed as an interval."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return "none"
+    if hi - lo <= POINT_TOL:
+        return SINGLE_POINT
+
+    def fmt(v: float, d: int) -> str:
+        s = f"{v:+.{d}f}"
+        return f"{0:.{d}f}" if float(s) == 0 else s
+
+    # a real interval narrower than `digits` shows more of them, so that it never reads as a point
+    d = next((k for k in range(digits, digits + 6) if fmt(lo, k) != fmt(hi, k)), digits + 5)
+    return f"[{fmt(lo, d)}, {fmt(hi, d)}]"
+
+
+def row(comparison: str, diff: float, lo: float, hi: float, claim: Claim) -> dict:
+    """One row of a findings table."""
+    return {"comparison": comparison, "difference": float(diff), "95 % interval": interval_text(lo, hi),
+            "paper's direction": direction_text(claim.direction), "verdict": verdict(lo, hi, claim.direction),
+            "claim tested": claim.quote}
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def tally_note(table: pd.DataFrame) -> str:
+    """The note every findings table carries: how many rows agree, disagree, are undecided."""
+    counts = table["verdict"].value_counts()
+    parts = [f"{counts.get(v, 0)} {v}" for v in (AGREES, DISAGREES, UNDECIDED, NO_CLAIM, NO_DIFFERENCE, NO_INTERVAL)
+             if counts.get(v, 0)]
+    return (f"Of {len(table)} comparisons: " + ", ".join(parts) + ". A row agrees when its "
+            f"{LEVEL:.0%}".replace("%", " %") + " interval excludes 0 on the side the paper states; it is "
+            "undecided when the interval includes 0, whatever the point value.")
