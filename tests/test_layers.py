@@ -15,14 +15,14 @@ PACKAGE = REPO / "src" / "selfknow"
 #: the layers in order; a module may import its own layer and the ones before it
 LAYERS = [
     ("config", ["selfknow.schema", "selfknow.config", "selfknow.paths"]),
-    ("records", ["selfknow.records", "selfknow.resumable", "selfknow.runlog", "selfknow.readers"]),
+    ("records", ["selfknow.records", "selfknow.resumable", "selfknow.runlog", "selfknow.code_inputs", "selfknow.readers"]),
     ("stats", ["selfknow.stats"]),
     ("models", ["selfknow.models"]),
     ("stages", ["selfknow.stages"]),
     ("world", ["selfknow.world"]),
     ("report", ["selfknow.report"]),
     ("protocols", ["selfknow.protocols"]),
-    ("tools", ["selfknow.catalogs", "selfknow.code_inputs", "selfknow.runner", "selfknow.dag", "selfknow.plan", "selfknow.plan_items", "selfknow.plan_runtimes", "selfknow.plan_report", "selfknow.placement", "selfknow.fidelity", "selfknow.preflight", "selfknow.rehearsal", "selfknow.response_io", "selfknow.cli"]),
+    ("tools", ["selfknow.catalogs", "selfknow.runner", "selfknow.dag", "selfknow.plan", "selfknow.plan_items", "selfknow.plan_runtimes", "selfknow.plan_report", "selfknow.placement", "selfknow.fidelity", "selfknow.preflight", "selfknow.rehearsal", "selfknow.response_io", "selfknow.cli"]),
 ]
 
 
