@@ -52,9 +52,7 @@ rule ladder_crosstask_tables:
         **named_table_targets("ladder", CT_TABLES),
     params:
         job="selfknow.protocols.ladder.rule_jobs:crosstask_tables_job",
-        # the section as this table reads it: its own models, so a model added to LADDER's
-        # sessions alone does not rerun it
-        config=job_config(config, sections=["ladder"], narrow={"ladder": {"models": list(CT["models"])}}),
+        config=job_config(config, sections=["ladder"]),
         suites={s: dict(CT["suites"][s]) for s in CT_SUITES},
         loaders={s: crosstask_loader(s) for s in CT_SUITES},
         unparsed=CT["unparsed"],

@@ -42,9 +42,7 @@ rule ladder_table32:
     localrule: True
     params:
         job="selfknow.protocols.ladder.rule_jobs:table32_job",
-        # the section as this table reads it: its own models, so a model added to LADDER's
-        # sessions alone does not rerun it
-        config=job_config(config, sections=["ladder"], narrow={"ladder": {"models": list(EXT["models"])}}),
+        config=job_config(config, sections=["ladder"]),
         datasets=extension_task_setting("dataset"),
         loaders=extension_loaders(),
         sign_tolerance_pp=EXT["sign_tolerance_pp"],
