@@ -160,7 +160,9 @@ FIRST_PERSISTENT_MODEL_ONLY = {"persistent_figure3", "persistent_figure4", "pers
 AGGREGATES = {
     "world": {"world_evolution_table"},
     "persistent": {"llm_judge", "judge_audit_table"},       # the judge audits the persistent models' answers
-    "ladder": {"ladder_tables", "ladder_appendix", "ladder_table34"},
+    # the cross-task and Table 32 tables record LADDER's section (its models among it) as
+    # provenance, so a new session model reruns them too
+    "ladder": {"ladder_tables", "ladder_appendix", "ladder_table34", "ladder_crosstask_tables", "ladder_table32"},
     # the joint Rasch fit, and Stage 2 of every examinee: its prompts carry the fit's item
     # error probabilities, which a new examinee changes
     "lcae": {"lcae_irt", "lcae_stage2", "lcae_stage3", "lcae_tables"},
