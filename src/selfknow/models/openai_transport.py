@@ -3,8 +3,9 @@
 A transport answers the backend's requests and decides how they travel:
 
 - `post(endpoint, body, index)`: the response body of one request;
-- `map(fn, idx)`: `fn(i)` (which posts request i) over the request indices `idx`; if any fails,
-  the others still finish (`PartialFailure`);
+- `map(request, fn, idx)`: `fn(i)` (which posts request i) over the request indices `idx`; if
+  any fails, the others still finish (`PartialFailure`); `request(i)` is the (endpoint, body)
+  `fn(i)` posts, built without sending it;
 - `together(calls, uncounted)`: the results of several backend calls, whose requests may travel
   together; `uncounted()` is a context in which the model's cache counts nothing (for a pass
   that only gathers requests);
@@ -116,9 +117,11 @@ class Direct:
         raise RequestFailed(f"model {self.name!r}: {method} {self.base_url}{path} request "
                             f"{index} failed after {attempt + 1} attempt(s): {last}")
 
-    def map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
-        """fn over the request indices `idx`, `max_concurrency` at a time. If any fails, the
-        others still finish and are cached (PartialFailure); the first error is raised."""
+    def map(self, request: Callable[[int], tuple[str, dict]], fn: Callable[[int], Any],
+            idx: Sequence[int]) -> list[Any]:
+        """fn over the request indices `idx`, `max_concurrency` at a time (each sends its own
+        `request`). If any fails, the others still finish and are cached (PartialFailure); the
+        first error is raised."""
         workers = max(1, min(self.max_concurrency, len(idx)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(fn, i) for i in idx]
