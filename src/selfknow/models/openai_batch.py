@@ -283,11 +283,8 @@ class Batch:
         except (ValueError, KeyError, TypeError) as err:
             raise RequestFailed(f"model {self.http.name!r}: batch record {path} is unreadable "
                                 f"({err}); delete it to submit the job again") from None
-        try:
-            batch = self._call("GET", f"/batches/{batch_id}", "batch resume")
-        except RequestFailed as err:
-            if "HTTP 404" not in str(err):
-                raise
+        batch = self._call("GET", f"/batches/{batch_id}", "batch resume", absent=frozenset({404}))
+        if batch is None:
             log.warning("model %r: recorded batch %s is unknown to the server; submitting "
                         "again", self.http.name, batch_id)
             return None
@@ -360,8 +357,8 @@ class Batch:
         return answers, errors
 
     # ---- HTTP and records --------------------------------------------------------------
-    def _call(self, method: str, path: str, what: str, **kwargs) -> dict:
-        """A JSON control call (upload, create, poll), with the backend's retries."""
+    def _call(self, method: str, path: str, what: str, **kwargs) -> dict | None:
+        """A JSON control call (upload, create, poll), with the backend's retries (`Direct.send`)."""
         return self.http.send(method, path, what, lambda resp: resp.json(), **kwargs)
 
     def _record_path(self, job_key: str) -> Path | None:

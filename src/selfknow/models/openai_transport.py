@@ -75,10 +75,11 @@ class Direct:
         return self.send("POST", endpoint, index, lambda resp: resp.json(), json=body)
 
     def send(self, method: str, path: str, index: int | str, decode: Callable[[Any], Any],
-             **kwargs) -> Any:
+             absent: frozenset[int] = frozenset(), **kwargs) -> Any:
         """`decode(response)` of one HTTP request, with retries (module docstring); `index`
         names the request in the error message and seeds the jitter; a ValueError from
-        `decode` (invalid JSON) is retried."""
+        `decode` (invalid JSON) is retried. None if the server answers a status in `absent`
+        (404 for an object it does not know), which is an answer, not a failure."""
         import httpx
 
         last = "no attempt"
@@ -91,6 +92,8 @@ class Direct:
             except (httpx.TimeoutException, httpx.TransportError) as err:
                 last = f"{type(err).__name__}: {err}"
             else:
+                if resp.status_code in absent:
+                    return None
                 if resp.status_code < 300:
                     try:
                         return decode(resp)
