@@ -363,8 +363,8 @@ def _rerun(before: list[dict], after: list[dict], results: Path) -> tuple[set[st
 
 
 def test_the_dag_reruns_nothing_for_docs_and_the_version_and_the_tables_of_an_edited_statistic(tmp_path):
-    """On the tiny config's DAG: every docstring and comment edited and the version bumped rerun
-    no job; an edit to the body of the item-fit bands (`fit_band`, which the LCAE IRT fit and the
+    """On the tiny config's DAG: every docstring and comment edited, the version bumped and two
+    new modules that no job reaches imported where many jobs import rerun no job; an edit to the body of the item-fit bands (`fit_band`, which the LCAE IRT fit and the
     LCAE tables call) reruns the IRT fit, the LCAE stages that read it (2 and 3: their model calls
     answered from the cache), the LCAE tables job and the self-knowledge card (it reads the
     IRT fit's persons): exactly the LCAE tables and the card among the report's items."""
@@ -373,6 +373,7 @@ def test_the_dag_reruns_nothing_for_docs_and_the_version_and_the_tables_of_an_ed
     root, results = _copy_workflow(tmp_path / "repo"), tmp_path / "results"
     before = _dag(root, results)
     pkg = root / "src" / "selfknow"
+    _add_unreached_modules(pkg)
     for path in pkg.rglob("*.py"):
         _edit_docstrings_and_comments(path)
     _edit(pkg / "__init__.py", '__version__ = "', '__version__ = "9.')
