@@ -292,9 +292,9 @@ class _Reach:
                 self.module(module, whole=True)
 
     def _name(self, mod: _Module, name: str, local: dict[str, tuple]) -> None:
-        if name in local:
+        if name in local:                            # and the module's own, which a nested scope may mean
             self.target(local[name])
-        elif name in mod.defs:
+        if name in mod.defs:
             self.out.add((mod.name, name))
         elif name in mod.bound:
             self.target(mod.bound[name])
