@@ -113,6 +113,58 @@ def test_data_files_and_lazily_imported_modules_are_reached(original, tmp_path):
                 LA + "rule_jobs:tables_job"} & hf
 
 
+#: a new module of the LCAE package: a table builder, and the statistic it calls
+SPREAD = '''"""Ability spread per condition."""
+import pandas as pd
+
+from selfknow.stats.hypothesis import mean_ci
+
+
+def theta_spread_table(stage3: pd.DataFrame) -> pd.DataFrame:
+    return stage3.groupby("condition")["theta"].agg(["mean", "std"]).reset_index()
+'''
+
+
+def _add_unreached_modules(pkg: Path) -> None:
+    """A new module in the LCAE package, imported at the top of the LCAE tables (which every
+    LADDER, LCAE and report table job imports), and one in `report` imported as a submodule by
+    `report.tables`, each used only by a new function that no job calls."""
+    (pkg / "protocols" / "lcae" / "spread.py").write_text(SPREAD, encoding="utf-8")
+    _edit(pkg / "protocols" / "lcae" / "tables.py", "from .catalog import TABLE, TABLES\n",
+          "from .catalog import TABLE, TABLES\nfrom .spread import theta_spread_table\n")
+    with open(pkg / "protocols" / "lcae" / "tables.py", "a", encoding="utf-8") as f:
+        f.write("\n\ndef spread(stage3):\n    return theta_spread_table(stage3)\n")
+    (pkg / "report" / "spread.py").write_text(SPREAD, encoding="utf-8")
+    _edit(pkg / "report" / "tables.py", "from selfknow.records import write_csv, write_text\n",
+          "from selfknow.records import write_csv, write_text\n\nfrom . import spread\n")
+    with open(pkg / "report" / "tables.py", "a", encoding="utf-8") as f:
+        f.write("\n\ndef spread_table(stage3):\n    return spread.theta_spread_table(stage3)\n")
+
+
+def test_a_new_module_that_no_job_reaches_changes_no_fingerprint(original, tmp_path):
+    """Importing a module runs its statements other than definitions: a module with none is
+    imported by many jobs and reached by none, and so is in no fingerprint."""
+    pkg = _copy_package(tmp_path)
+    _add_unreached_modules(pkg)
+    assert _changed(original, _fingerprints(pkg.parent)) == set()
+    _edit(pkg / "protocols" / "lcae" / "spread.py", "\n\ndef ", "\nREGISTERED = []\nREGISTERED.append(1)\n\n\ndef ")
+    assert LC + "rule_jobs:tables_job" in _changed(original, _fingerprints(pkg.parent)), \
+        "a statement the import runs is in the fingerprint of the jobs that import it"
+
+
+def test_a_new_module_that_a_catalog_entry_names_is_in_its_jobs_fingerprint(original, tmp_path):
+    """The same module, its builder named by a new LCAE catalog entry: an edit to the builder's
+    body changes the LCAE tables job, which calls it, and no other job."""
+    pkg = _copy_package(tmp_path)
+    _add_unreached_modules(pkg)
+    _edit(pkg / "protocols" / "lcae" / "catalog.py", '    Table("figure2",',
+          '    Table("theta_spread", "selfknow.protocols.lcae.spread:theta_spread_table", "Ability spread",\n'
+          '          job="tables", subcategory=_GROUP, label="Ability spread"),\n    Table("figure2",')
+    named = _fingerprints(pkg.parent)
+    _edit(pkg / "protocols" / "lcae" / "spread.py", '["mean", "std"]', '["mean", "std", "count"]')
+    assert _changed(named, _fingerprints(pkg.parent)) == {LC + "rule_jobs:tables_job"}
+
+
 @pytest.mark.parametrize("heading, reruns", [
     # the metrics job computes the new method, the reliability diagrams and Figure 2 draw every
     # catalog method, the table job lays out the new row; the beam search and the adapters stay
@@ -311,8 +363,8 @@ def _rerun(before: list[dict], after: list[dict], results: Path) -> tuple[set[st
 
 
 def test_the_dag_reruns_nothing_for_docs_and_the_version_and_the_tables_of_an_edited_statistic(tmp_path):
-    """On the tiny config's DAG: every docstring and comment edited and the version bumped rerun
-    no job; an edit to the body of the item-fit bands (`fit_band`, which the LCAE IRT fit and the
+    """On the tiny config's DAG: every docstring and comment edited, the version bumped and two
+    new modules that no job reaches imported where many jobs import rerun no job; an edit to the body of the item-fit bands (`fit_band`, which the LCAE IRT fit and the
     LCAE tables call) reruns the IRT fit, the LCAE stages that read it (2 and 3: their model calls
     answered from the cache), the LCAE tables job and the self-knowledge card (it reads the
     IRT fit's persons): exactly the LCAE tables and the card among the report's items."""
@@ -321,6 +373,7 @@ def test_the_dag_reruns_nothing_for_docs_and_the_version_and_the_tables_of_an_ed
     root, results = _copy_workflow(tmp_path / "repo"), tmp_path / "results"
     before = _dag(root, results)
     pkg = root / "src" / "selfknow"
+    _add_unreached_modules(pkg)
     for path in pkg.rglob("*.py"):
         _edit_docstrings_and_comments(path)
     _edit(pkg / "__init__.py", '__version__ = "', '__version__ = "9.')

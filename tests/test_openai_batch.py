@@ -12,7 +12,7 @@ import yaml
 from batch_server import BatchServer, kill_once_waiting
 from conftest import REPO
 from selfknow.config import ConfigError, validate_config
-from selfknow.models import ModelSpecError, load_lm
+from selfknow.models import LogprobsUnavailable, ModelSpecError, load_lm
 from selfknow.models.http_retry import RequestFailed
 
 
@@ -267,3 +267,27 @@ def test_batch_settings_from_schema_defaults_and_only_on_openai_models(server, t
     with pytest.raises(ConfigError, match=r"config.yaml: models\[0\].backend: 'openai' was "
                                           r"expected"):
         validate_config(cfg, "config.yaml")
+
+
+def test_logprob_requests_go_in_the_batch_and_are_read_as_on_the_synchronous_path(server, tmp_path):
+    """next_token_logprobs builds its request apart from reading the answer: the batch line
+    carries the logprob parameters, and an answer without top_logprobs (this server gives
+    none) fails as the synchronous path does, naming the model and the setting."""
+    lm = load_lm(spec(server, logprobs=True, top_logprobs=3), cache_dir=tmp_path / "cache")
+    with pytest.raises(LogprobsUnavailable, match=r"'judge': next_token_logprobs request 0: .*'logprobs: false'"):
+        lm.next_token_logprobs(["Is it?"], ["Yes", "No"], chat=True)
+    (line,) = input_lines(server, "batch_1")
+    assert line["url"] == "/v1/chat/completions"
+    assert (line["body"]["logprobs"], line["body"]["top_logprobs"]) == (True, 3)
+    assert line["body"]["max_tokens"] == 1 and line["body"]["messages"][-1]["content"] == "Is it?"
+
+
+def test_a_request_that_cannot_be_built_sends_nothing_and_leaves_the_backend_usable(server, tmp_path):
+    """A request's builder raising (chat on a completions model) stops the call before any
+    upload, with the backend's own message; the model's next call runs as usual."""
+    lm = load_lm(spec(server, mode="completions", logprobs=True), cache_dir=tmp_path / "cache")
+    with pytest.raises(ValueError, match=r"'judge': chat=True needs 'mode: chat'"):
+        lm.next_token_logprobs(["Is it?"], ["Yes", "No"], chat=True)
+    assert server.requests == []
+    assert [g.text for g in lm.generate(["q1"], max_new_tokens=8)] == [" echo: q1"]
+    assert server.count("POST", "/v1/batches") == 1 and input_lines(server, "batch_1")[0]["body"]["prompt"] == "q1"

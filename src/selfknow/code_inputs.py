@@ -7,11 +7,14 @@ job (its "module:function") and the runner can reach, found by reading the sourc
 never by importing it: the Snakefile computes one per rule at each parse, which must stay
 light (no numpy, torch or scipy). Reached means named: a call or reference by name or through
 an imported module's attribute, a function-local import, and a string naming a module
-("selfknow.models.hf", as registries import lazily) or a symbol ("selfknow.x:f"). A module
-reached is reached with the statements that run on its import (its own and its packages'), and
-a definition that locates files beside its module (`__file__`) brings the data files there (the
-prompts, the provider table). A module used other than through an attribute (`getattr(mod, n)`)
-counts whole. An import-time check (a module-level `if` that only raises) is not reached: it can
+("selfknow.models.hf", as registries import lazily) or a symbol ("selfknow.x:f"). A name a
+function imports is resolved as one its module imports: `R.f` after `from selfknow import x as R`
+reaches `x.f`, not all of `x`. A module reached is reached with the statements that run on its
+import (its own and its packages'); a module whose import runs no statement but definitions and
+imports adds nothing of its own, so a new module that a job imports but whose definitions it
+never reaches changes no fingerprint. A definition that locates files beside its module
+(`__file__`) brings the data files there (the prompts, the provider table). A module used other
+than through an attribute (`getattr(mod, n)`) counts whole. An import-time check (a module-level `if` that only raises) is not reached: it can
 stop a job, never change what it writes. So an edit to one function reruns the jobs that reach
 that function and nothing else.
 
@@ -64,8 +67,10 @@ class Uses(NamedTuple):
     names: frozenset[str]
     #: (name, attribute chain): `C.TABLES` -> ("C", ("TABLES",))
     attrs: frozenset[tuple[str, tuple[str, ...]]]
-    #: function-local imports and named strings, as `_import_targets` gives them
+    #: named strings, as `_import_targets` gives them
     targets: frozenset[tuple]
+    #: function-local imports: (local name, what it names), resolved like a module's `bound`
+    local: frozenset[tuple[str, tuple]]
 
 
 @dataclass
@@ -125,7 +130,7 @@ def _uses(nodes, package: str) -> tuple[Uses, bool]:
     (`C.TABLES`, `selfknow.x.f`) counts as the chain, its name alone as nothing."""
     walked = [n for node in nodes for n in ast.walk(node)]
     inner = {id(n.value) for n in walked if isinstance(n, ast.Attribute)}
-    names, attrs, targets = set(), set(), set()
+    names, attrs, targets, local = set(), set(), set(), set()
     for n in walked:
         if isinstance(n, ast.Name):
             if id(n) not in inner:
@@ -140,11 +145,11 @@ def _uses(nodes, package: str) -> tuple[Uses, bool]:
             if isinstance(cur, ast.Name):
                 attrs.add((cur.id, tuple(reversed(chain))))
         elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            targets.update(_import_targets(n, package).values())
+            local.update(_import_targets(n, package).items())
         elif isinstance(n, ast.Constant) and isinstance(n.value, str) and (m := _NAMED.match(n.value)):
             module, name = m.groups()
             targets.add(("symbol", module, name) if name else ("module", module))
-    return Uses(frozenset(names), frozenset(attrs), frozenset(targets)), "__file__" in names
+    return Uses(frozenset(names), frozenset(attrs), frozenset(targets), frozenset(local)), "__file__" in names
 
 
 def _bare_string(stmt: ast.stmt) -> bool:
@@ -206,6 +211,15 @@ def _scan(name: str, path: Path, tree: ast.Module, package: str) -> _Module:
     return mod
 
 
+def _imported(target: tuple) -> str:
+    """The module an import statement runs for one name it binds: the module, or the module
+    the symbol is taken from (a submodule taken from its package is that submodule)."""
+    if target[0] == "module":
+        return target[1]
+    module, name = target[1], target[2]
+    return f"{module}.{name}" if _is_module(f"{module}.{name}") else module
+
+
 def _packages(module: str) -> list[str]:
     """The packages Python imports before `module`, and the module itself."""
     parts = module.split(".")
@@ -250,14 +264,20 @@ class _Reach:
             self.symbol(module, name)
 
     def resolve(self, mod: _Module, uses: Uses) -> None:
+        """What `uses` names in `mod`: a name bound by a function-local import is resolved like
+        one the module imports (an attribute of an imported module reaches that attribute, not
+        the module whole), and the import itself runs its module's import-time statements."""
+        local = dict(uses.local)
         for t in uses.targets:
             self.target(t)
+        for t in local.values():
+            self.module(_imported(t))
         for name in uses.names:
-            self._name(mod, name)
+            self._name(mod, name, local)
         for name, chain in uses.attrs:
-            bound = mod.bound.get(name)
-            if bound is None or name in mod.defs:
-                self._name(mod, name)
+            bound = local.get(name) or (None if name in mod.defs else mod.bound.get(name))
+            if bound is None:
+                self._name(mod, name, local)
                 continue
             module = bound[1] if bound[0] == "module" else f"{bound[1]}.{bound[2]}"
             if not _is_module(module):
@@ -271,7 +291,9 @@ class _Reach:
             else:
                 self.module(module, whole=True)
 
-    def _name(self, mod: _Module, name: str) -> None:
+    def _name(self, mod: _Module, name: str, local: dict[str, tuple]) -> None:
+        if name in local:                            # and the module's own, which a nested scope may mean
+            self.target(local[name])
         if name in mod.defs:
             self.out.add((mod.name, name))
         elif name in mod.bound:
@@ -289,8 +311,7 @@ def _edges(symbol: Symbol) -> frozenset[Symbol]:
     if name is None:
         reach.resolve(mod, mod.body[1])
         for t in mod.bound.values():
-            imported = t[1] if t[0] == "module" else f"{t[1]}.{t[2]}"
-            reach.module(imported if _is_module(imported) else t[1])
+            reach.module(_imported(t))
     else:
         reach.resolve(mod, mod.defs[name][1])
     return frozenset(reach.out)
@@ -336,11 +357,20 @@ def _data_files(module: str) -> list[Path]:
     return out
 
 
+def _runs_nothing(symbol: Symbol) -> bool:
+    """A module's import that runs nothing of its own: no statement but definitions and imports
+    (what it imports is in the closure apart, `_edges`)."""
+    module, name = symbol
+    return name is None and not _parse(module).body[0]
+
+
 def fingerprint(symbols: set[Symbol]) -> str:
-    """A short hash of the normal form (`_normal`) of `symbols` and of the data files they locate."""
+    """A short hash of the normal form (`_normal`) of `symbols` and of the data files they locate;
+    an import that runs nothing (`_runs_nothing`) is not hashed, so a new module that a job only
+    imports, reaching none of its definitions, changes nothing."""
     h = hashlib.sha256()
     data = set()
-    for module, name in sorted(symbols, key=lambda s: (s[0], s[1] or "")):
+    for module, name in sorted((s for s in symbols if not _runs_nothing(s)), key=lambda s: (s[0], s[1] or "")):
         mod = _parse(module)
         h.update(f"\0{module}:{name or ''}\0".encode())
         h.update((mod.body[0] if name is None else mod.defs[name][0]).encode())

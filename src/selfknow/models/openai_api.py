@@ -183,8 +183,15 @@ class OpenAILM(LM):
     def _post(self, endpoint: str, body: dict, index: int) -> dict:
         return self.transport.post(endpoint, body, index)
 
-    def _map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
-        return self.transport.map(fn, idx)
+    def _map(self, request: Callable[[int], tuple[str, dict]], read: Callable[[int, str, dict], Any],
+             idx: Sequence[int]) -> list[Any]:
+        """`read(i, endpoint, response body)` of each request i in `idx`, `request(i)` being its
+        (endpoint, body): built apart from read, so a transport can collect requests unsent."""
+        def one(i: int) -> Any:
+            endpoint, body = request(i)
+            return read(i, endpoint, self._post(endpoint, body, i))
+
+        return self.transport.map(request, one, idx)
 
     def together(self, calls: Sequence[Callable[[], Any]]) -> list[Any]:
         return self.transport.together(calls, self._uncounted)
@@ -303,9 +310,8 @@ class OpenAILM(LM):
                         payload["json_mode"] = mode
                         checked[i] = schema
 
-        def one(i: int) -> dict:
-            endpoint, body = bodies[i]
-            out = self.read_generation(self._post(endpoint, body, i), endpoint, i)
+        def read(i: int, endpoint: str, data: dict) -> dict:
+            out = self.read_generation(data, endpoint, i)
             if checked[i] is not None:
                 miss = providers.reply_error(out["text"], checked[i])
                 if miss:
@@ -320,7 +326,7 @@ class OpenAILM(LM):
         params = {"max_new_tokens": int(max_new_tokens), "stop": stop, "chat": use_chat,
                   "system": system, "temperature": float(temperature)}
         out = self._calls.run("generate", payloads, params,
-                              lambda idx: self._map(one, idx), sample_index=sample_index)
+                              lambda idx: self._map(bodies.__getitem__, read, idx), sample_index=sample_index)
         return [Generation(**o) for o in out]
 
     def _choice(self, data: dict, endpoint: str, i: int) -> dict:
@@ -341,7 +347,7 @@ class OpenAILM(LM):
         prompts, candidates = list(prompts), list(candidates)
         use_chat = self._use_chat(chat)
 
-        def one(i: int) -> list[float]:
+        def request(i: int) -> tuple[str, dict]:
             endpoint, body = self.request_body(prompts[i], chat=use_chat, system=None,
                                                max_tokens=1, temperature=0.0, stop=None,
                                                sample_index=0)
@@ -349,13 +355,15 @@ class OpenAILM(LM):
                 body.update(logprobs=True, top_logprobs=self.top_logprobs)
             else:
                 body["logprobs"] = self.top_logprobs
-            data = self._post(endpoint, body, i)
+            return endpoint, body
+
+        def read(i: int, endpoint: str, data: dict) -> list[float]:
             top = self._top_logprobs(self._choice(data, endpoint, i), use_chat, i)
             return [float(top.get(c, -np.inf)) for c in candidates]
 
         params = {"candidates": candidates, "chat": use_chat, "top_logprobs": self.top_logprobs}
         out = self._calls.run("next_token_logprobs", [{"prompt": p} for p in prompts], params,
-                              lambda idx: self._map(one, idx))
+                              lambda idx: self._map(request, read, idx))
         return np.asarray(out, dtype=float).reshape(len(prompts), len(candidates))
 
     def _top_logprobs(self, choice: dict, chat: bool, i: int) -> dict[str, float]:
@@ -385,13 +393,16 @@ class OpenAILM(LM):
         self._need_logprobs("loglikelihood")
         pairs = [(str(c), str(x)) for c, x in pairs]
 
-        def one(i: int) -> float:
+        def request(i: int) -> tuple[str, dict]:
             ctx, cont = pairs[i]
             endpoint, body = self.request_body(ctx + cont, chat=False, system=None,
                                                max_tokens=1, temperature=0.0, stop=None,
                                                sample_index=0)
             body.update(echo=True, logprobs=1)
-            data = self._post(endpoint, body, i)
+            return endpoint, body
+
+        def read(i: int, endpoint: str, data: dict) -> float:
+            ctx = pairs[i][0]
             lp = self._choice(data, "/completions", i).get("logprobs") or {}
             offsets, token_lps = lp.get("text_offset"), lp.get("token_logprobs")
             if not offsets or not token_lps:
@@ -408,7 +419,7 @@ class OpenAILM(LM):
             return float(sum(vals))
 
         payloads = [{"context": c, "continuation": x} for c, x in pairs]
-        return self._calls.run("loglikelihood", payloads, {}, lambda idx: self._map(one, idx))
+        return self._calls.run("loglikelihood", payloads, {}, lambda idx: self._map(request, read, idx))
 
     def beam_search(self, prompts, *, num_beams, max_new_tokens, stop=("\n",)):
         raise UnsupportedCall(f"model {self.name!r}: the openai backend cannot do beam search "

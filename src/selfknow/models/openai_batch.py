@@ -4,9 +4,9 @@ The persistent paper's authors judged through the Batch API (half the price, a 2
 With `batch: true`, the cache misses of one backend call go to the server as one batch job
 (or a few, see 2.) instead of one HTTP request each:
 
-1. capture: the backend's per-request function runs once per miss with `post` answering by
-   raising `_Captured`, which records the (endpoint, body) it would have sent; requests are
-   built by the same code as on the synchronous path, so both send identical bodies;
+1. collect: the backend's request builder (`request(i)`, the (endpoint, body) its per-request
+   function posts) runs once per miss; requests are built by the same code as on the
+   synchronous path, so both send identical bodies;
 2. submit: the requests become one JSONL file per endpoint (`custom_id` = the request's
    index and a hash of endpoint and body; split into files of at most `batch_max_requests`
    lines, OpenAI's limit being 50,000), each uploaded with `POST /files` (purpose "batch")
@@ -57,14 +57,9 @@ log = logging.getLogger(__name__)
 _TERMINAL = {"completed", "failed", "expired", "cancelled"}
 
 
-# The backend builds, sends and parses a request in one function, so a request is captured by
-# running that function and stopping it where it would send (`_Captured`), and a call of the
-# backend whose requests `together` only gathers is stopped before it would send them
-# (`_Gathered`): the two exceptions stop the backend's code, nothing else.
-class _Captured(Exception):
-    """Raised by `Batch.post` in the capture phase, after recording the request."""
-
-
+# A call of the backend whose requests `together` only gathers is stopped before it would send
+# them (`_Gathered`): the call is the caller's code around the backend's, which has no answer
+# to go on with; the exception stops that code, nothing else.
 class _Gathered(Exception):
     """Raised by `Batch.prepare` while `Batch.together` gathers requests."""
 
@@ -103,8 +98,6 @@ class Batch:
         self.records = None if cache is None else cache.with_name(cache.name + "-batches")
         # the JSONL `url` and the batch `endpoint` carry the API's path prefix ("/v1")
         self.prefix = urlsplit(http.base_url).path.rstrip("/")
-        #: where `post` records requests, while a call's requests are captured
-        self._capturing: dict[str, tuple[int, str, dict]] | None = None
         #: the current backend call's round, whose answers `post` returns
         self._current = _Round()
         #: `together`'s requests while it gathers them, then its round while its calls are answered
@@ -119,24 +112,20 @@ class Batch:
     def close(self) -> None:
         self.http.close()
 
-    def map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
-        """Run the requests `fn` sends as batch jobs, then `fn` over `idx` answered from them."""
-        self.prepare(fn, idx)
-        return self.http.map(fn, idx)
+    def map(self, request: Callable[[int], tuple[str, dict]], fn: Callable[[int], Any],
+            idx: Sequence[int]) -> list[Any]:
+        """Run the requests `request` builds as batch jobs, then `fn` over `idx` answered from them."""
+        self.prepare(request, idx)
+        return self.http.map(request, fn, idx)
 
-    def prepare(self, fn: Callable[[int], Any], idx: Sequence[int]) -> None:
-        """Capture the request `fn(i)` sends for each i in `idx` and run them as batch jobs
-        (one per endpoint); afterwards `post` answers those requests. Inside `together`, the
-        requests are only gathered (first pass) or answered from its batches (second pass)."""
-        self._capturing = requests = {}
-        try:
-            for i in idx:
-                try:
-                    fn(i)
-                except _Captured:
-                    pass
-        finally:
-            self._capturing = None
+    def prepare(self, request: Callable[[int], tuple[str, dict]], idx: Sequence[int]) -> None:
+        """Run the request `request(i)` builds for each i in `idx` as batch jobs (one per
+        endpoint); afterwards `post` answers those requests. Inside `together`, the requests
+        are only gathered (first pass) or answered from its batches (second pass)."""
+        requests: dict[str, tuple[int, str, dict]] = {}
+        for i in idx:
+            endpoint, body = request(i)
+            requests.setdefault(_custom_id(endpoint, body, i), (i, endpoint, body))
         if self._gathering is not None:
             self._gathering.update(requests)
             raise _Gathered
@@ -222,11 +211,8 @@ class Batch:
                              f"batch request(s) failed: {listed}")
 
     def post(self, endpoint: str, body: dict, index: int) -> dict:
-        """The response body of one request: recorded (capture phase) or from the batch."""
+        """The response body of one request, from the batch jobs `prepare` ran."""
         cid = _custom_id(endpoint, body, index)
-        if self._capturing is not None:
-            self._capturing.setdefault(cid, (index, endpoint, body))
-            raise _Captured
         if cid in self._current.answers:
             return self._current.answers[cid]
         raise RequestFailed(self._current.failed
@@ -297,11 +283,8 @@ class Batch:
         except (ValueError, KeyError, TypeError) as err:
             raise RequestFailed(f"model {self.http.name!r}: batch record {path} is unreadable "
                                 f"({err}); delete it to submit the job again") from None
-        try:
-            batch = self._call("GET", f"/batches/{batch_id}", "batch resume")
-        except RequestFailed as err:
-            if "HTTP 404" not in str(err):
-                raise
+        batch = self._call("GET", f"/batches/{batch_id}", "batch resume", absent=frozenset({404}))
+        if batch is None:
             log.warning("model %r: recorded batch %s is unknown to the server; submitting "
                         "again", self.http.name, batch_id)
             return None
@@ -374,8 +357,8 @@ class Batch:
         return answers, errors
 
     # ---- HTTP and records --------------------------------------------------------------
-    def _call(self, method: str, path: str, what: str, **kwargs) -> dict:
-        """A JSON control call (upload, create, poll), with the backend's retries."""
+    def _call(self, method: str, path: str, what: str, **kwargs) -> dict | None:
+        """A JSON control call (upload, create, poll), with the backend's retries (`Direct.send`)."""
         return self.http.send(method, path, what, lambda resp: resp.json(), **kwargs)
 
     def _record_path(self, job_key: str) -> Path | None:

@@ -3,8 +3,9 @@
 A transport answers the backend's requests and decides how they travel:
 
 - `post(endpoint, body, index)`: the response body of one request;
-- `map(fn, idx)`: `fn(i)` (which posts request i) over the request indices `idx`; if any fails,
-  the others still finish (`PartialFailure`);
+- `map(request, fn, idx)`: `fn(i)` (which posts request i) over the request indices `idx`; if
+  any fails, the others still finish (`PartialFailure`); `request(i)` is the (endpoint, body)
+  `fn(i)` posts, built without sending it;
 - `together(calls, uncounted)`: the results of several backend calls, whose requests may travel
   together; `uncounted()` is a context in which the model's cache counts nothing (for a pass
   that only gathers requests);
@@ -74,10 +75,11 @@ class Direct:
         return self.send("POST", endpoint, index, lambda resp: resp.json(), json=body)
 
     def send(self, method: str, path: str, index: int | str, decode: Callable[[Any], Any],
-             **kwargs) -> Any:
+             absent: frozenset[int] = frozenset(), **kwargs) -> Any:
         """`decode(response)` of one HTTP request, with retries (module docstring); `index`
         names the request in the error message and seeds the jitter; a ValueError from
-        `decode` (invalid JSON) is retried."""
+        `decode` (invalid JSON) is retried. None if the server answers a status in `absent`
+        (404 for an object it does not know), which is an answer, not a failure."""
         import httpx
 
         last = "no attempt"
@@ -90,6 +92,8 @@ class Direct:
             except (httpx.TimeoutException, httpx.TransportError) as err:
                 last = f"{type(err).__name__}: {err}"
             else:
+                if resp.status_code in absent:
+                    return None
                 if resp.status_code < 300:
                     try:
                         return decode(resp)
@@ -116,9 +120,11 @@ class Direct:
         raise RequestFailed(f"model {self.name!r}: {method} {self.base_url}{path} request "
                             f"{index} failed after {attempt + 1} attempt(s): {last}")
 
-    def map(self, fn: Callable[[int], Any], idx: Sequence[int]) -> list[Any]:
-        """fn over the request indices `idx`, `max_concurrency` at a time. If any fails, the
-        others still finish and are cached (PartialFailure); the first error is raised."""
+    def map(self, request: Callable[[int], tuple[str, dict]], fn: Callable[[int], Any],
+            idx: Sequence[int]) -> list[Any]:
+        """fn over the request indices `idx`, `max_concurrency` at a time (each sends its own
+        `request`). If any fails, the others still finish and are cached (PartialFailure); the
+        first error is raised."""
         workers = max(1, min(self.max_concurrency, len(idx)))
         with ThreadPoolExecutor(max_workers=workers) as pool:
             futures = [pool.submit(fn, i) for i in idx]
