@@ -309,8 +309,39 @@ def prefix_table(prefix: pd.DataFrame) -> pd.DataFrame:
     return _pivot(prefix, ["model", "condition", "prefix"])
 
 
-def heldout_table(heldout: pd.DataFrame) -> pd.DataFrame:
-    return _pivot(heldout, ["model"], "mae_test")
+#: a prompted level's held-out value stating fewer than this share of the test domains rests on
+#: a few of them (each domain it leaves out counts 0.5, NoMemory's value): the note says so
+MIN_STATED_SHARE = 0.25
+
+
+def heldout_with_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
+    """Test-half MAE per model x estimator, with "<level> domains" (stated of scored test
+    domains) for each prompted level; the note names the prompted values that rest on fewer
+    than `MIN_STATED_SHARE` of the domains and those whose paired difference from NoMemory
+    (`jobs._heldout`) does not exclude 0 (`selfknow.report.findings.verdict`)."""
+    from selfknow.report.findings import NO_DIFFERENCE, UNDECIDED, interval_text, verdict
+
+    table = _pivot(heldout, ["model"], "mae_test")
+    prompted = heldout[heldout["estimator"].isin(PROMPTED)]
+    few, same = [], []
+    for r in prompted.itertuples(index=False):
+        stated = f"{int(r.n_stated)} of {int(r.n_domains)}"
+        table.loc[table["model"] == r.model, f"{r.estimator} domains"] = stated
+        level = f"{r.model}: {r.estimator} (stated by {stated_by.get(r.model, r.model)})"
+        if r.n_stated < MIN_STATED_SHARE * r.n_domains:
+            few.append(f"{level} states {stated} test domains")
+        if verdict(r.vs_nomemory_lo, r.vs_nomemory_hi, None) in (UNDECIDED, NO_DIFFERENCE):
+            same.append(f"{level} − NoMemory {r.vs_nomemory:+.3f} "
+                        f"{interval_text(r.vs_nomemory_lo, r.vs_nomemory_hi)}")
+    notes = []
+    if few:
+        share = f"{MIN_STATED_SHARE:.0%}".replace("%", " %")
+        notes.append(f"Resting on fewer than {share} of the domains, so close to NoMemory by construction: "
+                     + "; ".join(few) + ".")
+    if same:
+        notes.append("Not different from NoMemory (paired difference of the absolute errors over the test "
+                     "domains, 95 % Student-t interval including 0): " + "; ".join(same) + ".")
+    return table, " ".join(notes)
 
 
 def pooled_pairs_table(pairs: pd.DataFrame) -> pd.DataFrame:
