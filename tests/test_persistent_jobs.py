@@ -745,6 +745,7 @@ def test_gcm_headroom_row_by_hand():
     assert (row["contrast_questions"], row["pairs"]) == (3, 2)
     assert row["auc_gap"] == pytest.approx(0.1)
     assert (row["gap_lo"], row["gap_hi"]) == pytest.approx((0.01, 0.39))
+    assert (row["gcm_contrast_auc"], row["gcm_lo"], row["gcm_hi"]) == pytest.approx((0.7, 0.5, 0.5))
     no_reps = T.gcm_headroom_row(_gap_metric_file(), EVAL, ["A", "B", "C"], backbone, 2)
     assert math.isnan(no_reps["gap_lo"]) and math.isnan(no_reps["gap_hi"])
     with pytest.raises(KeyError, match="no answer to 1 contrast questions"):
@@ -852,6 +853,18 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
     assert f2.loc[0, ["backbone_error_rate", "contrast_questions", "pairs"]].tolist() == [0.0, 1, 1]
     assert math.isnan(f2.loc[1, "backbone_error_rate"]) and f2.loc[1, "contrast_questions"] == 0
     assert f2.loc[0, "auc_gap"] == pytest.approx(0.1) and (R / "f2.png").stat().st_size > 5000
+    # every GCM replicate is 0.5: its interval includes chance, which the note says for both points
+    note = " ".join((R / "f2.md").read_text().split())
+    assert "GCM not shown better than chance on contrast-set AUC" in note
+    assert "M, a: 0.700 [0.500, 0.500]; M, b: 0.700 [0.500, 0.500]." in note
+
+
+def test_figure2_note_names_only_a_gcm_at_chance():
+    pts = pd.DataFrame({"model": ["M", "N"], "dataset": "a", "gcm_contrast_auc": [0.489, 0.80],
+                        "gcm_lo": [0.447, 0.75], "gcm_hi": [0.531, 0.85]})
+    note = T.gcm_chance_note(pts)
+    assert note.endswith("working GCM: M, a: 0.489 [0.447, 0.531].")
+    assert T.gcm_chance_note(pts.iloc[1:]) == ""
 
 
 def test_transfer_figure_job_writes_the_figure_and_its_cells(tmp_path):
