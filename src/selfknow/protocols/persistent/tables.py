@@ -19,7 +19,7 @@ import pandas as pd
 
 from selfknow.report.findings import Claim
 from selfknow.report.tables import bold_text
-from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
+from selfknow.stats.persistent.contrast import CHANCE, HIGHER_IS_BETTER, METRICS
 
 from . import catalog as C
 from .catalog import GCM_METHODS
@@ -116,7 +116,7 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
             m = significance_marks({str(i): point[i] for i in idx}, {str(i): reps[i] for i in idx},
                                    higher_is_better=HIGHER_IS_BETTER[c.metric])
             if R.BOLD_RULE == "separated":
-                m = separated_bold(m, {str(i): reps[i] for i in idx})
+                m = separated_bold(m, {str(i): reps[i] for i in idx}, CHANCE.get(c.metric))
             for i in idx:
                 marks.at[i, c.name] = m[str(i)]
     return values, marks
