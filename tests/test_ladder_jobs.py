@@ -614,3 +614,14 @@ def test_heldout_note_flags_a_profile_of_one_domain_not_one_of_every_domain():
     same = note.split("Not different from NoMemory")[1]
     assert "m: LSA (stated by S) − NoMemory -0.062 [-0.210, +0.085]" in same
     assert "ZS" not in same
+
+
+def test_r4_note_says_what_its_held_out_lsa_rests_on():
+    dec, profiles = _heldout_case()
+    heldout = J._heldout(dec, profiles, seed=3, estimators=["NoMemory"])
+    sessions = pd.DataFrame({"model": "m", "session_id": "0", "estimator": ["NoMemory", "ZS", "LSA"],
+                             "CBF": [0.5, 0.85, 0.56]})
+    _, note = T.r4_with_note(sessions, heldout, {"m": "S"})
+    held = note.split("Held-out rows: ")[1]
+    assert "m: LSA (stated by S) states 1 of 8 test domains" in held
+    assert held == T.heldout_note(heldout, {"m": "S"})
