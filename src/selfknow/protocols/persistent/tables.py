@@ -425,7 +425,8 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
     error = 1.0 - float(backbone.reindex(ids).to_numpy(dtype=float).mean()) if ids.size else np.nan
     return {"backbone_error_rate": error,
             "contrast_questions": int(ids.size), "pairs": n_pairs, "oracle_contrast_auc": oracle,
-            "gcm_contrast_auc": gcm, "gcm_lo": glo, "gcm_hi": ghi, "auc_gap": oracle - gcm, "gap_lo": lo, "gap_hi": hi, "gcm_method": g}
+            "gcm_contrast_auc": gcm, "gcm_lo": glo, "gcm_hi": ghi, "auc_gap": oracle - gcm, "gap_lo": lo,
+            "gap_hi": hi, "gcm_method": g}
 
 
 _ORACLE_ROOM = Claim(1, "\"SC and non-oracle training consistently have worse contrast-set calibration than "
