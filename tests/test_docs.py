@@ -79,6 +79,15 @@ def test_ci_runs_the_readmes_test_command():
     assert block.group(1).strip() in ci
 
 
+@pytest.mark.parametrize("doc", DOCS, ids=[p.relative_to(ROOT).as_posix() for p in DOCS])
+def test_every_table_a_doc_names_is_one_the_workflow_writes(doc):
+    """A reader sent to results/tables/<section>/<name>.md finds a table of the catalog there."""
+    from selfknow.catalogs import REPORT
+
+    named = set(re.findall(r"results/tables/([a-z0-9_]+/[a-z0-9_]+)\.md", doc.read_text(encoding="utf-8")))
+    assert sorted(named - set(REPORT)) == []
+
+
 def test_the_readme_stays_a_short_guide():
     n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
     assert n <= README_MAX_LINES, f"README.md has {n} lines: move the detail to docs/ (docs/README.md)"

@@ -166,3 +166,23 @@ def test_the_react_dataset_must_be_recorded_trajectories_with_a_path():
         validate_config(json.loads(json.dumps(cfg)), "cfg.yaml")
     cfg["ladder"]["react_dataset"] = "react"
     assert validate_config(json.loads(json.dumps(cfg)), "cfg.yaml")["ladder"]["react_dataset"] == "react"
+
+
+def test_offline_table34_names_who_stated_each_zs_prior(tmp_path):
+    """The offline analogue's ZS is the prior stated for a model, by a prompted model when the
+    model is a base LM: the note names that model, never calling it the model's own prior."""
+    from selfknow.records import write_parquet
+
+    turns = pd.DataFrame({"model": "wm", "session_id": "0", "item_id": ["q1", "q2", "q3", "q4"],
+                          "domain": ["A", "A", "B", "B"], "correct": [True, False, True, True]})
+    profiles = pd.DataFrame({"model": "wm", "method": "zs_prior", "session_id": "*", "domain": ["A", "B"],
+                             "p_hat": [0.7, 0.2]})
+    write_parquet(turns, str(tmp_path / "turns.parquet"))
+    write_parquet(profiles, str(tmp_path / "profiles.parquet"))
+    md = tmp_path / "t34.md"
+    table34_job(str(tmp_path / "t34.csv"), str(md), seed=0, source="sessions", dataset="world_qa",
+                turns_paths=[str(tmp_path / "turns.parquet")], profiles_paths=[str(tmp_path / "profiles.parquet")],
+                stated_by={"wm": "chat-lm"})
+    text = " ".join(md.read_text().split())
+    assert "(wm: stated by chat-lm)" in text
+    assert "own prior" not in text and "model's L1" not in text

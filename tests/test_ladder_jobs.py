@@ -570,3 +570,58 @@ def test_an_lsa_clean_control_that_cannot_differ_says_so():
     assert note == ("a: LSA-clean equals LSA on all 3 sessions (CBF, bias, shape error): smol's profiles did not "
                     "change between clean and observed histories, so this control cannot differ here and shows "
                     "nothing.")
+
+
+def _heldout_case() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """8 domains of 4 questions, one session: every answer right in d0, d2, ... and wrong in d1,
+    d3, ..., so each test half's accuracy is 1 or 0 whatever the split. Profiles: ZS states
+    every domain (0.9 where right, 0.2 where wrong); LSA states d0 (1.0) and leaves d1 unparsed."""
+    doms = [f"d{k}" for k in range(8)]
+    dec = pd.DataFrame([{"model": "m", "session_id": "0", "turn": 4 * k + i, "domain": d, "item_id": f"{d}_{i}",
+                         "correct": k % 2 == 0, "confidence": 0.5, "decoded_label": float(k % 2 == 0),
+                         "in_expertise": True} for k, d in enumerate(doms) for i in range(4)])
+    zs = pd.DataFrame({"method": "zs_prior", "session_id": "*", "domain": doms, "filled": False,
+                       "p_hat": [0.9 if k % 2 == 0 else 0.2 for k in range(8)]})
+    lsa = pd.DataFrame({"method": "lsa_train", "session_id": "0", "domain": ["d0", "d1"],
+                        "p_hat": [1.0, 0.5], "filled": [False, True]})
+    return dec, pd.concat([zs, lsa], ignore_index=True)
+
+
+def test_heldout_counts_stated_domains_and_pairs_errors_with_nomemory():
+    dec, profiles = _heldout_case()
+    h = J._heldout(dec, profiles, seed=3, estimators=["NoMemory"]).set_index("estimator")
+    assert h.loc["NoMemory", "mae_test"] == pytest.approx(0.5)
+    assert h.loc["ZS", "mae_test"] == pytest.approx((4 * 0.1 + 4 * 0.2) / 8)
+    assert h.loc["LSA", "mae_test"] == pytest.approx((0 + 7 * 0.5) / 8)
+    assert list(h["n_domains"]) == [8, 8, 8]
+    assert h.loc["ZS", "n_stated"] == 8
+    assert h.loc["LSA", "n_stated"] == 1                             # the unparsed d1 is not stated
+    # LSA − NoMemory per domain: -0.5 on d0, 0 on seven: mean -1/16, SE sqrt(1/32)/sqrt(8) = 1/16
+    assert h.loc["LSA", "vs_nomemory"] == pytest.approx(-0.0625)
+    assert h.loc["LSA", "vs_nomemory_lo"] == pytest.approx(-0.0625 - 2.364624 * 0.0625, abs=1e-6)
+    assert h.loc["LSA", "vs_nomemory_hi"] == pytest.approx(-0.0625 + 2.364624 * 0.0625, abs=1e-6)
+    assert h.loc["ZS", "vs_nomemory_hi"] < 0                         # -0.4 and -0.3: clear of 0
+
+
+def test_heldout_note_flags_a_profile_of_one_domain_not_one_of_every_domain():
+    dec, profiles = _heldout_case()
+    table, note = T.heldout_with_note(J._heldout(dec, profiles, seed=3, estimators=["NoMemory"]), {"m": "S"})
+    assert table.loc[0, "ZS domains"] == "8 of 8"
+    assert table.loc[0, "LSA domains"] == "1 of 8"
+    few = note.split("Resting on fewer than 25 % of the domains")[1].split(".")[0]
+    assert "m: LSA (stated by S) states 1 of 8 test domains" in few
+    assert "ZS" not in few
+    same = note.split("Not different from NoMemory")[1]
+    assert "m: LSA (stated by S) − NoMemory -0.062 [-0.210, +0.085]" in same
+    assert "ZS" not in same
+
+
+def test_r4_note_says_what_its_held_out_lsa_rests_on():
+    dec, profiles = _heldout_case()
+    heldout = J._heldout(dec, profiles, seed=3, estimators=["NoMemory"])
+    sessions = pd.DataFrame({"model": "m", "session_id": "0", "estimator": ["NoMemory", "ZS", "LSA"],
+                             "CBF": [0.5, 0.85, 0.56]})
+    _, note = T.r4_with_note(sessions, heldout, {"m": "S"})
+    held = note.split("Held-out rows: ")[1]
+    assert "m: LSA (stated by S) states 1 of 8 test domains" in held
+    assert held == T.heldout_note(heldout, {"m": "S"})

@@ -286,6 +286,20 @@ def test_table3_note_names_the_models_whose_repeats_were_shared():
     assert "separate" not in repeats_note(["wm"], ["wm"]) and "single" not in repeats_note(["gpt"], [])
 
 
+def test_table3_prints_no_interval_where_the_repeats_agree():
+    """Table III's cells: mean LCAE over repeats with its t-interval; identical repeats (one set
+    of requests) have none, so the cell is the value alone, never "[0.731, 0.731]"."""
+    from selfknow.protocols.lcae.tables import top_models_table
+
+    rows = [{"examinee": ex, "condition": c, "repeat": r, "theta": th,
+             "lcae": 0.731 if ex == "same" else 0.7 + 0.1 * r}
+            for ex, th in (("same", 1.0), ("varied", 0.0)) for c in ("baseline", "ids") for r in range(3)]
+    t = top_models_table(pd.DataFrame(rows)).set_index("examinee")
+    assert t.loc["same", "Baseline"] == "0.731"
+    # 0.7, 0.8, 0.9: mean 0.8, s = 0.1, t(0.975, 2) = 4.302653 -> half 0.2484
+    assert t.loc["varied", "IDS"] == "0.800 [0.552, 1.048]"
+
+
 def test_table1_squared_variant_is_the_mean_squared_error_over_repeats_with_the_same_tests():
     from selfknow.protocols.lcae.tables import per_condition_table
     from selfknow.stats.lcae import lcae

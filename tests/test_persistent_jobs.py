@@ -382,6 +382,14 @@ def test_bold_only_a_separated_best_never_a_value_fixed_by_construction():
     m = significance_marks({"a": 0.0, "b": 0.11}, zero, higher_is_better=False)
     assert m["a"] == "best" and separated_bold(m, zero) == {"a": "", "b": ""}
     assert separated_bold({"a": "best+tie", "b": "best+tie"}, two) == {"a": "tie", "b": "tie"}
+    # a separated best whose own 95 % interval includes chance is the best of estimators that show
+    # nothing: no bold (Table 13's non-oracle Δ 0.012 [-0.001, 0.024] on the cold run of 8d7f142)
+    near = {"a": np.linspace(-0.001, 0.025, 41), "b": np.linspace(-0.021, 0.005, 41)}
+    m = significance_marks({"a": 0.012, "b": -0.008}, near, higher_is_better=True)
+    assert m == {"a": "best", "b": ""}
+    assert separated_bold(m, near) == {"a": "best", "b": ""}              # a metric without a chance value
+    assert separated_bold(m, near, chance=0.0) == {"a": "", "b": ""}
+    assert separated_bold(m, {"a": near["a"] + 0.01, "b": near["b"]}, chance=0.0) == {"a": "best", "b": ""}
 
 
 def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a_good_one():
@@ -745,6 +753,7 @@ def test_gcm_headroom_row_by_hand():
     assert (row["contrast_questions"], row["pairs"]) == (3, 2)
     assert row["auc_gap"] == pytest.approx(0.1)
     assert (row["gap_lo"], row["gap_hi"]) == pytest.approx((0.01, 0.39))
+    assert (row["gcm_contrast_auc"], row["gcm_lo"], row["gcm_hi"]) == pytest.approx((0.7, 0.5, 0.5))
     no_reps = T.gcm_headroom_row(_gap_metric_file(), EVAL, ["A", "B", "C"], backbone, 2)
     assert math.isnan(no_reps["gap_lo"]) and math.isnan(no_reps["gap_hi"])
     with pytest.raises(KeyError, match="no answer to 1 contrast questions"):
@@ -834,6 +843,12 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
     t7 = pd.read_csv(R / "table7.csv")
     assert out["rows"] == 3 and t7["a"].tolist() == [80.0, 75.0, 50.0] and t7["t"].tolist() == [75.0] * 3
     assert "t: 4 questions (train and test splits)" in (R / "table7.md").read_text()
+    # percentages print at one decimal, as the paper's Table 7 (the CSV keeps full precision): 2 of 3
+    thirds = {ScTable("M", c, "a", "test"): _sc_file(R / f"thirds_{c}.parquet", _correct([1, 1, 0])) for c in "AB"}
+    T.table7_job(thirds, ["M"], {"M": ["A", "B"]}, 1, ["a"], str(R / "t7b.csv"), str(R / "t7b.md"), transfer="t",
+                 title="Table 7")
+    assert pd.read_csv(R / "t7b.csv")["a"].tolist() == pytest.approx([200 / 3] * 2)
+    assert (R / "t7b.md").read_text().count("| 66.7 |") == 2
 
     metric_paths = {}
     for d in ("a", "b"):
@@ -852,6 +867,18 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
     assert f2.loc[0, ["backbone_error_rate", "contrast_questions", "pairs"]].tolist() == [0.0, 1, 1]
     assert math.isnan(f2.loc[1, "backbone_error_rate"]) and f2.loc[1, "contrast_questions"] == 0
     assert f2.loc[0, "auc_gap"] == pytest.approx(0.1) and (R / "f2.png").stat().st_size > 5000
+    # every GCM replicate is 0.5: its interval includes chance, which the note says for both points
+    note = " ".join((R / "f2.md").read_text().split())
+    assert "GCM not shown better than chance on contrast-set AUC" in note
+    assert "M, a: 0.700 [0.500, 0.500]; M, b: 0.700 [0.500, 0.500]." in note
+
+
+def test_figure2_note_names_only_a_gcm_at_chance():
+    pts = pd.DataFrame({"model": ["M", "N"], "dataset": "a", "gcm_contrast_auc": [0.489, 0.80],
+                        "gcm_lo": [0.447, 0.75], "gcm_hi": [0.531, 0.85]})
+    note = T.gcm_chance_note(pts)
+    assert note.endswith("working GCM: M, a: 0.489 [0.447, 0.531].")
+    assert T.gcm_chance_note(pts.iloc[1:]) == ""
 
 
 def test_transfer_figure_job_writes_the_figure_and_its_cells(tmp_path):

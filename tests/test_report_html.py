@@ -157,6 +157,10 @@ def test_captions_state_the_counts_their_tables_use(configfile, tmp_path, monkey
         return re.sub(r"<[^>]+>", "", _render_caption(key, config, outputs, {}))
 
     pc, lad, lc = config.get("persistent", {}), config.get("ladder", {}), config.get("lcae", {})
+    if config.get("world"):  # rules/common.smk get_world_generations: greedy answers on world.qa_dataset
+        evo = " ".join(text("world/evolution").split())
+        assert f"greedy answer on every question of {config['world']['qa_dataset']} (world.qa_dataset" in evo
+        assert "differ from the persistent Tables 8-9" in evo
     if pc:
         seeds = pc.get("variance_seeds", pc.get("seeds", []))
         assert f"different seeds ({', '.join(map(str, seeds))}, persistent.variance_seeds)" in text("persistent/table19")

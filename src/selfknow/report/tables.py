@@ -37,8 +37,9 @@ def bold_text() -> str:
     """What bold means in a table under `BOLD_RULE`, as its note says it."""
     if BOLD_RULE == "paper":
         return "Bold: best in its block"
-    return ("Bold: a best that its paired bootstrap interval separates from every other row of its block and that "
-            "is not fixed by construction (a block where nothing is separated has no bold)")
+    return ("Bold: a best that its paired bootstrap interval separates from every other row of its block, that "
+            "is not fixed by construction and whose own 95 % interval excludes chance (0 for a Δ, 0.5 for an AUC; "
+            "a block where nothing is separated has no bold)")
 
 
 def set_bold_rule(rule: str) -> None:

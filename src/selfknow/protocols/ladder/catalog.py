@@ -111,11 +111,13 @@ TABLES: tuple[Table, ...] = (
             "Prefix curves over turns",
             "Mean session CBF of each estimator fitted on the first `prefix` turns of every session "
             "(ladder.prefix_step apart), per condition: how fast each estimator's profile converges."),
-    _tables("heldout", "selfknow.protocols.ladder.tables:heldout_table",
+    _tables("heldout", "selfknow.protocols.ladder.tables:heldout_with_note",
             "LADDER held-out prediction: test-half MAE of profiles fitted on the train half",
             "Held-out prediction from noisy feedback (R4)",
             "Profiles from the decoded feedback on each domain's train-half questions predict test-half "
             "accuracy (MAE, lower is better); R4's held-out variant (§E.10) selects on their train-half CBF. "
+            "<level> domains: the test domains (>= 2 test answers) a prompted level's profile states; a domain "
+            "it leaves out counts 0.5, NoMemory's value. "
             "Table 34 (table34) is the held-out prediction from recorded outcomes."),
     _tables("simulators", "selfknow.protocols.ladder.tables:simulators_table",
             "LADDER simulated users: mean session CBF per estimator with each user simulator", "Rule vs LLM-simulated user",

@@ -252,13 +252,16 @@ def heldout_split(turns: pd.DataFrame, seed: int) -> np.ndarray:
     return turns["item_id"].astype(str).isin(train).to_numpy()
 
 
+def domain_errors(profile: Mapping[str, float], domains, correct, min_count: int = 2) -> dict[str, float]:
+    """|p̂_d − a_d| between a profile and the accuracy of every domain of (domains, correct)
+    with >= `min_count` records (a domain missing from the profile counts 0.5)."""
+    return {d: abs(profile.get(d, 0.5) - a) for d, (a, _) in domain_accuracy(domains, correct, min_count).items()}
+
+
 def mae(profile: Mapping[str, float], domains, correct, min_count: int = 2) -> float:
-    """Mean absolute error between a profile and the domain accuracies of (domains, correct),
-    over domains with >= `min_count` records (a domain missing from the profile counts 0.5)."""
-    tgt = domain_accuracy(domains, correct, min_count)
-    if not tgt:
-        return float("nan")
-    return float(np.mean([abs(profile.get(d, 0.5) - a) for d, (a, _) in tgt.items()]))
+    """Mean absolute error between a profile and the domain accuracies (`domain_errors`)."""
+    err = domain_errors(profile, domains, correct, min_count)
+    return float(np.mean(list(err.values()))) if err else float("nan")
 
 
 # ----------------------------------------------------------------------------- R4

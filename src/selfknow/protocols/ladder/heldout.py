@@ -20,7 +20,7 @@ decoded: the profiles see the recorded outcomes, as Table 34's do.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -170,18 +170,20 @@ SOURCE_NOTES = {
     "sessions": ("Offline analogue of Table 34 (held-out ReAct prediction): no ReAct trajectories exist offline, "
                  "so each LADDER model's session answers on {dataset} (each question once; its domains stand "
                  "for ReAct's subjects) are the records, one configuration per model, and the L1 zero-shot "
-                 "prior stated for the model is its ZS profile: stated by the model itself if it is a chat "
-                 "model, else by ladder.prompted_model (the main table's note names who)."),
+                 "prior stated for the model is its ZS profile, by the model itself if it is a chat model, "
+                 "else by ladder.prompted_model ({who})."),
 }
 
 
 def table34_job(out_csv: str, out_md: str, *, seed: int, source: str, dataset: str,
                 react_specs: Sequence[dict] = (), turns_paths: Sequence[str] = (),
-                profiles_paths: Sequence[str] = (), provenance: dict | None = None) -> dict:
+                profiles_paths: Sequence[str] = (), stated_by: Mapping[str, str] | None = None,
+                provenance: dict | None = None) -> dict:
     """Write Table 34 from ReAct trajectories (`source` "react": recorded ones, or "agent":
     those the ladder_react rule ran; the trajectories of every spec of `react_specs`, dataset
     `dataset`) or, offline, from the LADDER sessions and prompted profiles of every
-    model (`source` "sessions": `turns_paths`, `profiles_paths`)."""
+    model (`source` "sessions": `turns_paths`, `profiles_paths`; `stated_by` maps a model to
+    the model that stated its ZS prior, which the note names)."""
     from selfknow.records import read_parquet
     from selfknow.report.tables import write_table
 
@@ -200,7 +202,8 @@ def table34_job(out_csv: str, out_md: str, *, seed: int, source: str, dataset: s
                                                                                  strict=True)]
         records = pd.concat([r for r, _ in parts], ignore_index=True)
         zero_shot = pd.concat([z for _, z in parts], ignore_index=True)
-        note = SOURCE_NOTES["sessions"].format(dataset=dataset)
+        who = "; ".join(f"{m}: stated by {(stated_by or {}).get(m, m)}" for m in records["model"].unique())
+        note = SOURCE_NOTES["sessions"].format(dataset=dataset, who=who)
     else:
         raise ValueError(f"table34_job: unknown source {source!r}; known: {sorted(SOURCE_NOTES)}")
     table = predict_heldout(records, zero_shot, seed)

@@ -365,26 +365,38 @@ def _tiers(dec: pd.DataFrame, prior: Mapping[str, float]) -> pd.DataFrame:
 def _heldout(dec: pd.DataFrame, profiles: pd.DataFrame, seed: int,
              estimators: Sequence[str]) -> pd.DataFrame:
     """Held-out prediction (paper §F.4, §E.10): profiles from the pooled train-half records
-    predict the test-half domain accuracies (MAE); `cbf_train` scores each profile on the
-    train half itself (what R4's held-out variant selects on)."""
+    predict the test-half domain accuracies (MAE over the `n_domains` test domains with >= 2
+    answers); `cbf_train` scores each profile on the train half itself (what R4's held-out
+    variant selects on). `n_stated`: the test domains the profile states (a prompted level's
+    parsed values; a domain it leaves out counts 0.5, NoMemory's value); `vs_nomemory` with
+    `vs_nomemory_lo` / `_hi`: the mean paired difference of the absolute errors from
+    NoMemory's over the test domains, with its Student-t interval."""
+    from selfknow.report.findings import LEVEL
+    from selfknow.stats.hypothesis import mean_ci
+
     model = str(dec["model"].iloc[0])
     is_train = C.heldout_split(dec, seed)
     tr, te = dec[is_train], dec[~is_train]
     s = Stream.from_frame(tr.sort_values(["session_id", "turn"], kind="stable"))
     prof = {e: fit_estimator(e, s, query=False).profile for e in estimators}
-    prior = profiles[(profiles["method"] == "zs_prior") & (profiles["session_id"] == MODEL_LEVEL)]
-    prof["ZS"] = dict(zip(prior["domain"], prior["p_hat"]))
-    lt = profiles[profiles["method"] == "lsa_train"]
-    if len(lt):
-        prof["LSA"] = lt.groupby("domain")["p_hat"].mean().to_dict()
-    rows = []
+    stated = {e: set(p) for e, p in prof.items()}
+    for e, rows in (("ZS", profiles[(profiles["method"] == "zs_prior") & (profiles["session_id"] == MODEL_LEVEL)]),
+                    ("LSA", profiles[profiles["method"] == "lsa_train"])):
+        if len(rows):
+            prof[e] = rows.groupby("domain")["p_hat"].mean().to_dict()
+            stated[e] = set(rows.loc[~rows["filled"].astype(bool), "domain"].astype(str))
+    err = {e: C.domain_errors(p, te["domain"].astype(str), te["correct"].astype(bool)) for e, p in prof.items()}
+    base = err.get("NoMemory", {})
+    out = []
     for e, p in prof.items():
-        rows.append({"model": model, "estimator": e,
-                     "mae_test": C.mae(p, te["domain"].astype(str), te["correct"].astype(bool)),
-                     "cbf_train": profile_metrics(p, tr["domain"].astype(str),
-                                                  tr["correct"].astype(bool))["CBF"],
-                     "n_train": len(tr), "n_test": len(te)})
-    return pd.DataFrame(rows)
+        m, lo, hi = mean_ci([v - base[d] for d, v in err[e].items() if d in base], LEVEL)
+        out.append({"model": model, "estimator": e,
+                    "mae_test": C.mae(p, te["domain"].astype(str), te["correct"].astype(bool)),
+                    "cbf_train": profile_metrics(p, tr["domain"].astype(str), tr["correct"].astype(bool))["CBF"],
+                    "n_train": len(tr), "n_test": len(te), "n_domains": len(err[e]),
+                    "n_stated": len(stated[e] & set(err[e])),
+                    "vs_nomemory": float(m), "vs_nomemory_lo": float(lo), "vs_nomemory_hi": float(hi)})
+    return pd.DataFrame(out)
 
 
 #: score_job's settings, each by the `ladder` key of the config schema that holds its default

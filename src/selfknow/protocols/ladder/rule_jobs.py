@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from selfknow.config import model_spec
+from selfknow.config import model_spec, stated_by
 from selfknow.models.providers import modes_note
 from selfknow.report.tables import table_job_provenance
 
@@ -105,7 +105,8 @@ def table34_job(outputs: Mapping[str, str], seed: int, react_specs: Sequence[dic
     return write_table34(outputs["table34_csv"], outputs["table34_md"], seed=seed,
                          source=("agent" if "react" in lad else "react") if has_react else "sessions",
                          dataset=dataset, react_specs=[dict(s) for s in react_specs] if has_react else (),
-                         turns_paths=list(turns), profiles_paths=list(profiles), provenance=prov)
+                         turns_paths=list(turns), profiles_paths=list(profiles),
+                         stated_by=stated_by(config, lad["models"]), provenance=prov)
 
 
 def import_job(import_dir: str, estimators: Sequence[str], outputs: Mapping[str, str], report: Mapping,

@@ -296,8 +296,12 @@ def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.D
                    + ", ".join(CONTROLS) + " (the main table).")
 
 
-def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame) -> tuple[pd.DataFrame, str]:
-    return r4_from_scores(sessions, heldout), r4_note(sessions)
+def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame,
+                 stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
+    """R4's table; its note says which sessions the observed rows rest on and, for the held-out
+    rows, what the prompted held-out values rest on (`heldout_note`)."""
+    ho = heldout_note(heldout, stated_by)
+    return r4_from_scores(sessions, heldout), r4_note(sessions) + (f" Held-out rows: {ho}" if ho else "")
 
 
 def tiers_table(tiers: pd.DataFrame) -> pd.DataFrame:
@@ -309,8 +313,43 @@ def prefix_table(prefix: pd.DataFrame) -> pd.DataFrame:
     return _pivot(prefix, ["model", "condition", "prefix"])
 
 
-def heldout_table(heldout: pd.DataFrame) -> pd.DataFrame:
-    return _pivot(heldout, ["model"], "mae_test")
+#: a prompted level's held-out value stating fewer than this share of the test domains rests on
+#: a few of them (each domain it leaves out counts 0.5, NoMemory's value): the note says so
+MIN_STATED_SHARE = 0.25
+
+
+def heldout_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
+    """What a held-out value of a prompted level rests on (`jobs._heldout`): the note names
+    those whose profile states fewer than `MIN_STATED_SHARE` of the test domains and those whose
+    paired difference from NoMemory does not exclude 0 (`selfknow.report.findings.verdict`)."""
+    from selfknow.report.findings import NO_DIFFERENCE, UNDECIDED, interval_text, verdict
+
+    few, same = [], []
+    for r in heldout[heldout["estimator"].isin(PROMPTED)].itertuples(index=False):
+        level = f"{r.model}: {r.estimator} (stated by {stated_by.get(r.model, r.model)})"
+        if r.n_stated < MIN_STATED_SHARE * r.n_domains:
+            few.append(f"{level} states {int(r.n_stated)} of {int(r.n_domains)} test domains")
+        if verdict(r.vs_nomemory_lo, r.vs_nomemory_hi, None) in (UNDECIDED, NO_DIFFERENCE):
+            same.append(f"{level} − NoMemory {r.vs_nomemory:+.3f} "
+                        f"{interval_text(r.vs_nomemory_lo, r.vs_nomemory_hi)}")
+    notes = []
+    if few:
+        share = f"{MIN_STATED_SHARE:.0%}".replace("%", " %")
+        notes.append(f"Resting on fewer than {share} of the domains, so close to NoMemory by construction: "
+                     + "; ".join(few) + ".")
+    if same:
+        notes.append("Not different from NoMemory (paired difference of the absolute errors over the test "
+                     "domains, 95 % Student-t interval including 0): " + "; ".join(same) + ".")
+    return " ".join(notes)
+
+
+def heldout_with_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
+    """Test-half MAE per model x estimator, with "<level> domains" (stated of scored test
+    domains) for each prompted level, and `heldout_note`."""
+    table = _pivot(heldout, ["model"], "mae_test")
+    for r in heldout[heldout["estimator"].isin(PROMPTED)].itertuples(index=False):
+        table.loc[table["model"] == r.model, f"{r.estimator} domains"] = f"{int(r.n_stated)} of {int(r.n_domains)}"
+    return table, heldout_note(heldout, stated_by)
 
 
 def pooled_pairs_table(pairs: pd.DataFrame) -> pd.DataFrame:

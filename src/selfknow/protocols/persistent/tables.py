@@ -19,7 +19,7 @@ import pandas as pd
 
 from selfknow.report.findings import Claim
 from selfknow.report.tables import bold_text
-from selfknow.stats.persistent.contrast import HIGHER_IS_BETTER, METRICS
+from selfknow.stats.persistent.contrast import CHANCE, HIGHER_IS_BETTER, METRICS
 
 from . import catalog as C
 from .catalog import GCM_METHODS
@@ -116,7 +116,7 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
             m = significance_marks({str(i): point[i] for i in idx}, {str(i): reps[i] for i in idx},
                                    higher_is_better=HIGHER_IS_BETTER[c.metric])
             if R.BOLD_RULE == "separated":
-                m = separated_bold(m, {str(i): reps[i] for i in idx})
+                m = separated_bold(m, {str(i): reps[i] for i in idx}, CHANCE.get(c.metric))
             for i in idx:
                 marks.at[i, c.name] = m[str(i)]
     return values, marks
@@ -403,8 +403,10 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
     top-answer error rate on the contrast questions (`contrast_questions`; `backbone_correct`
     indexed by item id), and the contrast-set AUC of oracle training minus that of the GCM with
     its `GAP_LEVEL` percentile interval over the paired bootstrap replicates of `metrics`
-    (NaN without replicates). Without a contrast set of `min_contrast` questions the error rate
-    is undefined (NaN), as are the contrast metrics."""
+    (NaN without replicates), and the GCM's contrast-set AUC with its interval over its own
+    replicates (`gcm_lo`, `gcm_hi`), which tells whether there is a working GCM to leave headroom.
+    Without a contrast set of `min_contrast` questions the error rate is undefined (NaN), as are
+    the contrast metrics."""
     ids, n_pairs = contrast_questions(eval_correct, eval_ckpts, min_contrast)
     backbone = backbone_correct.groupby(level=0).first()
     missing = pd.Index(ids).difference(backbone.index)
@@ -413,15 +415,18 @@ def gcm_headroom_row(metrics: MetricFile, eval_correct: Mapping[str, pd.Series],
     g = metrics.gcm()
     oracle, gcm = metrics.point("oracle", "contrast_auc"), metrics.point(g, "contrast_auc")
     ro, rg = metrics.reps("oracle", "contrast_auc"), metrics.reps(g, "contrast_auc")
-    lo = hi = np.nan
+    lo = hi = glo = ghi = np.nan
     if ro is not None and rg is not None:
         diff = np.asarray(ro, dtype=float) - np.asarray(rg, dtype=float)
         if np.isfinite(diff).any():
             lo, hi = percentile_interval(diff, GAP_LEVEL)
+    if rg is not None and np.isfinite(np.asarray(rg, dtype=float)).any():
+        glo, ghi = percentile_interval(np.asarray(rg, dtype=float), GAP_LEVEL)
     error = 1.0 - float(backbone.reindex(ids).to_numpy(dtype=float).mean()) if ids.size else np.nan
     return {"backbone_error_rate": error,
             "contrast_questions": int(ids.size), "pairs": n_pairs, "oracle_contrast_auc": oracle,
-            "gcm_contrast_auc": gcm, "auc_gap": oracle - gcm, "gap_lo": lo, "gap_hi": hi, "gcm_method": g}
+            "gcm_contrast_auc": gcm, "gcm_lo": glo, "gcm_hi": ghi, "auc_gap": oracle - gcm, "gap_lo": lo,
+            "gap_hi": hi, "gcm_method": g}
 
 
 _ORACLE_ROOM = Claim(1, "\"SC and non-oracle training consistently have worse contrast-set calibration than "
@@ -691,6 +696,20 @@ def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
     return {"rows": len(df)}
 
 
+def gcm_chance_note(points: pd.DataFrame) -> str:
+    """Figure 2's note on the points whose GCM is not shown above chance: its contrast-set AUC
+    interval (`gcm_headroom_row`) includes 0.5 or lies below it, so the gap there is oracle
+    training against a GCM at chance, not headroom a working GCM leaves."""
+    at = points[points["gcm_lo"] <= 0.5]
+    if at.empty:
+        return ""
+    return (f"GCM not shown better than chance on contrast-set AUC (its {level_text(GAP_LEVEL)} percentile interval "
+            "includes 0.5 or lies below it), so the gap there is oracle training against chance, not headroom "
+            "left by a working GCM: " + "; ".join(
+                f"{r.model}, {r.dataset}: {r.gcm_contrast_auc:.3f} [{r.gcm_lo:.3f}, {r.gcm_hi:.3f}]"
+                for r in at.itertuples(index=False)) + ".")
+
+
 def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mapping[ScTable, str],
                 models: Sequence[str], eval_ckpts: Mapping[str, Sequence[str]], datasets: Sequence[str],
                 png: str, csv: str, md: str, *, min_contrast: int, backbone_model: str, backbone_ckpt: str,
@@ -718,7 +737,8 @@ def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mappin
                        f"the questions of the contrast sets of at least {min_contrast} questions. AUC gap: "
                        f"contrast-set AUC of oracle training minus the GCM's (Table 17), with the {level} "
                        "percentile interval of the paired bootstrap replicates (§A.8). "
-                       + " ".join(GCM_NOTES[g] for g in GCM_METHODS if g in set(df.get("gcm_method", [])))),
+                       + " ".join([*(GCM_NOTES[g] for g in GCM_METHODS if g in set(df.get("gcm_method", []))),
+                                   gcm_chance_note(df)]).strip()),
                 provenance=provenance)
     return {"points": len(df), "nan_cells": int(df.select_dtypes("number").isna().sum().sum())}
 

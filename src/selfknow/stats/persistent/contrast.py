@@ -53,6 +53,9 @@ METRICS = CONTRAST_METRICS + FULL_METRICS
 HIGHER_IS_BETTER = {"delta0_b": True, "delta0": True, "delta_b": True, "delta": True,
                     "contrast_auc": True, "contrast_brier": False, "contrast_ece": False,
                     "full_auc": True, "full_brier": False, "full_ece": False}
+#: what an estimator no better than chance scores on a metric that has such a value: 0 for a
+#: Δ (p+ on the correct answer no higher than p- on the incorrect one, on average), 0.5 for an AUC
+CHANCE = {"delta0_b": 0.0, "delta0": 0.0, "delta_b": 0.0, "delta": 0.0, "contrast_auc": 0.5, "full_auc": 0.5}
 
 PairNormaliser = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 Normaliser = Union[str, "Normalisation", PairNormaliser]

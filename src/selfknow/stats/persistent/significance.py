@@ -64,12 +64,15 @@ def significance_marks(point: Mapping[str, float], replicates: Mapping[str, np.n
     return marks
 
 
-def separated_bold(marks: Mapping[str, str], replicates: Mapping[str, np.ndarray] | None) -> dict[str, str]:
+def separated_bold(marks: Mapping[str, str], replicates: Mapping[str, np.ndarray] | None,
+                   chance: float | None = None, level: float = 0.95) -> dict[str, str]:
     """`significance_marks`' marks with the bold kept only where it says something: on a best
     that its interval separates from every other method (none is underlined: not significantly
-    worse, or tied) and whose replicates vary (a value every replicate repeats is fixed by
-    construction, such as a contrast ECE of 0). Without replicates nothing is separated, so
-    nothing is bold. Underlines are kept."""
+    worse, or tied), whose replicates vary (a value every replicate repeats is fixed by
+    construction, such as a contrast ECE of 0) and, for a metric with a `chance` value
+    (`contrast.CHANCE`), whose two-sided `level` percentile interval excludes it (a best at
+    chance is the best of estimators that show nothing). Without replicates nothing is
+    separated, so nothing is bold. Underlines are kept."""
     out = dict(marks)
     bests = [m for m, k in marks.items() if k in BOLD]
     others_close = any(k in UNDERLINED for m, k in marks.items() if m not in bests) or len(bests) > 1
@@ -77,7 +80,11 @@ def separated_bold(marks: Mapping[str, str], replicates: Mapping[str, np.ndarray
         reps = None if replicates is None else replicates.get(m)
         finite = None if reps is None else np.asarray(reps, dtype=float)
         fixed = finite is None or not np.isfinite(finite).any() or np.nanmax(finite) == np.nanmin(finite)
-        if others_close or fixed:
+        at_chance = False
+        if chance is not None and not fixed:
+            lo, hi = np.nanquantile(finite, [(1 - level) / 2, (1 + level) / 2])
+            at_chance = bool(lo <= chance <= hi)
+        if others_close or fixed or at_chance:
             out[m] = TIE if marks[m] == BEST_TIE else ""
     return out
 
