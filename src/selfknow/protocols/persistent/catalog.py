@@ -145,7 +145,7 @@ class ContrastTable:
 class FindingsTable:
     """What the default finds: the paper's headline comparisons on contrast-set AUC, each model
     and training dataset, from the paired bootstrap replicates of `evalset`'s metric files
-    (`tables.findings_table`)."""
+    (`findings.findings_table`)."""
 
     evalset: str = MAIN
 
