@@ -164,7 +164,7 @@ def test_ladder_plot_has_one_series_per_model_over_the_five_levels(tmp_path):
     models = [f"m{i}" for i in range(11)]  # more models than colours: styles must still differ
     df = pd.DataFrame([(m, f"L{lv}", 0.5 + 0.08 * lv + 0.005 * k, 0.01) for k, m in enumerate(models)
                        for lv in [3, 0, 4, 1, 2]], columns=["model", "level", "cbf", "se"])
-    s = F.ladder_plot(df, tmp_path / "figure4.png")
+    s = F.ladder_plot(df, tmp_path / "figure4.png", title="Figure 4")
     _check_png(tmp_path / "figure4.png")
     _check_labelled(s, 1)
     assert s.axes[0].series == models
@@ -172,26 +172,26 @@ def test_ladder_plot_has_one_series_per_model_over_the_five_levels(tmp_path):
     styles = {(F._style(k)["color"], F._style(k)["marker"], F._style(k)["linestyle"]) for k in range(len(models))}
     assert len(styles) == len(models)
     with pytest.raises(ValueError, match="se"):
-        F.ladder_plot(df.drop(columns="se"), tmp_path / "x.png")
+        F.ladder_plot(df.drop(columns="se"), tmp_path / "x.png", title="x")
 
 
 def test_cbf_matrix_annotates_every_cell(tmp_path):
     rng = np.random.default_rng(0)
     df = pd.DataFrame([(m, b, rng.uniform(0.5, 1)) for m in ["a", "b", "c"]
                        for b in ["NoMemory", "ZS", "LSA", "Count", "OraclePDC"]], columns=["model", "baseline", "cbf"])
-    s = F.cbf_matrix(df, tmp_path / "figure6.png")
+    s = F.cbf_matrix(df, tmp_path / "figure6.png", title="Figure 6")
     _check_png(tmp_path / "figure6.png")
     _check_labelled(s, 1)  # the colour bar is not counted as a data axes
     assert s.axes[0].n_images == 1 and s.axes[0].n_texts == 15
     with pytest.raises(ValueError, match="more than one row"):
-        F.cbf_matrix(pd.concat([df, df.iloc[:1]]), tmp_path / "dup.png")
+        F.cbf_matrix(pd.concat([df, df.iloc[:1]]), tmp_path / "dup.png", title="dup")
 
 
 def test_accuracy_vs_cbf_has_one_series_per_estimator(tmp_path):
     rng = np.random.default_rng(1)
     df = pd.DataFrame([(m, e, acc, rng.uniform(0.6, 0.95)) for m, acc in [("a", 0.4), ("b", 0.7), ("c", 0.8)]
                        for e in ["ZS", "LSA", "EM-Joint", "Count"]], columns=["model", "estimator", "accuracy", "cbf"])
-    s = F.accuracy_vs_cbf(df, tmp_path / "figure5.png")
+    s = F.accuracy_vs_cbf(df, tmp_path / "figure5.png", title="Figure 5")
     _check_png(tmp_path / "figure5.png")
     _check_labelled(s, 1)
     assert s.axes[0].series == ["ZS", "LSA", "EM-Joint", "Count"]
@@ -203,7 +203,7 @@ def test_reliability_bins_has_the_diagonal_and_one_series_per_model(tmp_path):
     for k, m in enumerate(["a", "b", "c"]):
         f, y = _data(400, seed=k)
         frames.append(RL.binned_reliability(f, y).assign(model=m))
-    s = F.reliability_bins(pd.concat(frames), tmp_path / "figure7.png")
+    s = F.reliability_bins(pd.concat(frames), tmp_path / "figure7.png", title="Figure 7")
     _check_png(tmp_path / "figure7.png")
     _check_labelled(s, 1)
     assert s.axes[0].series == ["perfect calibration", "a", "b", "c"]

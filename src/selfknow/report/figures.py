@@ -225,8 +225,7 @@ def _level_order(levels) -> list:
     return sorted(pd.unique(levels), key=key)
 
 
-def ladder_plot(df: pd.DataFrame, path: str | Path, *, title: str = "Self-assessment ladder: mean session CBF per level",
-                provenance: dict | None = None) -> FigureSummary:
+def ladder_plot(df: pd.DataFrame, path: str | Path, *, title: str, provenance: dict | None = None) -> FigureSummary:
     """LADDER Figure 4: mean session CBF per level (L0 NoMemory .. L4 GT-SelfStats), one line
     per model with ±1 session-bootstrap SE error bars. `df`: model, level, cbf, se."""
     _require(df, ["model", "level", "cbf", "se"], "ladder_plot")
@@ -269,8 +268,7 @@ def _annotated_heatmap(ax, values: np.ndarray, rows: list, cols: list, *, vmin: 
     return im
 
 
-def cbf_matrix(df: pd.DataFrame, path: str | Path, *, title: str = "Session CBF by model and baseline",
-               provenance: dict | None = None) -> FigureSummary:
+def cbf_matrix(df: pd.DataFrame, path: str | Path, *, title: str, provenance: dict | None = None) -> FigureSummary:
     """LADDER Figure 6: the model x baseline CBF matrix as an annotated heat-map. `df`: model,
     baseline, cbf (one row per cell; rows and columns in order of first appearance)."""
     _require(df, ["model", "baseline", "cbf"], "cbf_matrix")
@@ -289,8 +287,7 @@ def cbf_matrix(df: pd.DataFrame, path: str | Path, *, title: str = "Session CBF 
     return save(fig, path, provenance=provenance)
 
 
-def accuracy_vs_cbf(df: pd.DataFrame, path: str | Path, *, title: str = "Answer accuracy vs profile CBF",
-                    provenance: dict | None = None) -> FigureSummary:
+def accuracy_vs_cbf(df: pd.DataFrame, path: str | Path, *, title: str, provenance: dict | None = None) -> FigureSummary:
     """LADDER Figure 5: per model, answer accuracy (x) against profile CBF (y), one marker
     series per estimator, points labelled with the model. `df`: model, estimator, accuracy, cbf."""
     _require(df, ["model", "estimator", "accuracy", "cbf"], "accuracy_vs_cbf")
@@ -310,8 +307,7 @@ def accuracy_vs_cbf(df: pd.DataFrame, path: str | Path, *, title: str = "Answer 
     return save(fig, path, provenance=provenance)
 
 
-def reliability_bins(df: pd.DataFrame, path: str | Path, *, title: str = "Answer confidence reliability (10 bins)",
-                     provenance: dict | None = None) -> FigureSummary:
+def reliability_bins(df: pd.DataFrame, path: str | Path, *, title: str, provenance: dict | None = None) -> FigureSummary:
     """LADDER Figure 7: per model, mean confidence against accuracy in each confidence bin
     (confidence 1 in the last bin), marker area by the bin's answer count. `df`: model,
     bin_lo, bin_hi, confidence, accuracy, count. Series: perfect calibration + one per model."""
