@@ -19,6 +19,7 @@ from selfknow.protocols.persistent import catalog as C
 from selfknow.protocols.persistent import jobs as J
 from selfknow.protocols.persistent import metrics as PM
 from selfknow.protocols.persistent import tables as T
+from selfknow.protocols.persistent import findings as PF
 from selfknow.protocols.persistent import variance as VAR
 from selfknow.protocols.persistent import variants as V
 from selfknow.protocols.persistent.inputs import EvalFiles, Evaluation, MetricFiles, ScInput, ScTable
@@ -481,7 +482,7 @@ def test_findings_rows_are_paired_replicate_differences_with_verdicts():
     reps = {f"eq1|{m}|contrast_auc": v + shared + (rng.normal(0, 0.03, 200) if m == "nonoracle" else 0)
             for m, v in point.items()}
     f = _metric_file({m: {"contrast_auc": v} for m, v in point.items()}, reps)
-    table, note = T.findings_table({("M", "d", "d"): f})
+    table, note = PF.findings_table({("M", "d", "d"): f})
     by = dict(zip(table["comparison"], table.to_dict("records")))
     osc = by["M, d: Oracle − SC (contrast AUC)"]
     assert osc["difference"] == pytest.approx(-0.08) and osc["verdict"] == "disagrees"
@@ -518,7 +519,7 @@ def test_transfer_asymmetry_is_forward_minus_backward_auc_with_paired_resamples(
             rows += [{"adapter": a, "scorer": c, "target": c, "item_id": f"q{k:02d}", "correct": y[k],
                       "confidence": p[k]} for k in rng.permutation(40)]
     df = pd.DataFrame(rows)
-    diff, lo, hi = T.transfer_asymmetry(df, order, 300, 7)
+    diff, lo, hi = PF.transfer_asymmetry(df, order, 300, 7)
     assert diff == pytest.approx(1 - np.mean([auc(p, y) for p in backward.values()]))
     idx = resample_indices(40, 300, 7)
     reps = []
@@ -527,7 +528,7 @@ def test_transfer_asymmetry_is_forward_minus_backward_auc_with_paired_resamples(
             reps.append(1 - np.mean([auc(p[r], y[r]) for p in backward.values()]))
     assert (lo, hi) == pytest.approx(tuple(np.quantile(reps, [0.025, 0.975])))
     assert lo > 0
-    table, _ = T.findings_table({}, {"d": ("M", (diff, lo, hi))})
+    table, _ = PF.findings_table({}, {"d": ("M", (diff, lo, hi))})
     assert table.iloc[0]["comparison"].startswith("M, d: forward − backward transfer")
     assert table.iloc[0]["verdict"] == "agrees"
 

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from selfknow.report import figures as F
+from selfknow.report import reliability as RL
 from selfknow.stats.classification import binned_ece
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -45,7 +46,7 @@ def test_smooth_curve_is_relplots_kernel_smoother_at_smoothece_bandwidth(n, powe
     from relplot.kernels import ReflectedGaussianKernel
 
     f, y = _data(n, seed=n, power=power)
-    sm = F.smooth_reliability(f, y, n_boot=0)
+    sm = RL.smooth_reliability(f, y, n_boot=0)
     value, sigma = relplot.smECE(f, y, return_width=True)
     assert sm["smece"] == pytest.approx(value, abs=1e-9)
     assert sm["sigma"] == pytest.approx(sigma, abs=1e-12)
@@ -57,17 +58,17 @@ def test_smooth_curve_follows_the_truth_and_the_band_narrows_with_more_data():
     # SmoothECE's bandwidth is its own value, so a badly calibrated model gets a wide kernel;
     # at a fixed narrow bandwidth the curve recovers the true reliability E[y | f] = f^2
     f, y = _data(20000, seed=3, power=2.0)
-    fixed = F.smooth_reliability(f, y, sigma=0.03, n_boot=0)
+    fixed = RL.smooth_reliability(f, y, sigma=0.03, n_boot=0)
     inner = (fixed["mesh"] > 0.1) & (fixed["mesh"] < 0.9)
     assert np.max(np.abs(fixed["mu"][inner] - fixed["mesh"][inner] ** 2)) < 0.03
     f, y = _data(20000, seed=3, power=1.0)  # calibrated: the curve is the diagonal
-    sm = F.smooth_reliability(f, y, n_boot=100, seed=1)
+    sm = RL.smooth_reliability(f, y, n_boot=100, seed=1)
     assert sm["sigma"] < 0.05
     assert np.max(np.abs(sm["mu"][inner] - sm["mesh"][inner])) < 0.05  # f^2 is up to 0.25 away
     assert np.mean((sm["lower"] <= sm["mu"] + 1e-12) & (sm["mu"] <= sm["upper"] + 1e-12)) > 0.95
-    small = F.smooth_reliability(f[:500], y[:500], n_boot=100, seed=1)
+    small = RL.smooth_reliability(f[:500], y[:500], n_boot=100, seed=1)
     assert np.mean(sm["upper"] - sm["lower"]) < 0.5 * np.mean(small["upper"] - small["lower"])
-    again = F.smooth_reliability(f[:500], y[:500], n_boot=100, seed=1)
+    again = RL.smooth_reliability(f[:500], y[:500], n_boot=100, seed=1)
     np.testing.assert_array_equal(again["lower"], small["lower"])  # the seed fixes the band
 
 
@@ -75,7 +76,7 @@ def test_smooth_curve_of_an_overconfident_model_sits_below_the_diagonal():
     rng = np.random.default_rng(5)
     f = rng.uniform(0.8, 1.0, 3000)
     y = (rng.uniform(size=3000) < 0.5).astype(float)
-    sm = F.smooth_reliability(f, y, n_boot=0)
+    sm = RL.smooth_reliability(f, y, n_boot=0)
     at = (sm["mesh"] > 0.85) & (sm["mesh"] < 0.95)
     assert np.all(np.abs(sm["mu"][at] - 0.5) < 0.1)
 
@@ -83,7 +84,7 @@ def test_smooth_curve_of_an_overconfident_model_sits_below_the_diagonal():
 def test_binned_points_reproduce_binned_ece_with_confidence_one_in_the_last_bin():
     f, y = _data(1000, seed=7, power=1.5)
     f[:5] = 1.0
-    b = F.binned_reliability(f, y, n_bins=10)
+    b = RL.binned_reliability(f, y, n_bins=10)
     assert b["count"].sum() == len(f)
     ece = float(np.sum(b["count"] / len(f) * np.abs(b["accuracy"] - b["confidence"])))
     assert ece == pytest.approx(binned_ece(f, y, 10), abs=1e-12)
@@ -104,7 +105,7 @@ def test_the_curve_and_band_fade_with_the_kernel_density_exactly_as_relplot_draw
     rng = np.random.default_rng(5)
     f = rng.uniform(0.2, 0.6, 300)
     y = (rng.uniform(size=300) < f).astype(float)
-    sm = F.smooth_reliability(f, y, n_boot=50, seed=0)
+    sm = RL.smooth_reliability(f, y, n_boot=50, seed=0)
     assert sm["mu"][sm["mesh"] > 0.95].max() < 0.1  # the plunge a reader would take for a finding
     ref = relplot.prepare_rel_diagram(f, y, plot_confidence_band=False, report_CE=False, kde_bandwidth=sm["sigma"])
     np.testing.assert_allclose(sm["density"], ref["density"], rtol=1e-9, atol=1e-12)
@@ -117,7 +118,7 @@ def test_the_curve_and_band_fade_with_the_kernel_density_exactly_as_relplot_draw
     plt.close(fig)
 
     fig, ax = plt.subplots()
-    F._reliability_axes(ax, f, y, n_bins=10, smooth=True, n_boot=50, seed=0)
+    RL._reliability_axes(ax, f, y, n_bins=10, smooth=True, n_boot=50, seed=0)
     curve = next(c for c in ax.collections if c.get_label().startswith("smoothed"))
     band = ax.images[0].get_array()[0, :, 3]
     plt.close(fig)
@@ -140,7 +141,7 @@ def test_the_curve_and_band_fade_with_the_kernel_density_exactly_as_relplot_draw
 def test_reliability_diagram(tmp_path):
     f, y = _data(800, seed=2, power=1.4)
     path = tmp_path / "rel.png"
-    s = F.reliability_diagram(f, y, path, title="wm-small, world_qa", n_boot=50, provenance={"config_hash": "abc"})
+    s = RL.reliability_diagram(f, y, path, title="wm-small, world_qa", n_boot=50, provenance={"config_hash": "abc"})
     _check_png(path)
     _check_labelled(s, 2)
     main = s.axes[0]
@@ -153,17 +154,17 @@ def test_reliability_diagram(tmp_path):
     assert s.axes[1].xlabel == "confidence" and s.axes[1].n_patches == 20
     # the sidecar keeps the provenance and, after it, what the figure drew
     assert json.loads((tmp_path / "rel.json").read_text()) == {"config_hash": "abc", "figure": asdict(s)}
-    s2 = F.reliability_diagram(f, y, tmp_path / "rel2.png", title="binned only", smooth=False)
+    s2 = RL.reliability_diagram(f, y, tmp_path / "rel2.png", title="binned only", smooth=False)
     assert len(s2.axes[0].series) == 2
     with pytest.raises(ValueError, match="one non-zero length"):
-        F.reliability_diagram(f, y[:-1], tmp_path / "bad.png", title="bad")
+        RL.reliability_diagram(f, y[:-1], tmp_path / "bad.png", title="bad")
 
 
 def test_ladder_plot_has_one_series_per_model_over_the_five_levels(tmp_path):
     models = [f"m{i}" for i in range(11)]  # more models than colours: styles must still differ
     df = pd.DataFrame([(m, f"L{lv}", 0.5 + 0.08 * lv + 0.005 * k, 0.01) for k, m in enumerate(models)
                        for lv in [3, 0, 4, 1, 2]], columns=["model", "level", "cbf", "se"])
-    s = F.ladder_plot(df, tmp_path / "figure4.png")
+    s = F.ladder_plot(df, tmp_path / "figure4.png", title="Figure 4")
     _check_png(tmp_path / "figure4.png")
     _check_labelled(s, 1)
     assert s.axes[0].series == models
@@ -171,26 +172,26 @@ def test_ladder_plot_has_one_series_per_model_over_the_five_levels(tmp_path):
     styles = {(F._style(k)["color"], F._style(k)["marker"], F._style(k)["linestyle"]) for k in range(len(models))}
     assert len(styles) == len(models)
     with pytest.raises(ValueError, match="se"):
-        F.ladder_plot(df.drop(columns="se"), tmp_path / "x.png")
+        F.ladder_plot(df.drop(columns="se"), tmp_path / "x.png", title="x")
 
 
 def test_cbf_matrix_annotates_every_cell(tmp_path):
     rng = np.random.default_rng(0)
     df = pd.DataFrame([(m, b, rng.uniform(0.5, 1)) for m in ["a", "b", "c"]
                        for b in ["NoMemory", "ZS", "LSA", "Count", "OraclePDC"]], columns=["model", "baseline", "cbf"])
-    s = F.cbf_matrix(df, tmp_path / "figure6.png")
+    s = F.cbf_matrix(df, tmp_path / "figure6.png", title="Figure 6")
     _check_png(tmp_path / "figure6.png")
     _check_labelled(s, 1)  # the colour bar is not counted as a data axes
     assert s.axes[0].n_images == 1 and s.axes[0].n_texts == 15
     with pytest.raises(ValueError, match="more than one row"):
-        F.cbf_matrix(pd.concat([df, df.iloc[:1]]), tmp_path / "dup.png")
+        F.cbf_matrix(pd.concat([df, df.iloc[:1]]), tmp_path / "dup.png", title="dup")
 
 
 def test_accuracy_vs_cbf_has_one_series_per_estimator(tmp_path):
     rng = np.random.default_rng(1)
     df = pd.DataFrame([(m, e, acc, rng.uniform(0.6, 0.95)) for m, acc in [("a", 0.4), ("b", 0.7), ("c", 0.8)]
                        for e in ["ZS", "LSA", "EM-Joint", "Count"]], columns=["model", "estimator", "accuracy", "cbf"])
-    s = F.accuracy_vs_cbf(df, tmp_path / "figure5.png")
+    s = F.accuracy_vs_cbf(df, tmp_path / "figure5.png", title="Figure 5")
     _check_png(tmp_path / "figure5.png")
     _check_labelled(s, 1)
     assert s.axes[0].series == ["ZS", "LSA", "EM-Joint", "Count"]
@@ -201,8 +202,8 @@ def test_reliability_bins_has_the_diagonal_and_one_series_per_model(tmp_path):
     frames = []
     for k, m in enumerate(["a", "b", "c"]):
         f, y = _data(400, seed=k)
-        frames.append(F.binned_reliability(f, y).assign(model=m))
-    s = F.reliability_bins(pd.concat(frames), tmp_path / "figure7.png")
+        frames.append(RL.binned_reliability(f, y).assign(model=m))
+    s = F.reliability_bins(pd.concat(frames), tmp_path / "figure7.png", title="Figure 7")
     _check_png(tmp_path / "figure7.png")
     _check_labelled(s, 1)
     assert s.axes[0].series == ["perfect calibration", "a", "b", "c"]
@@ -315,7 +316,7 @@ def test_reliability_grid_has_one_full_panel_per_method(tmp_path):
     for k, m in enumerate(["self-consistency", "non-oracle", "oracle", "post-hoc", "GCM"]):
         f, y = _data(300, seed=10 + k, power=1 + 0.3 * k)
         frames.append(pd.DataFrame({"panel": m, "confidence": f, "correct": y}))
-    s = F.reliability_grid(pd.concat(frames), tmp_path / "reliability.png", title="wm-small, world_qa", n_boot=20,
+    s = RL.reliability_grid(pd.concat(frames), tmp_path / "reliability.png", title="wm-small, world_qa", n_boot=20,
                            ncols=3)
     _check_png(tmp_path / "reliability.png")
     _check_labelled(s, 5)  # the sixth slot of the 2 x 3 grid is removed
@@ -324,4 +325,4 @@ def test_reliability_grid_has_one_full_panel_per_method(tmp_path):
     with pytest.raises(ValueError, match="'oracle'"):
         bad = pd.concat(frames)
         bad.loc[bad["panel"] == "oracle", "confidence"] = 2.0
-        F.reliability_grid(bad, tmp_path / "bad.png", title="bad")
+        RL.reliability_grid(bad, tmp_path / "bad.png", title="bad")

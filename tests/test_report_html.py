@@ -21,7 +21,7 @@ import yaml
 
 from conftest import REPO, run_snakemake
 from selfknow.catalogs import REPORT
-from selfknow.report.catalog import caption_text
+from selfknow.report.catalog import SHARED_CAPTIONS, TABLE_FILES, caption_text
 
 sys.path.insert(0, str(Path(__file__).parent))
 import report_check  # noqa: E402
@@ -79,7 +79,15 @@ def _render_caption(key: str, config: dict, outputs: dict, wildcards: dict) -> s
 
 def test_the_catalog_and_the_caption_files_agree():
     captions = {p.relative_to(REPORT_DIR).as_posix() for p in REPORT_DIR.rglob("*.rst")} - {"workflow.rst"}
-    assert captions == {item["caption"] for item in CATALOG.values()}
+    shared = {c for c in captions if c.startswith(f"{SHARED_CAPTIONS}/")}
+    assert captions - shared == {item["caption"] for item in CATALOG.values()}
+    # a shared paragraph is written once and appended to every caption that names it, and only there
+    tails = [f for item in CATALOG.values() for f in item["caption_tail"]]
+    assert shared == set(tails) and all(tails.count(f) > 1 for f in shared)
+    for item in CATALOG.values():
+        own = (REPORT_DIR / item["caption"]).read_text(encoding="utf-8")
+        assert not any((REPORT_DIR / f).read_text(encoding="utf-8").strip() in own for f in shared), item["caption"]
+        assert (item["caption_tail"][-1:] == [f"{SHARED_CAPTIONS}/{TABLE_FILES}.rst"]) == (item["kind"] == "table")
     for key, item in CATALOG.items():
         paper, name = key.split("/")
         assert item["category"] and item["subcategory"] and item["label"]
@@ -195,7 +203,7 @@ import tempfile
 from pathlib import Path
 
 from selfknow.catalogs import REPORT as CATALOG
-from selfknow.report.catalog import caption_text
+from selfknow.report.catalog import SHARED_CAPTIONS, TABLE_FILES, caption_text
 
 REPORT_DIR = Path("__REPORT_DIR__")
 CAPTIONS = Path(tempfile.mkdtemp())

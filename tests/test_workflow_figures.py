@@ -254,12 +254,12 @@ def test_the_figure_check_catches_a_missing_figure_and_a_wrong_series_count(tmp_
     rel = "figures/ladder/figure4.png"
     df = pd.DataFrame({"model": ["wm-small"] * 5 + ["wm-base"] * 5, "level": [f"L{i}" for i in range(5)] * 2,
                        "cbf": [0.5, 0.6, 0.7, 1.0, 0.8] * 2, "se": [0.01] * 10})
-    ladder_plot(df, results / rel, provenance={"config_hash": "h", "config": {}})
+    ladder_plot(df, results / rel, title="Figure 4", provenance={"config_hash": "h", "config": {}})
     problems = tiny_figure_problems(results)
     wrong = "series ['wm-small', 'wm-base'], expected ['wm-small', 'wm-small (1 of 3 sessions)']"
     assert any(p.startswith(f"{rel} axes 0") and p.endswith(wrong) for p in problems), problems
     assert "figures/lcae/figure2.png: not built" in problems
-    ladder_plot(df[df["model"] == "wm-small"], results / rel)  # no provenance: no summary kept
+    ladder_plot(df[df["model"] == "wm-small"], results / rel, title="Figure 4")  # no provenance: no summary kept
     (results / rel).with_suffix(".json").unlink()
     assert f"{rel}: no figure summary in its sidecar figure4.json" in tiny_figure_problems(results)
 

@@ -5,7 +5,8 @@ what it needs of the config, and its place in the report. The rules derive their
 it (`buildable`), each paper's table code its rows, title and notes, the report its catalog
 (`report_items`, read by rules/common.smk) and every caption its provenance block
 (`caption_text`); a caption file (workflow_report/<paper>/<name>.rst) holds only the words
-that describe the table."""
+that describe the table, and the paragraphs many captions share are each one file of
+workflow_report/shared/, appended where an entry names them (`Table.caption_tail`)."""
 from __future__ import annotations
 
 import importlib
@@ -28,7 +29,9 @@ class Table:
     ("" for a job of its own); `layout`: the paper's own description of its rows and columns
     (None where the builder writes it whole); `subcategory` and `label`: where the report shows
     it and under which name (the category is the paper's); `output`: the figure's path under
-    `results` where it has wildcards (one figure per model and dataset)."""
+    `results` where it has wildcards (one figure per model and dataset); `caption_tail`: the
+    shared caption paragraphs (workflow_report/shared/<name>.rst) that follow its caption's own
+    words, in order (a table's caption then ends with `TABLE_FILES`)."""
 
     name: str
     builder: str = ""
@@ -42,6 +45,7 @@ class Table:
     subcategory: str = ""
     label: str = ""
     output: str = ""
+    caption_tail: tuple[str, ...] = ()
 
     @property
     def writes_table(self) -> bool:
@@ -132,17 +136,30 @@ def output_key(t: Table) -> str:
     return t.name if t.figure else f"{t.name}_html"
 
 
-def report_items(catalogs: Iterable[Catalog]) -> dict[str, dict[str, str]]:
-    """"<paper>/<name>" -> its report item (caption file, category, subcategory, label, kind,
-    output, output key) for every entry of `catalogs`."""
+#: the directory under workflow_report/ of the caption paragraphs many entries share
+SHARED_CAPTIONS = "shared"
+#: the paragraph that ends every table's caption (a figure's data table is not shown)
+TABLE_FILES = "table_files"
+
+
+def caption_tail(t: Table) -> list[str]:
+    """The shared caption files that follow the entry's own caption: its `caption_tail`, then,
+    for a table, `TABLE_FILES`."""
+    return [f"{SHARED_CAPTIONS}/{n}.rst" for n in (*t.caption_tail, *(() if t.figure else (TABLE_FILES,)))]
+
+
+def report_items(catalogs: Iterable[Catalog]) -> dict[str, dict[str, Any]]:
+    """"<paper>/<name>" -> its report item (caption file, the shared caption files that follow
+    it, category, subcategory, label, kind, output, output key) for every entry of `catalogs`."""
     out = {}
     for c in catalogs:
         for t in c.tables:
             if not (t.subcategory and t.label):
                 raise ValueError(f"catalog entry {c.paper}/{t.name} names no report subcategory or label")
             out[f"{c.paper}/{t.name}"] = {
-                "caption": f"{c.paper}/{t.name}.rst", "category": c.category, "subcategory": t.subcategory,
-                "label": t.label, "kind": "figure" if t.figure else "table", "output": report_output(c.paper, t),
+                "caption": f"{c.paper}/{t.name}.rst", "caption_tail": caption_tail(t), "category": c.category,
+                "subcategory": t.subcategory, "label": t.label, "kind": "figure" if t.figure else "table",
+                "output": report_output(c.paper, t),
                 "output_key": output_key(t)}
     return out
 
@@ -160,10 +177,12 @@ commit, model revisions, the sha256 of every input (item sample and upstream rec
 """
 
 
-def caption_text(item: Mapping[str, str], report_dir: str | Path) -> str:
-    """The full caption of a report item (`report_items`): its caption file's words, then the
-    provenance block, read from the sidecar next to the output its rule names."""
-    text = (Path(report_dir) / item["caption"]).read_text(encoding="utf-8").rstrip("\n")
+def caption_text(item: Mapping[str, Any], report_dir: str | Path) -> str:
+    """The full caption of a report item (`report_items`): its caption file's words, the
+    shared paragraphs that follow them, then the provenance block, read from the sidecar next
+    to the output its rule names."""
+    text = "\n\n".join((Path(report_dir) / f).read_text(encoding="utf-8").rstrip("\n")
+                       for f in (item["caption"], *item["caption_tail"]))
     key = item["output_key"] if item["kind"] == "figure" else item["output_key"].removesuffix("_html") + "_csv"
     return text + "\n" + PROVENANCE.format(key=key)
 

@@ -19,6 +19,8 @@ _MAIN = needs("ladder")
 CATEGORY = "Paper 2: LADDER"
 MAIN_RESULTS, ANALYSES = "Main results (table, Figures 4-7)", "Analyses"
 FINDINGS = "What the default finds"
+#: the shared caption paragraph (workflow_report/shared/) of the main protocol's models and sessions
+MODELS = ("ladder_models",)
 APPENDIX, CROSSTASK = "Appendix analyses (Tables 18, 33; Figures 9, 11)", "Cross-task priors (Tables 14-15)"
 #: A builder that `tables.write_tables` calls through this catalog is written whole, so that the
 #: code fingerprint of its job reaches it (selfknow.code_inputs); the builders the rules call
@@ -32,21 +34,22 @@ def _tables(name: str, builder: str, title: str, label: str, notes: str = "", su
     """A table of `tables.write_tables` (rule ladder_tables). Its builder takes the score parts
     it needs by name (`SCORE_PARTS`), and `stated_by`, `modes_note` or a table built before it
     (e.g. `main`), and returns the table, or (table, the notes drawn from its numbers)."""
-    return Table(name, builder, title, notes, _MAIN, job="tables", subcategory=subcategory, label=label)
+    return Table(name, builder, title, notes, _MAIN, job="tables", subcategory=subcategory, label=label,
+                 caption_tail=MODELS)
 
 
-def _figure(name: str, builder: str, label: str, job: str = "tables", subcategory: str = MAIN_RESULTS,
-            title: str = "") -> Table:
+def _figure(name: str, builder: str, label: str, title: str, job: str = "tables",
+            subcategory: str = MAIN_RESULTS) -> Table:
     """A figure of `tables.write_tables` (its builder takes what a table's does, `_tables`, and
-    `png` and `provenance`, and draws it) or of `appendix.write_appendix`."""
+    `png`, `title` and `provenance`, and draws it) or of `appendix.write_appendix`."""
     return Table(name, builder, title, needs=_MAIN, figure=True, data_table=False, job=job,
-                 subcategory=subcategory, label=label)
+                 subcategory=subcategory, label=label, caption_tail=MODELS)
 
 
 def _appendix(name: str, title: str, label: str, notes: str) -> Table:
     """A table of `appendix.write_appendix` (rule ladder_appendix)."""
     return Table(name, _APPENDIX + "write_appendix", title, notes, _MAIN, job="appendix", subcategory=APPENDIX,
-                 label=label)
+                 label=label, caption_tail=MODELS)
 
 
 TABLES: tuple[Table, ...] = (
@@ -136,10 +139,14 @@ TABLES: tuple[Table, ...] = (
     _tables("findings", "selfknow.protocols.ladder.tables:findings",
             "LADDER, what the default finds: each level against NoMemory, second- against first-order estimators",
             "What the default finds: LADDER", subcategory=FINDINGS),
-    _figure("figure4", "selfknow.protocols.ladder.tables:figure4", "Figure 4: the ladder"),
-    _figure("figure5", "selfknow.protocols.ladder.tables:figure5", "Figure 5: accuracy vs profile CBF"),
-    _figure("figure6", "selfknow.protocols.ladder.tables:figure6", "Figure 6: model x baseline CBF matrix"),
-    _figure("figure7", "selfknow.protocols.ladder.tables:figure7", "Figure 7: answer reliability bins"),
+    _figure("figure4", "selfknow.protocols.ladder.tables:figure4", "Figure 4: the ladder",
+            title="Self-assessment ladder: mean session CBF per level"),
+    _figure("figure5", "selfknow.protocols.ladder.tables:figure5", "Figure 5: accuracy vs profile CBF",
+            title="Answer accuracy vs profile CBF"),
+    _figure("figure6", "selfknow.protocols.ladder.tables:figure6", "Figure 6: model x baseline CBF matrix",
+            title="Session CBF by model and baseline"),
+    _figure("figure7", "selfknow.protocols.ladder.tables:figure7", "Figure 7: answer reliability bins",
+            title="Answer confidence reliability (10 bins)"),
     Table("table34", _LADDER + "heldout:table34_job", "LADDER Table 34: held-out prediction (MAE)",
           needs=_MAIN, job="heldout", subcategory=ANALYSES, label="Table 34: held-out prediction (ReAct)"),
     # `appendix.write_appendix` (rule ladder_appendix): Tables 18 and 33, Figures 9 and 11
@@ -167,10 +174,11 @@ TABLES: tuple[Table, ...] = (
     _appendix("table33_runs", "LADDER Table 33: run configurations", "Table 33: run configurations",
               "The run configurations of Table 33: records and NoMemory ECE / CBF on the first T records "
               "(empty: fewer records than T)."),
-    _figure("figure9", _APPENDIX + "write_appendix", "Figure 9: accuracy, recorded-confidence ECE and NoMemory CBF", job="appendix",
-            subcategory=APPENDIX, title="Figure 9: answer accuracy, recorded-confidence ECE and NoMemory CBF per model"),
-    _figure("figure11", _APPENDIX + "write_appendix", "Figure 11: R4 and the reliability-aware estimators", job="appendix",
-            subcategory=APPENDIX, title="Figure 11: R4 and the reliability-aware estimators per model"),
+    _figure("figure9", _APPENDIX + "write_appendix", "Figure 9: accuracy, recorded-confidence ECE and NoMemory CBF",
+            "Figure 9: answer accuracy, recorded-confidence ECE and NoMemory CBF per model", job="appendix",
+            subcategory=APPENDIX),
+    _figure("figure11", _APPENDIX + "write_appendix", "Figure 11: R4 and the reliability-aware estimators",
+            "Figure 11: R4 and the reliability-aware estimators per model", job="appendix", subcategory=APPENDIX),
     Table("table32", _LADDER + "extension:table32_job",
           "LADDER Table 32: recorded cross-task scores, confidence and gaps (GSM8K, HumanEval, BFCL)",
           needs=needs("ladder", "extension"), job="extension", subcategory="Cross-task extension (Table 32)",
@@ -187,7 +195,7 @@ TABLES: tuple[Table, ...] = (
     # the importer of released sessions (`ladder_import_dir`; no "ladder" section needed)
     Table("import_aggregates", _LADDER + "tables:import_job",
           "LADDER sessions: aggregates per model and baseline", needs=needs("import"), job="import",
-          subcategory=ANALYSES, label="Released aggregates (import)"),
+          subcategory=ANALYSES, label="Released aggregates (import)", caption_tail=MODELS),
 )
 TABLE = by_name(TABLES)
 CATALOG = Catalog("ladder", CATEGORY, TABLES)

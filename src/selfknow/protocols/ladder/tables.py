@@ -361,32 +361,33 @@ def answers_table(answers: pd.DataFrame) -> pd.DataFrame:
     return answers.reset_index(drop=True)
 
 
-def figure4(main: pd.DataFrame, png: str, provenance: dict | None) -> None:
+def figure4(main: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
     from selfknow.report.figures import ladder_plot
 
-    ladder_plot(ladder_frame(main), png, provenance=provenance)
+    ladder_plot(ladder_frame(main), png, title=title, provenance=provenance)
 
 
-def figure5(main: pd.DataFrame, answers: pd.DataFrame, png: str, provenance: dict | None) -> None:
+def figure5(main: pd.DataFrame, answers: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
     from selfknow.report.figures import accuracy_vs_cbf
 
     acc = answers.set_index("model")["accuracy"]
     f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]
     accuracy_vs_cbf(pd.DataFrame({"model": f5["model"], "estimator": f5["estimator"],
-                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), png, provenance=provenance)
+                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), png, title=title,
+                    provenance=provenance)
 
 
-def figure6(main: pd.DataFrame, png: str, provenance: dict | None) -> None:
+def figure6(main: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
     from selfknow.report.figures import cbf_matrix
 
     cbf_matrix(main.rename(columns={"estimator": "baseline", "CBF": "cbf"})[["model", "baseline", "cbf"]], png,
-               provenance=provenance)
+               title=title, provenance=provenance)
 
 
-def figure7(reliability: pd.DataFrame, png: str, provenance: dict | None) -> None:
+def figure7(reliability: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
     from selfknow.report.figures import reliability_bins
 
-    reliability_bins(reliability, png, provenance=provenance)
+    reliability_bins(reliability, png, title=title, provenance=provenance)
 
 
 def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
@@ -394,7 +395,8 @@ def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
                  stated_by: Mapping[str, str] | None = None) -> dict:
     """Read every model's score parts (`parts[name]` = list of parquet paths) and write each
     table of the catalog's job "tables" (its entry's builder, title and notes) to
-    `tables["<name>_csv"]` / `tables["<name>_md"]`, then draw each figure to `figures[name]`;
+    `tables["<name>_csv"]` / `tables["<name>_md"]`, then draw each figure (its builder, with
+    its entry's `title`) to `figures[name]`;
     with `provenance`, each gets its sidecar; `modes_note`
     (selfknow.models.providers.modes_note: the prompted levels' reply modes) ends the main table's note;
     `stated_by` maps a model to the model that answered its prompted levels (the prompted
@@ -412,7 +414,7 @@ def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
                         notes=" ".join(filter(None, [t.notes, derived])))
     for t in CATALOG:
         if t.job == "tables" and t.figure:
-            call_by_name(t.build(), {**known, "png": figures[t.name]})
+            call_by_name(t.build(), {**known, "png": figures[t.name], "title": t.title})
     return {"tables": len(TABLES), "figures": len(FIGURES), "models": int(known["main"]["model"].nunique())}
 
 

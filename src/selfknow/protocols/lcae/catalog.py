@@ -9,25 +9,27 @@ from selfknow.report.catalog import Catalog, Table, by_name
 
 CATEGORY = "Paper 3: Latent Confidence Alignment"
 _GROUP = "Tables I-III, item fit, Figure 2"
+#: the shared caption paragraph (workflow_report/shared/) of the examinees and their conditions
+_EXAMINEES = ("lcae_examinees",)
 
 TABLES: tuple[Table, ...] = (
     Table("table1", "selfknow.protocols.lcae.tables:table1",
           "Table I: LCAE (BCE) per condition, mean over repeats, with its reference points",
-          job="tables", subcategory=_GROUP, label="Table I: LCAE per condition"),
+          job="tables", subcategory=_GROUP, label="Table I: LCAE per condition", caption_tail=_EXAMINEES),
     Table("table1_squared", "selfknow.protocols.lcae.tables:table1_squared",
           "Table I, squared-error variant (beyond the paper): mean "
           "(e − ĉ)² per condition, mean over repeats", job="tables", subcategory=_GROUP,
-          label="Table I, squared-error LCAE (beyond the paper)"),
+          label="Table I, squared-error LCAE (beyond the paper)", caption_tail=_EXAMINEES),
     Table("table2", "selfknow.protocols.lcae.tables:table2",
           "Table II: ability θ re-estimated from final answers (Stage 3), per condition",
-          job="tables", subcategory=_GROUP, label="Table II: ability per condition"),
+          job="tables", subcategory=_GROUP, label="Table II: ability per condition", caption_tail=_EXAMINEES),
     Table("table3", "selfknow.protocols.lcae.tables:table3",
           "Table III: top examinees by ability, mean LCAE [95 % CI over repeats, where they differ]",
           "Ranked by the mean Stage-3 ability over every condition and repeat; columns in the paper's order.",
-          job="tables", subcategory=_GROUP, label="Table III: top examinees"),
+          job="tables", subcategory=_GROUP, label="Table III: top examinees", caption_tail=_EXAMINEES),
     Table("item_fit", "selfknow.protocols.lcae.tables:item_fit",
           "Item fit: infit / outfit MNSQ (acceptable 0.5-1.5, severe > 2.0)",
-          job="tables", subcategory=_GROUP, label="Item fit (infit / outfit)"),
+          job="tables", subcategory=_GROUP, label="Item fit (infit / outfit)", caption_tail=_EXAMINEES),
     Table("findings", "selfknow.protocols.lcae.tables:findings",
           "What the default finds (LCAE): each condition against the constant 0.5 and against Baseline",
           job="tables", subcategory="What the default finds", label="What the default finds: LCAE"),

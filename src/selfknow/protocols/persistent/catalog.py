@@ -145,7 +145,7 @@ class ContrastTable:
 class FindingsTable:
     """What the default finds: the paper's headline comparisons on contrast-set AUC, each model
     and training dataset, from the paired bootstrap replicates of `evalset`'s metric files
-    (`tables.findings_table`)."""
+    (`findings.findings_table`)."""
 
     evalset: str = MAIN
 
@@ -177,6 +177,8 @@ CATEGORY = "Paper 1: Persistent calibration"
 MAIN_TEXT, APPENDIX = "Main text (Tables 1-4, Figures 2-3)", "Appendix (Tables 7, 11-19, Figure 4)"
 CONTRAST = "Contrast-set sizes (Tables 8-10)"
 FINDINGS = "What the default finds"
+#: the shared caption paragraphs (workflow_report/shared/): the §A.8 marks, the models and datasets
+MARKS, MODELS = "persistent_marks", "persistent_models"
 #: A builder is the job function that writes the table (its rule passes it the files and
 #: settings it names). The references are assembled from their module, not written whole: the
 #: table code reads this catalog for layouts and titles and must not reach, in its code
@@ -189,13 +191,14 @@ TABLE_JOB, CONTRAST_TITLE = _T + "table_job", "Table {n}: {{dataset}} contrast-s
 def method_entry(name: str, title: str, layout: MethodTable, subcategory: str, label: str,
                  needs_: frozenset[str] = frozenset()) -> Table:
     """A method-comparison table, written by `tables.table_job`."""
-    return Table(name, TABLE_JOB, title, needs=needs_, layout=layout, subcategory=subcategory, label=label)
+    return Table(name, TABLE_JOB, title, needs=needs_, layout=layout, subcategory=subcategory, label=label,
+                 caption_tail=(MARKS, MODELS))
 
 
 def contrast_entry(name: str, layout: ContrastTable, label: str, needs_: frozenset[str] = frozenset()) -> Table:
     """Tables 8-10, written by `tables.table_job`."""
     return Table(name, TABLE_JOB, CONTRAST_TITLE.format(n=name[5:]), needs=needs_, layout=layout,
-                 subcategory=CONTRAST, label=label)
+                 subcategory=CONTRAST, label=label, caption_tail=(MODELS,))
 
 
 TABLES: tuple[Table, ...] = (
@@ -240,15 +243,17 @@ TABLES: tuple[Table, ...] = (
             APPENDIX, "Table 18: domain transfer", needs(TRANSFER_SET)),
     Table("findings", TABLE_JOB, "What the default finds (persistent calibration): the paper's headline "
           "comparisons on contrast-set AUC", layout=FindingsTable(), subcategory=FINDINGS,
-          label="What the default finds: persistent calibration"),
+          label="What the default finds: persistent calibration", caption_tail=(MODELS,)),
     Table("table7", _T + "table7_job", "Table 7: top-answer accuracy (%) per checkpoint",
-          subcategory=APPENDIX, label="Table 7: accuracy per checkpoint"),
+          subcategory=APPENDIX, label="Table 7: accuracy per checkpoint", caption_tail=(MODELS,)),
     Table("table19", _T + "table19_job", "Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance "
-          "across seeds ({model}, {dataset})", subcategory=APPENDIX, label="Table 19: adapter variance vs checkpoint index"),
+          "across seeds ({model}, {dataset})", subcategory=APPENDIX, label="Table 19: adapter variance vs checkpoint index",
+          caption_tail=(MODELS,)),
     Table("figure2", _T + "figure2_job", "Figure 2: GCM headroom on contrast-set AUC against oracle training",
           needs=needs(GCM), figure=True, subcategory=MAIN_TEXT, label="Figure 2: GCM headroom vs backbone error rate"),
     Table("figure3", _T + "transfer_figure_job", "Figure 3: transfer between checkpoints ({model}, {dataset})",
-          figure=True, layout=TransferFigure(0), subcategory=MAIN_TEXT, label="Figure 3: transfer between checkpoints"),
+          figure=True, layout=TransferFigure(0), subcategory=MAIN_TEXT, label="Figure 3: transfer between checkpoints",
+          caption_tail=(MODELS,)),
     Table("figure4", _T + "transfer_figure_job", "Figure 4: transfer between checkpoints ({model}, {dataset})",
           needs=needs(SECOND), figure=True, layout=TransferFigure(1), subcategory=APPENDIX,
           label="Figure 4: transfer between checkpoints, second dataset"),
@@ -256,7 +261,7 @@ TABLES: tuple[Table, ...] = (
     Table("reliability", "selfknow.protocols.persistent." + "jobs:reliability_job",
           "Reliability: {model} on {dataset} (evaluation checkpoints pooled, training seed {seed})",
           figure=True, data_table=False, subcategory="Reliability diagrams", label="Reliability {model} {dataset}",
-          output="figures/persistent/reliability/{model}/{dataset}.png"),
+          output="figures/persistent/reliability/{model}/{dataset}.png", caption_tail=(MODELS,)),
 )
 TABLE = by_name(TABLES)
 CATALOG = Catalog("persistent", CATEGORY, TABLES)

@@ -35,7 +35,7 @@ from selfknow.config import is_chat
 from selfknow.models import free_memory, load_lm, resolve_checkpoint
 from selfknow.models.hf import hub_resolution
 from selfknow.records import atomic_path, read_parquet, write_csv, write_parquet
-from selfknow.report.figures import reliability_grid
+from selfknow.report.reliability import reliability_grid
 from selfknow.resumable import map_chunks
 from selfknow.stages.items import sample_items
 from selfknow.stages.jobs import load_judge
@@ -628,7 +628,7 @@ def reliability_job(eval_ckpts: Sequence[str], train_ckpts: Sequence[str], sc_pa
     confidences `metrics_job` assembles (`assemble_main_methods`; same inputs), one panel per
     method with a catalog panel present (`catalog.reliability_panels`; first training seed; answers pooled over the
     evaluation checkpoints), each with `n_bins` binned points and the SmoothECE curve with its
-    `n_boot`-resample band (`report.figures.reliability_grid`, bootstrap seeded by `seed`).
+    `n_boot`-resample band (`report.reliability.reliability_grid`, bootstrap seeded by `seed`).
     Writes the PNG (and, with `provenance`, its sidecar)."""
     t0 = time.time()
     ev, tr = list(eval_ckpts), list(train_ckpts)

@@ -5,7 +5,7 @@ plain format (`selfknow export-records`).
 `persistent_eval` reads the records (`selfknow.readers`), evaluates every dataset with the
 workflow's own `evaluate.evaluate` and renders the paper's table layouts with its own table
 code (`tables.assemble`, `report.tables.write_table`) and reliability diagrams
-(`report.figures.reliability_grid`). Everything is read, checked and computed before the
+(`report.reliability.reliability_grid`). Everything is read, checked and computed before the
 first file is written; every file is written atomically.
 """
 from __future__ import annotations
@@ -101,7 +101,7 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
     "<dataset>|<normaliser>|<method>|<metric>"), `contrast_sets.csv`, the tables of
     `render_tables` (CSV, Markdown, LaTeX, HTML) and `reliability[_<dataset>].png`. Returns a
     summary, with the reader's notes."""
-    from selfknow.report.figures import reliability_grid
+    from selfknow.report.reliability import reliability_grid
     from selfknow.report.tables import write_table
 
     say = progress or (lambda message: None)
