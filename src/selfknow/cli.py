@@ -16,6 +16,7 @@ function running it). A command signals bad input by raising ``ValueError`` (or
     selfknow persistent-eval RECORDS OUTDIR [--config CONFIG.yaml] [--min-contrast N] [--bootstrap N] ...
     selfknow export-records RESULTS OUT.csv|.jsonl|.parquet [--model M] [--evalset main|transfer] [--methods ...]
     selfknow check-estimators RESULTS|RECORDS [--model M] [--bootstrap N] [--seed S] [--csv OUT.csv] [--strict]
+    selfknow findings-summary RESULTS
 """
 from __future__ import annotations
 
@@ -529,6 +530,30 @@ def _print_probe(args: argparse.Namespace, cells) -> None:
 register("check-estimators", "Do a run's trained confidence estimators learn? Seed-averaged AUC with a bootstrap "
          "interval and the confidences' sd per method, dataset and evaluation checkpoint.",
          _configure_check_estimators, run_check_estimators)
+
+
+# ----------------------------------------------------------------------------- findings-summary
+
+def _configure_findings_summary(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", help="a workflow run's results directory (its tables/<paper>/findings.csv)")
+
+
+def run_findings_summary(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from selfknow.report.findings import PAPERS, summary_markdown
+
+    tables = {paper: pd.read_csv(path) for paper, _ in PAPERS
+              if (path := Path(args.results) / "tables" / paper / "findings.csv").is_file()}
+    if not tables:
+        raise FileNotFoundError(f"{args.results}: no tables/<paper>/findings.csv of "
+                                f"{', '.join(p for p, _ in PAPERS)}; has the run built its findings tables?")
+    sys.stdout.write(summary_markdown(tables))
+    return 0
+
+
+register("findings-summary", "The README's summary of what a run finds: every row of each paper's findings table, "
+         "grouped by verdict, as Markdown.", _configure_findings_summary, run_findings_summary)
 
 
 if __name__ == "__main__":

@@ -90,3 +90,36 @@ def tally_note(table: pd.DataFrame) -> str:
     return (f"Of {len(table)} comparisons: " + ", ".join(parts) + ". A row agrees when its "
             f"{LEVEL:.0%}".replace("%", " %") + " interval excludes 0 on the side the paper states; it is "
             "undecided when the interval includes 0, whatever the point value.")
+
+
+#: the papers' findings tables, in the order the README summarises them: (paper, title)
+PAPERS = (("persistent", "Persistent calibration"), ("ladder", "LADDER"), ("lcae", "LCAE"))
+#: how the summary names each verdict's group, in its order
+GROUPS = ((DISAGREES, "Disagree"), (AGREES, "Agree"), (UNDECIDED, "Undecided"), (NO_CLAIM, "No direction stated"),
+          (NO_DIFFERENCE, "No difference on any unit"), (NO_INTERVAL, "No interval"))
+
+
+def summary_markdown(tables: dict[str, pd.DataFrame]) -> str:
+    """The README's "what the default finds": per paper whose findings table is given (`tables`,
+    paper -> the table as its CSV holds it), the tally, then every row, grouped by verdict, with
+    its difference and interval. Nothing is chosen: each row of each table appears once."""
+    known = {v for v, _ in GROUPS}
+    lines = []
+    for paper, title in PAPERS:
+        table = tables.get(paper)
+        if table is None:
+            continue
+        unknown = sorted(set(table["verdict"]) - known)
+        if unknown:
+            raise ValueError(f"{paper} findings: unknown verdicts {unknown}")
+        counts = [f"{(table['verdict'] == v).sum()} {name.lower()}" for v, name in GROUPS if (table["verdict"] == v).any()]
+        n = len(table)
+        lines.append(f"- **{title}** (`results/tables/{paper}/findings.md`): {n} comparison{'s' * (n != 1)}; "
+                     + ", ".join(counts) + ".")
+        for v, name in GROUPS:
+            rows = table[table["verdict"] == v]
+            if len(rows):
+                cells = "; ".join(f"{r['comparison']} {float(r['difference']):+.3f} {r['95 % interval']}"
+                                  for _, r in rows.iterrows())
+                lines.append(f"  - {name}: {cells}.")
+    return "\n".join(lines) + "\n"
