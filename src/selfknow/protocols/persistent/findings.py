@@ -5,15 +5,18 @@ forward-minus-backward transfer asymmetry (§4.3) (`transfer_asymmetry`). `table
 writes the table."""
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from selfknow.report.findings import Claim
+from selfknow.stats.persistent.significance import percentile_interval
 
 from .catalog import GCM_METHODS
-from .tables import MetricFile, percentile_interval
+
+if TYPE_CHECKING:
+    from .tables import MetricFile
 
 _ORACLE_ROOM = Claim(1, "\"SC and non-oracle training consistently have worse contrast-set calibration than "
                         "oracle training, showing room for improvement\" (§3.2, Table 1)")

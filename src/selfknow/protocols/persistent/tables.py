@@ -19,6 +19,7 @@ import pandas as pd
 
 from selfknow.report.tables import bold_text
 from selfknow.stats.persistent.contrast import CHANCE, HIGHER_IS_BETTER, METRICS
+from selfknow.stats.persistent.significance import percentile_interval
 
 from . import catalog as C
 from .catalog import GCM_METHODS
@@ -123,13 +124,6 @@ def assemble(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple, Met
 
 #: two-sided level of the full-set AUC percentile interval the chance check reads
 CHANCE_LEVEL = 0.95
-
-
-def percentile_interval(reps, level: float) -> tuple[float, float]:
-    """The two-sided `level` percentile interval of bootstrap replicates (NaNs ignored)."""
-    alpha = (1 - level) / 2
-    lo, hi = np.nanquantile(np.asarray(reps, dtype=float), [alpha, 1 - alpha])
-    return float(lo), float(hi)
 
 
 def level_text(level: float) -> str:

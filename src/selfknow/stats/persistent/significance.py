@@ -27,6 +27,13 @@ BOLD = frozenset({BEST, BEST_TIE})
 UNDERLINED = frozenset({TIE, BEST_TIE})
 
 
+def percentile_interval(reps, level: float) -> tuple[float, float]:
+    """The two-sided `level` percentile interval of bootstrap replicates (NaNs ignored)."""
+    alpha = (1 - level) / 2
+    lo, hi = np.nanquantile(np.asarray(reps, dtype=float), [alpha, 1 - alpha])
+    return float(lo), float(hi)
+
+
 def significance_marks(point: Mapping[str, float], replicates: Mapping[str, np.ndarray], *,
                        higher_is_better: bool, level: float = 0.95,
                        tie_tol: float = 1e-5) -> dict[str, str]:
