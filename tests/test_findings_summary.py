@@ -20,7 +20,7 @@ def _write(results, paper, table) -> None:
 
 def test_every_row_appears_once_under_its_verdict_in_the_papers_order(tmp_path, capsys):
     persistent = _table([("Oracle − SC", -0.066, -0.119, -0.011, 1), ("Oracle − chance", 0.21, 0.17, 0.25, 1),
-                         ("Multi − single", 0.004, -0.02, 0.03, 1)])
+                         ("Multi − single", -0.0002, -0.02, 0.03, 1)])
     lcae = _table([("IDS − Baseline", 0.041, 0.012, 0.070, -1)])
     assert list(persistent["verdict"]) == [DISAGREES, AGREES, UNDECIDED]
     _write(tmp_path, "lcae", lcae)
@@ -31,10 +31,10 @@ def test_every_row_appears_once_under_its_verdict_in_the_papers_order(tmp_path, 
         "- **Persistent calibration** (`results/tables/persistent/findings.md`): 3 comparisons; 1 disagree, "
         "1 agree, 1 undecided.\n"
         "  - Disagree: Oracle − SC -0.066 [-0.119, -0.011].\n"
-        "  - Agree: Oracle − chance +0.210 [+0.170, +0.250].\n"
-        "  - Undecided: Multi − single +0.004 [-0.020, +0.030].\n"
+        "  - Agree: Oracle − chance 0.210 [+0.170, +0.250].\n"
+        "  - Undecided: Multi − single 0.000 [-0.020, +0.030].\n"
         "- **LCAE** (`results/tables/lcae/findings.md`): 1 comparison; 1 disagree.\n"
-        "  - Disagree: IDS − Baseline +0.041 [+0.012, +0.070].\n")
+        "  - Disagree: IDS − Baseline 0.041 [+0.012, +0.070].\n")
 
 
 def test_a_verdict_the_summary_does_not_know_is_an_error_naming_the_paper(tmp_path, capsys):

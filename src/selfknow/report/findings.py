@@ -9,6 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .tables import format_number
+
 #: the interval every row gives
 LEVEL = 0.95
 #: the verdicts a row can carry
@@ -102,7 +104,8 @@ GROUPS = ((DISAGREES, "Disagree"), (AGREES, "Agree"), (UNDECIDED, "Undecided"), 
 def summary_markdown(tables: dict[str, pd.DataFrame]) -> str:
     """The README's "what the default finds": per paper whose findings table is given (`tables`,
     paper -> the table as its CSV holds it), the tally, then every row, grouped by verdict, with
-    its difference and interval. Nothing is chosen: each row of each table appears once."""
+    its difference (as the table prints it) and interval. Nothing is chosen: each row of each
+    table appears once."""
     known = {v for v, _ in GROUPS}
     lines = []
     for paper, title in PAPERS:
@@ -119,7 +122,7 @@ def summary_markdown(tables: dict[str, pd.DataFrame]) -> str:
         for v, name in GROUPS:
             rows = table[table["verdict"] == v]
             if len(rows):
-                cells = "; ".join(f"{r['comparison']} {float(r['difference']):+.3f} {r['95 % interval']}"
+                cells = "; ".join(f"{r['comparison']} {format_number(float(r['difference']))} {r['95 % interval']}"
                                   for _, r in rows.iterrows())
                 lines.append(f"  - {name}: {cells}.")
     return "\n".join(lines) + "\n"
