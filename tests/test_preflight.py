@@ -195,7 +195,9 @@ def test_without_network_preflight_ends_within_its_bound_naming_what_it_could_no
                                    "revision": "c30699e", "subjects": ["anatomy"], "subject_range": [0, 2]}
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump(json.loads(json.dumps(setup))))
-    timeout_s, slack_s = 2.0, 3.0
+    # the slack is generous: the assertion tells a bounded wait from the minutes of retries the
+    # hub libraries made before, not how fast a loaded machine runs the local checks
+    timeout_s, slack_s = 2.0, 30.0
     script = ("import json, sys, time\nfrom selfknow.rehearsal.harness import load_config\n"
               "from selfknow.preflight import preflight\nimport datasets, huggingface_hub\n"
               f"cfg = load_config([{str(cfg)!r}], check_paths=False)\nt = time.monotonic()\n"
