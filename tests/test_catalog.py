@@ -17,8 +17,8 @@ import pytest
 
 from conftest import REPO
 from selfknow.config import load_config
-from selfknow.catalogs import CATALOGS, REPORT
-from selfknow.report.catalog import Table, buildable, by_name, call_by_name, caption_text, resolve
+from selfknow.catalogs import CATALOGS, REPORT, table_files
+from selfknow.report.catalog import Catalog, Table, buildable, by_name, call_by_name, caption_text, needs, resolve
 from selfknow.protocols.ladder import catalog as LC
 from selfknow.protocols.lcae import catalog as AC
 from selfknow.protocols.persistent import catalog as PC
@@ -53,6 +53,23 @@ def test_a_builder_gets_what_it_names():
     assert call_by_name(builder, {"sessions": 1, "main": 2, "other": 3}) == (1, 2, "x")
     with pytest.raises(TypeError, match="needs \\['main'\\]"):
         call_by_name(builder, {"sessions": 1})
+
+
+def test_a_catalogs_targets_are_its_buildable_entries_files():
+    """`Catalog.targets`: a table's CSV and Markdown, a figure's PNG (and its data table's), one
+    per wildcard mapping where its output has wildcards; an entry whose needs the config does
+    not meet is not built, nor any of a paper the config does not run."""
+    cat = Catalog("p", "P", (
+        Table("t1", "m:f"), Table("t2", "m:f", needs=needs("x")),
+        Table("fig", "m:f", figure=True), Table("plain", "m:f", figure=True, data_table=False),
+        Table("rel", "m:f", figure=True, data_table=False, output="figures/p/rel/{model}/{dataset}.png")),
+        runs=lambda config: "p" in config, config_has=lambda config: set(config["p"]),
+        wildcards=lambda config: [{"model": m, "dataset": d} for m in ("a", "b") for d in ("u",)])
+    assert cat.targets({"p": []}) == [
+        "tables/p/t1.csv", "tables/p/t1.md", "tables/p/fig.csv", "tables/p/fig.md", "figures/p/fig.png",
+        "figures/p/plain.png", "figures/p/rel/a/u.png", "figures/p/rel/b/u.png"]
+    assert cat.targets({"p": ["x"]})[2:4] == ["tables/p/t2.csv", "tables/p/t2.md"]
+    assert cat.targets({"q": ["x"]}) == []  # a config that does not run the paper builds none of it
 
 
 def test_every_persistent_method_is_one_catalog_entry_and_every_row_names_one():
@@ -111,8 +128,9 @@ def catalog_targets(cfg: dict) -> set[str]:
 
     if "persistent" in cfg and cfg["persistent"]["models"]:
         pc = cfg["persistent"]
-        add("persistent", buildable(PC.TABLES, PC.config_has(len(pc["datasets"]), "transfer_dataset" in pc,
-                                                            "gcm_model" in pc)))
+        unmet = {PC.SECOND: len(pc["datasets"]) < 2, PC.TRANSFER_SET: "transfer_dataset" not in pc,
+                 PC.GCM: "gcm_model" not in pc}
+        add("persistent", [t for t in PC.TABLES if not any(unmet[w] for w in t.needs)])
     add("ladder", buildable(LC.TABLES, LC.config_has(cfg)))
     if "lcae" in cfg:
         add("lcae", list(AC.TABLES))
@@ -132,7 +150,12 @@ def test_the_rules_build_exactly_the_catalogs_tables(configfile, tmp_path):
             rel = Path(f).relative_to(results).as_posix()
             if re.fullmatch(r"(tables/(persistent|ladder|lcae)/[^/]+\.csv|figures/(persistent|ladder|lcae)/.+\.png)", rel):
                 built.add(rel)
-    assert built == catalog_targets(load_config(REPO / configfile))
+    cfg = load_config(REPO / configfile)
+    assert built == catalog_targets(cfg)
+    # `all_tables` takes its targets from the catalogs' one driver
+    driven = set(table_files(cfg))
+    assert {f for f in driven if f.split("/")[1] in PAPERS and f.endswith((".csv", ".png"))} == built
+    assert {f[:-3] + ".csv" for f in driven if f.endswith(".md")} == {f for f in driven if f.endswith(".csv")}
 
 
 def expected_method_table(name: str, cfg: dict) -> tuple[list[str], list[str]]:

@@ -264,12 +264,27 @@ TABLES: tuple[Table, ...] = (
           output="figures/persistent/reliability/{model}/{dataset}.png", caption_tail=(MODELS,)),
 )
 TABLE = by_name(TABLES)
-CATALOG = Catalog("persistent", CATEGORY, TABLES)
 
 
-def config_has(n_datasets: int, transfer: bool, gcm: bool) -> set[str]:
-    """The `Table.needs` words a persistent config meets."""
-    return {w for w, ok in ((SECOND, n_datasets > 1), (TRANSFER_SET, transfer), (GCM, gcm)) if ok}
+def runs(config: Mapping) -> bool:
+    """Whether a whole config runs the protocol: it names persistent models."""
+    return "persistent" in config and bool(config["persistent"]["models"])
+
+
+def config_has(config: Mapping) -> set[str]:
+    """The `Table.needs` words a config that `runs` the protocol meets."""
+    pc = config["persistent"]
+    return {w for w, ok in ((SECOND, len(pc["datasets"]) > 1), (TRANSFER_SET, "transfer_dataset" in pc),
+                            (GCM, "gcm_model" in pc)) if ok}
+
+
+def per_model_dataset(config: Mapping) -> list[dict[str, str]]:
+    """The reliability diagrams' wildcards: every persistent model on every training dataset."""
+    pc = config["persistent"]
+    return [{"model": m, "dataset": d} for m in pc["models"] for d in pc["datasets"]]
+
+
+CATALOG = Catalog("persistent", CATEGORY, TABLES, runs, config_has, per_model_dataset)
 
 
 def table_evalset(name: str) -> str:
