@@ -18,10 +18,11 @@ from selfknow.config import (
 )
 
 # Each paper's catalog of tables and figures (protocols/<paper>/catalog.py).
-from selfknow.report.catalog import buildable, caption_text, names
+from selfknow.report.catalog import caption_text, names
 from selfknow.catalogs import REPORT as REPORT_CATALOG
+from selfknow.catalogs import table_files
+from selfknow.protocols.ladder.catalog import CATALOG as LADDER
 from selfknow.protocols.ladder.catalog import TABLES as LADDER_CATALOG
-from selfknow.protocols.ladder.catalog import config_has as ladder_config_has
 from selfknow.protocols.lcae.catalog import TABLES as LCAE_CATALOG
 
 # Typed named inputs. Where a job must know which input file is which, one function returns
@@ -220,10 +221,6 @@ def get_dataset_spec(wildcards):
     return config["datasets"][wildcards.dataset]
 
 
-def table_targets(paper, names):
-    return [rpath(SP.TABLE, paper=paper, name=n, ext=ext) for n in names for ext in ("csv", "md")]
-
-
 # The Snakemake report (`snakemake --report`): every catalog entry's caption, category,
 # subcategory and label (selfknow.catalogs). A caption is its file in
 # workflow_report/ followed by the provenance block of the entry's sidecar
@@ -291,25 +288,12 @@ def named_figure_targets(paper, names):
 
 
 #: the LADDER catalog's tables and figures this config builds (protocols/ladder/catalog.py)
-LADDER_BUILT = buildable(LADDER_CATALOG, ladder_config_has(config))
+LADDER_BUILT = LADDER.built(config)
 
 
 def all_table_files():
-    files = []
-    if "world" in config:
-        files += table_targets("world", ["evolution"])
-    if "llm_judge" in JUDGE:
-        files += table_targets("judge", ["audit"])
-    if "persistent" in config:
-        files += persistent_table_files()
-    files += table_targets("ladder", [t.name for t in LADDER_BUILT if t.writes_table])
-    files += [rpath(SP.FIGURE, paper="ladder", name=t.name) for t in LADDER_BUILT if t.figure]
-    if any(k in config for k in ("lcae", "ladder", "persistent")):
-        files += table_targets("card", ["self_knowledge"])
-    if "lcae" in config:
-        files += table_targets("lcae", names(LCAE_CATALOG, figure=False))
-        files += [rpath(SP.FIGURE, paper="lcae", name=f) for f in names(LCAE_CATALOG, figure=True)]
-    return files
+    """Every table and figure of every catalog this config builds (selfknow.catalogs.table_files)."""
+    return [f"{R}/{f}" for f in table_files(config)]
 
 
 def world_models():

@@ -304,7 +304,7 @@ for _table in persistent_table_names():
             **named_table_targets("persistent", [_table]),
         localrule: True
         params:
-            job="selfknow.protocols.persistent.rule_jobs:table",
+            job=P_TABLE[_table].builder,
             config=job_config(config, sections=["persistent"]),
             files=persistent_table_inputs(_table),
             table=_table,
@@ -339,7 +339,7 @@ for _figure, _d in persistent_transfer_figures():
             **named_table_targets("persistent", [_figure]),
         localrule: True
         params:
-            job="selfknow.protocols.persistent.rule_jobs:transfer_figure",
+            job=P_TABLE[_figure].builder,
             config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
             figure=_figure,
             model=P_MODELS[0],
@@ -364,7 +364,7 @@ rule persistent_table7:
         **named_table_targets("persistent", ["table7"]),
     localrule: True
     params:
-        job="selfknow.protocols.persistent.rule_jobs:table7",
+        job=P_TABLE["table7"].builder,
         config=job_config(config, sections=["persistent"]),
         sc_paths=persistent_table7_inputs(),
         models=P_MODELS,
@@ -393,7 +393,7 @@ rule persistent_figure2:
         **named_table_targets("persistent", ["figure2"]),
     localrule: True
     params:
-        job="selfknow.protocols.persistent.rule_jobs:figure2",
+        job=P_TABLE["figure2"].builder,
         config=job_config(config, sections=["persistent"]),
         metric_paths=persistent_figure2_metrics(),
         sc_paths=persistent_figure2_sc(),
@@ -425,7 +425,7 @@ rule persistent_reliability:
     output:
         **named_figure_targets("persistent", ["reliability"]),
     params:
-        job="selfknow.protocols.persistent.rule_jobs:reliability",
+        job=P_TABLE["reliability"].builder,
         config=get_reliability_config,
         sc_paths=get_reliability_sc,
         train_ckpts=get_train_ckpts,
@@ -453,7 +453,7 @@ rule persistent_table19:
     output:
         **named_table_targets("persistent", ["table19"]),
     params:
-        job="selfknow.protocols.persistent.rule_jobs:table19",
+        job=P_TABLE["table19"].builder,
         config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
         report=REPORT_SETTINGS,
         title=P_TABLE["table19"].title.format(model=P_MODELS[0] if P_MODELS else "",

@@ -9,16 +9,14 @@ from selfknow.protocols.persistent.inputs import (
     ScInput,
     ScTable,
 )
-from selfknow.report.catalog import buildable
 from selfknow.protocols.persistent import paths as PP
 from selfknow.protocols.persistent.catalog import (
+    CATALOG as P_CATALOG,
     TABLE as P_TABLE,
-    TABLES as P_CATALOG,
     ContrastTable,
     FindingsTable,
     MethodTable,
     TransferFigure,
-    config_has,
     reliability_variants,
     table_evalset,
 )
@@ -46,7 +44,7 @@ P_SPLITS = ("train", "test")
 #: persistent_judge ("candidates", the LLM judge)
 P_SC_STAGE = "candidates" if config["judge"]["correctness"] == "llm" else "sc"
 #: the catalog's tables and figures this config builds (protocols/persistent/catalog.py)
-P_BUILT = buildable(P_CATALOG, config_has(len(P_DATASETS), bool(P_TRANSFER), bool(P_GCM))) if P_MODELS else []
+P_BUILT = P_CATALOG.built(config)
 
 
 wildcard_constraints:
@@ -266,12 +264,6 @@ def get_reliability_gcm(wildcards):
     return [p_gcm(wildcards.model, wildcards.dataset, P_SEEDS[0])] if P_GCM else []
 
 
-def persistent_reliability_files():
-    """The reliability diagrams of every persistent model on every training dataset."""
-    pattern = f"{R}/{REPORT_CATALOG['persistent/reliability']['output']}"
-    return [pattern.format(model=m, dataset=d) for m in P_MODELS for d in P_DATASETS]
-
-
 def persistent_table_inputs(table):
     """The metric, contrast-size and judge-count files of every evaluation a table reads."""
     e = table_evalset(table)
@@ -346,10 +338,3 @@ def persistent_figure2_sc():
     keys = [ScTable(P_GCM, p_gcm_backbone_ckpt(), d, "test") for d in P_DATASETS]
     keys += [ScTable(m, c, d, "test") for d in P_DATASETS for m in P_MODELS for c in p_eval_ckpts(m)]
     return {k: p_sc(*k) for k in keys}
-
-
-def persistent_table_files():
-    """Every table and figure of the persistent paper that this config can build."""
-    files = table_targets("persistent", [t.name for t in P_BUILT if t.writes_table])
-    files += [rpath(SP.FIGURE, paper="persistent", name=t.name) for t in P_BUILT if t.figure and t.data_table]
-    return files + (persistent_reliability_files() if P_MODELS else [])

@@ -17,8 +17,8 @@ import pytest
 
 from conftest import REPO
 from selfknow.config import load_config
-from selfknow.catalogs import CATALOGS, REPORT
-from selfknow.report.catalog import Table, buildable, by_name, call_by_name, caption_text, resolve
+from selfknow.catalogs import CATALOGS, REPORT, table_files
+from selfknow.report.catalog import Catalog, Table, buildable, by_name, call_by_name, caption_text, needs, resolve
 from selfknow.protocols.ladder import catalog as LC
 from selfknow.protocols.lcae import catalog as AC
 from selfknow.protocols.persistent import catalog as PC
@@ -53,6 +53,50 @@ def test_a_builder_gets_what_it_names():
     assert call_by_name(builder, {"sessions": 1, "main": 2, "other": 3}) == (1, 2, "x")
     with pytest.raises(TypeError, match="needs \\['main'\\]"):
         call_by_name(builder, {"sessions": 1})
+
+
+def test_a_catalogs_targets_are_its_buildable_entries_files():
+    """`Catalog.targets`: a table's CSV and Markdown, a figure's PNG (and its data table's), one
+    per wildcard mapping where its output has wildcards; an entry whose needs the config does
+    not meet is not built, nor any of a paper the config does not run."""
+    cat = Catalog("p", "P", (
+        Table("t1", "m:f"), Table("t2", "m:f", needs=needs("x")),
+        Table("fig", "m:f", figure=True), Table("plain", "m:f", figure=True, data_table=False),
+        Table("rel", "m:f", figure=True, data_table=False, output="figures/p/rel/{model}/{dataset}.png")),
+        runs=lambda config: "p" in config, config_has=lambda config: set(config["p"]),
+        wildcards=lambda config: [{"model": m, "dataset": d} for m in ("a", "b") for d in ("u",)])
+    assert cat.targets({"p": []}) == [
+        "tables/p/t1.csv", "tables/p/t1.md", "tables/p/fig.csv", "tables/p/fig.md", "figures/p/fig.png",
+        "figures/p/plain.png", "figures/p/rel/a/u.png", "figures/p/rel/b/u.png"]
+    assert cat.targets({"p": ["x"]})[2:4] == ["tables/p/t2.csv", "tables/p/t2.md"]
+    assert cat.targets({"q": ["x"]}) == []  # a config that does not run the paper builds none of it
+
+
+def test_one_driver_writes_a_papers_entries_with_one_note_convention(tmp_path):
+    """`write_entries`: a builder takes what it names (and a table built before it); its notes,
+    one string, continue the entry's notes; a list of strings follows them as paragraphs."""
+    import pandas as pd
+
+    from selfknow.report.tables import entry_notes, write_entries
+
+    assert entry_notes("Entry.", "More.") == "Entry. More."
+    assert entry_notes("Entry.", ["One.", "", "Two."]) == "Entry.\n\nOne.\n\nTwo."
+    assert entry_notes("", ["One."]) == "One." and entry_notes("Entry.") == "Entry."
+    mod = tmp_path / "recipe_builders.py"
+    mod.write_text("import pandas as pd\n"
+                   "def first(x):\n    return pd.DataFrame({'x': [x]}), 'Drawn.'\n"
+                   "def second(first, y):\n    return first.assign(y=y), ['Para.']\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        entries = [Table("first", "recipe_builders:first", "First", "Entry."),
+                   Table("second", "recipe_builders:second", "Second")]
+        outputs = {f"{n}_{e}": str(tmp_path / f"{n}.{e}") for n in ("first", "second") for e in ("csv", "md")}
+        write_entries(entries, {"x": 1, "y": 2}, outputs)
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert pd.read_csv(tmp_path / "second.csv").to_dict("records") == [{"x": 1, "y": 2}]
+    assert "Entry. Drawn." in (tmp_path / "first.md").read_text()
+    assert "Para." in (tmp_path / "second.md").read_text() and "Entry." not in (tmp_path / "second.md").read_text()
 
 
 def test_every_persistent_method_is_one_catalog_entry_and_every_row_names_one():
@@ -111,8 +155,9 @@ def catalog_targets(cfg: dict) -> set[str]:
 
     if "persistent" in cfg and cfg["persistent"]["models"]:
         pc = cfg["persistent"]
-        add("persistent", buildable(PC.TABLES, PC.config_has(len(pc["datasets"]), "transfer_dataset" in pc,
-                                                            "gcm_model" in pc)))
+        unmet = {PC.SECOND: len(pc["datasets"]) < 2, PC.TRANSFER_SET: "transfer_dataset" not in pc,
+                 PC.GCM: "gcm_model" not in pc}
+        add("persistent", [t for t in PC.TABLES if not any(unmet[w] for w in t.needs)])
     add("ladder", buildable(LC.TABLES, LC.config_has(cfg)))
     if "lcae" in cfg:
         add("lcae", list(AC.TABLES))
@@ -132,7 +177,12 @@ def test_the_rules_build_exactly_the_catalogs_tables(configfile, tmp_path):
             rel = Path(f).relative_to(results).as_posix()
             if re.fullmatch(r"(tables/(persistent|ladder|lcae)/[^/]+\.csv|figures/(persistent|ladder|lcae)/.+\.png)", rel):
                 built.add(rel)
-    assert built == catalog_targets(load_config(REPO / configfile))
+    cfg = load_config(REPO / configfile)
+    assert built == catalog_targets(cfg)
+    # `all_tables` takes its targets from the catalogs' one driver
+    driven = set(table_files(cfg))
+    assert {f for f in driven if f.split("/")[1] in PAPERS and f.endswith((".csv", ".png"))} == built
+    assert {f[:-3] + ".csv" for f in driven if f.endswith(".md")} == {f for f in driven if f.endswith(".csv")}
 
 
 def expected_method_table(name: str, cfg: dict) -> tuple[list[str], list[str]]:
@@ -320,8 +370,14 @@ stage3 = pd.DataFrame({"condition": ["baseline"] * 4, "examinee": ["a", "a", "b"
                        "theta": [1.0, 3.0, 0.0, 0.0]})
 built = call_by_name(entry.build(), {"sessions": sessions, "stage3": stage3, "fit_notes": "fit"})
 table, notes = built if isinstance(built, tuple) else (built, [])
+# the rules of the copy (as `snakemake -n all_tables` on the test config builds them) that write the table
+from pathlib import Path
+from selfknow.dag import snakemake_dag
+root = Path(report_dir).parent
+with snakemake_dag(root / "config" / "test.yaml", results=root / "results", root=root) as jobs:
+    rules = sorted({j.rule.name for j in jobs if any(str(f).endswith(f"tables/{paper}/{name}.csv") for f in j.output)})
 print(json.dumps({"item": REPORT[f"{paper}/{name}"], "caption": caption_text(REPORT[f"{paper}/{name}"], report_dir),
-                  "job": entry.job, "rows": table.to_dict("records"), "notes": notes}))
+                  "job": entry.job, "rows": table.to_dict("records"), "notes": notes, "rules": rules}))
 '''
 
 
@@ -338,6 +394,9 @@ def test_a_table_recipe_is_one_entry_one_function_one_caption(tmp_path, heading,
     builder and its caption are all a table needs to be built by its paper's table job and
     shown in the report with its provenance."""
     copy, edits = recipe_copy(tmp_path, heading)
+    for part in ("rules", "config", "scripts", "envs"):  # the workflow, for the DAG of `all_tables`
+        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "Snakefile", copy / "Snakefile")
     assert [p for p, _, _ in edits] == [f"src/selfknow/protocols/{paper}/catalog.py",
                                         f"src/selfknow/protocols/{paper}/tables.py",
                                         f"workflow_report/{paper}/{name}.rst"]
@@ -349,7 +408,23 @@ def test_a_table_recipe_is_one_entry_one_function_one_caption(tmp_path, heading,
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout)
     assert got["job"] == "tables" and got["item"]["output"] == f"tables/{paper}/{name}.html"
+    assert got["rules"] == [f"{paper}_tables"]  # `all_tables` asks for it, its paper's tables rule writes it
     assert got["caption"].count(f"snakemake.output.{name}_csv") == 2
     assert len(got["rows"]) == len(rows)
     for g, want in zip(got["rows"], rows):
         assert g == pytest.approx(want) if "std" in want else g == want
+    if paper == "lcae":  # `selfknow lcae-eval` writes the new table too, through the same driver
+        import pandas as pd
+        from test_lcae_eval import _records
+
+        s1, s2 = _records(tmp_path)
+        s1.to_csv(tmp_path / "s1.csv", index=False)
+        s2.to_csv(tmp_path / "s2.csv", index=False)
+        out = tmp_path / "eval"
+        cli = "import sys; from selfknow.cli import main; sys.exit(main(sys.argv[1:]))"
+        proc = subprocess.run([sys.executable, "-c", cli, "lcae-eval", str(tmp_path / "s1.csv"), str(tmp_path / "s2.csv"), str(out), "--quiet"],
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        table = pd.read_csv(out / "tables" / f"{name}.csv")
+        assert list(table.columns) == ["condition", "mean", "std"] and len(table) == 4  # the four conditions
+        assert "Rasch" in (out / "tables" / f"{name}.md").read_text()  # its note: the fit's paragraph

@@ -27,10 +27,14 @@ from test_incremental import TEST_CONFIG, parse_dry_run
 
 from selfknow.code_inputs import PLUMBING_MODULES, PLUMBING_SYMBOLS, _edges, _parse, closure, running
 from selfknow.dag import workflow_jobs
+from selfknow.protocols.persistent.catalog import TABLES as PERSISTENT_TABLES
 
 #: every rule's job ("module:function", its param `job`), by the rules' own text
+#: every rule's job: those the rules name, and the persistent tables' (their rules run the
+#: catalog entry's builder)
 JOBS = sorted({m for f in (REPO / "rules").glob("*.smk")
-               for m in re.findall(r'job="(selfknow[\w.]*:\w+)"', f.read_text(encoding="utf-8"))})
+               for m in re.findall(r'job="(selfknow[\w.]*:\w+)"', f.read_text(encoding="utf-8"))}
+              | {t.builder for t in PERSISTENT_TABLES})
 P, LA, LC = "selfknow.protocols.persistent.", "selfknow.protocols.ladder.", "selfknow.protocols.lcae."
 METRICS, RELIABILITY = P + "jobs:metrics_job", P + "rule_jobs:reliability"
 

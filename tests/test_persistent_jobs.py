@@ -1122,7 +1122,7 @@ def test_paper_config_dry_run_lists_persistent_rules_with_gpus(tmp_path):
         f'include: "{REPO}/rules/persistent_common.smk"',
         f'include: "{REPO}/rules/persistent.smk"',
         "rule all:",
-        "    input: persistent_table_files()",
+        "    input: [f'{R}/{f}' for f in P_CATALOG.targets(config)]",
     ]) + "\n")
     exe = str(Path(sys.executable).parent / "snakemake")
     res = subprocess.run([exe, "-n", "--snakefile", str(snakefile), "--directory", str(REPO), "--config",

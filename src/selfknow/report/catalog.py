@@ -2,7 +2,8 @@
 tables of the shared stages): every table and figure the workflow can build is one `Table`
 entry, listed once. The entry is the one declaration of a table: its builder, title, notes,
 what it needs of the config, and its place in the report. The rules derive their targets from
-it (`buildable`), each paper's table code its rows, title and notes, the report its catalog
+it (`Catalog.built`; `all_tables` every catalog's `Catalog.targets`), each paper's table code
+its rows, title and notes, the report its catalog
 (`report_items`, read by rules/common.smk) and every caption its provenance block
 (`caption_text`); a caption file (workflow_report/<paper>/<name>.rst) holds only the words
 that describe the table, and the paragraphs many captions share are each one file of
@@ -13,6 +14,10 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from selfknow.paths import FIGURE as FIGURE_PATH
+from selfknow.paths import TABLE as TABLE_PATH
+from selfknow.paths import fill
 
 
 @dataclass(frozen=True)
@@ -61,14 +66,48 @@ class Table:
         return resolve(self.builder)
 
 
+def _always(config: Mapping) -> bool:
+    return True
+
+
+def _nothing(config: Mapping) -> set[str]:
+    return set()
+
+
+def _no_wildcards(config: Mapping) -> list[dict[str, str]]:
+    return [{}]
+
+
 @dataclass(frozen=True)
 class Catalog:
     """The tables of one `paper` (the directory of its tables, figures and captions) and the
-    report category they are shown under."""
+    report category they are shown under, and what a whole config builds of them: nothing
+    unless it `runs` the paper, then each entry whose `needs` are among the words `config_has`
+    returns; `wildcards`: the values an entry's `output` template is filled with, one mapping
+    per figure."""
 
     paper: str
     category: str
     tables: tuple[Table, ...]
+    runs: Callable[[Mapping], bool] = _always
+    config_has: Callable[[Mapping], set[str]] = _nothing
+    wildcards: Callable[[Mapping], list[dict[str, str]]] = _no_wildcards
+
+    def built(self, config: Mapping) -> list[Table]:
+        """The entries `config` builds, in catalog order."""
+        return buildable(self.tables, self.config_has(config)) if self.runs(config) else []
+
+    def targets(self, config: Mapping) -> list[str]:
+        """What `config` builds of this catalog, relative to `results`: each table's CSV and
+        Markdown (a figure's data table's too) and each figure's PNG, one per `wildcards`
+        mapping where its `output` has wildcards."""
+        out = []
+        for t in self.built(config):
+            if t.writes_table:
+                out += [fill(TABLE_PATH, paper=self.paper, name=t.name, ext=ext) for ext in ("csv", "md")]
+            if t.figure:
+                out += [fill(report_output(self.paper, t), **w) for w in (self.wildcards(config) if t.output else [{}])]
+        return out
 
 
 def resolve(ref: str) -> Callable:
@@ -103,19 +142,33 @@ def by_name(tables: Sequence[Table]) -> dict[str, Table]:
     return out
 
 
-#: the tables of the shared stages and of the self-knowledge card, beside the papers' catalogs
+def _world(config: Mapping) -> bool:
+    return "world" in config
+
+
+def _llm_judge(config: Mapping) -> bool:
+    return "llm_judge" in config["judge"]
+
+
+def _any_protocol(config: Mapping) -> bool:
+    return any(k in config for k in ("lcae", "ladder", "persistent"))
+
+
+#: the tables of the shared stages and of the self-knowledge card, beside the papers' catalogs:
+#: the world's (a config with a generated world), the judge audit (one with an LLM judge) and
+#: the card (one that runs any paper's protocol)
 SHARED: tuple[Catalog, ...] = (
     Catalog("world", "Shared stages", (
         Table("evolution", "selfknow.world.evolution:evolution_tables",
               "World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs against the curriculum",
-              subcategory="World and judge", label="World knowledge across checkpoints"),)),
+              subcategory="World and judge", label="World knowledge across checkpoints"),), _world),
     Catalog("judge", "Shared stages", (
         Table("audit", "selfknow.stages.jobs:judge_audit_table", "Judge audit: exact match vs the LLM judge",
-              subcategory="World and judge", label="Judge audit"),)),
+              subcategory="World and judge", label="Judge audit"),), _llm_judge),
     Catalog("card", "Self-knowledge card", (
         Table("self_knowledge", "selfknow.report.card:card_job",
               "Self-knowledge card: what the three protocols say about each model (95 % intervals)",
-              subcategory="Self-knowledge card", label="Self-knowledge card"),)),
+              subcategory="Self-knowledge card", label="Self-knowledge card"),), _any_protocol),
 )
 #: "<paper>/<name>" -> the entry, for the tables of `SHARED`
 SHARED_TABLE = {f"{c.paper}/{t.name}": t for c in SHARED for t in c.tables}
@@ -128,7 +181,8 @@ def report_output(paper: str, t: Table) -> str:
     """Where the report finds the entry, under `results`: a table's HTML page, a figure's PNG."""
     if t.output:
         return t.output
-    return f"figures/{paper}/{t.name}.png" if t.figure else f"tables/{paper}/{t.name}.html"
+    return fill(FIGURE_PATH, paper=paper, name=t.name) if t.figure else fill(TABLE_PATH, paper=paper, name=t.name,
+                                                                              ext="html")
 
 
 def output_key(t: Table) -> str:

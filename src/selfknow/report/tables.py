@@ -231,6 +231,32 @@ def write_table(df: pd.DataFrame, csv_path: str | Path, md_path: str | Path, *, 
         write_sidecar(provenance, csv_path)
 
 
+def entry_notes(notes: str, derived: str | Sequence[str] = ()) -> str:
+    """The notes of a catalog entry's table: the entry's `notes` paragraph, continued by what
+    its builder drew from its numbers where that is one string, followed by them as paragraphs
+    of their own where it is a sequence; empty parts are left out."""
+    first, rest = (derived, ()) if isinstance(derived, str) else ("", derived)
+    return "\n\n".join(p for p in (" ".join(filter(None, [notes, first])), *rest) if p)
+
+
+def write_entries(entries: Sequence, known: dict, outputs: Mapping[str, str], *,
+                  provenance: dict | None = None) -> None:
+    """The one driver of a paper's tables job: build each catalog entry of `entries`
+    (`selfknow.report.catalog.Table`) and write it to `outputs["<name>_csv"]` /
+    `outputs["<name>_md"]` with its title and notes (`entry_notes`) and the job's `provenance`.
+    A builder takes what it names of `known` (`selfknow.report.catalog.call_by_name`) and
+    returns its table, or (its table, the notes drawn from its numbers); each table then joins
+    `known` under its name (a name `known` has keeps its value), for a later builder to take."""
+    from selfknow.report.catalog import call_by_name
+
+    for t in entries:
+        built = call_by_name(t.build(), known)
+        df, derived = built if isinstance(built, tuple) else (built, ())
+        known.setdefault(t.name, df)
+        write_table(df, outputs[f"{t.name}_csv"], outputs[f"{t.name}_md"], title=t.title,
+                    notes=entry_notes(t.notes, derived), provenance=provenance)
+
+
 def table_job_provenance(config: Mapping, input_files: Sequence[str], report: Mapping, **what) -> dict:
     """For a job that writes tables: set their rendering (config `report`; rendering only) and
     return the provenance of its outputs (`selfknow.report.provenance.job_provenance` of

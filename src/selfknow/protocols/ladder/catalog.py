@@ -198,7 +198,6 @@ TABLES: tuple[Table, ...] = (
           subcategory=ANALYSES, label="Released aggregates (import)", caption_tail=MODELS),
 )
 TABLE = by_name(TABLES)
-CATALOG = Catalog("ladder", CATEGORY, TABLES)
 
 
 def config_has(config: Mapping) -> set[str]:
@@ -214,3 +213,6 @@ def config_has(config: Mapping) -> set[str]:
     if "ladder_import_dir" in config:
         have.add("import")
     return have
+
+
+CATALOG = Catalog("ladder", CATEGORY, TABLES, config_has=config_has)

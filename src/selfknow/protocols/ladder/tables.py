@@ -401,17 +401,11 @@ def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
     (selfknow.models.providers.modes_note: the prompted levels' reply modes) ends the main table's note;
     `stated_by` maps a model to the model that answered its prompted levels (the prompted
     model for a base LM), said in the main table's note."""
-    from selfknow.report.tables import write_table
+    from selfknow.report.tables import write_entries
 
     known = {k: _read(v) for k, v in parts.items()}
     known.update(stated_by=stated_by or {}, modes_note=modes_note, provenance=provenance)
-    for t in CATALOG:
-        if t.job == "tables" and not t.figure:
-            built = call_by_name(t.build(), known)
-            df, derived = built if isinstance(built, tuple) else (built, "")
-            known.setdefault(t.name, df)  # a later builder may take it (a score part keeps its name)
-            write_table(df, tables[f"{t.name}_csv"], tables[f"{t.name}_md"], title=t.title, provenance=provenance,
-                        notes=" ".join(filter(None, [t.notes, derived])))
+    write_entries([t for t in CATALOG if t.job == "tables" and not t.figure], known, tables, provenance=provenance)
     for t in CATALOG:
         if t.job == "tables" and t.figure:
             call_by_name(t.build(), {**known, "png": figures[t.name], "title": t.title})

@@ -5,6 +5,8 @@ all (`tables.write_tables`, rule lcae_tables): a table's builder takes what it n
 paragraphs of its notes drawn from it."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from selfknow.report.catalog import Catalog, Table, by_name
 
 CATEGORY = "Paper 3: Latent Confidence Alignment"
@@ -38,4 +40,11 @@ TABLES: tuple[Table, ...] = (
           job="tables", subcategory=_GROUP, label="Figure 2: ability x LCAE x CE"),
 )
 TABLE = by_name(TABLES)
-CATALOG = Catalog("lcae", CATEGORY, TABLES)
+
+
+def runs(config: Mapping) -> bool:
+    """Whether a whole config runs the protocol (every entry is then built)."""
+    return "lcae" in config
+
+
+CATALOG = Catalog("lcae", CATEGORY, TABLES, runs)

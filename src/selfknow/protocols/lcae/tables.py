@@ -7,7 +7,6 @@ import pandas as pd
 from selfknow.stats.hypothesis import friedman, mean_ci, pairwise_wilcoxon_holm
 from selfknow.stats.item_fit import band_counts
 from selfknow.stats.lcae import cost_efficiency
-from selfknow.report.catalog import call_by_name, names
 from selfknow.report.findings import Claim
 from selfknow.stats.rasch import EXTREME_SCORE_ADJUSTMENT
 
@@ -321,18 +320,14 @@ def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: 
     `provenance`, every table and the figure get its sidecar; `modes_note`
     (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
     from selfknow.records import read_parquet
-    from selfknow.report.tables import write_table
+    from selfknow.report.tables import write_entries
 
     s3 = read_parquet(stage3_path)
     fit_notes = replies_note(read_parquet(persons_path), s3) + "\n\n" + method_note(
         method=method, eps=eps, base_models=base_models, base_error_p=base_error_p)
     known = {"stage3": s3, "items": read_parquet(items_path), "shared_repeats": shared_repeats,
              "modes_note": modes_note, "fit_notes": fit_notes}
-    for name in names(TABLES, figure=False):
-        t = TABLE[name]
-        df, notes = call_by_name(t.build(), known)
-        write_table(df, outputs[f"{name}_csv"], outputs[f"{name}_md"], title=t.title,
-                    notes="\n\n".join(p for p in [t.notes, *notes] if p), provenance=provenance)
+    write_entries([t for t in TABLES if not t.figure], known, outputs, provenance=provenance)
     f2 = figure2_frame(s3, prices)
     if figure2 is not None:
         TABLE["figure2"].build()(f2, figure2, title=TABLE["figure2"].title, provenance=provenance)

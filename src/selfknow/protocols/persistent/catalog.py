@@ -179,13 +179,13 @@ CONTRAST = "Contrast-set sizes (Tables 8-10)"
 FINDINGS = "What the default finds"
 #: the shared caption paragraphs (workflow_report/shared/): the §A.8 marks, the models and datasets
 MARKS, MODELS = "persistent_marks", "persistent_models"
-#: A builder is the job function that writes the table (its rule passes it the files and
-#: settings it names). The references are assembled from their module, not written whole: the
-#: table code reads this catalog for layouts and titles and must not reach, in its code
-#: fingerprint (selfknow.code_inputs), every other table's job. A title is formatted with the
-#: job's model, dataset, ...
-_T = "selfknow.protocols.persistent.tables:"
-TABLE_JOB, CONTRAST_TITLE = _T + "table_job", "Table {n}: {{dataset}} contrast-set sizes per pair of evaluation checkpoints"
+#: A builder is the job its rule runs (rules/persistent.smk takes it from the entry and passes
+#: it the files and settings it names): a function of `rule_jobs`. The references are assembled
+#: from their module, not written whole: the table code reads this catalog for layouts and
+#: titles and must not reach, in its code fingerprint (selfknow.code_inputs), every other
+#: table's job. A title is formatted with the job's model, dataset, ...
+_T = "selfknow.protocols.persistent.rule_jobs:"
+TABLE_JOB, CONTRAST_TITLE = _T + "table", "Table {n}: {{dataset}} contrast-set sizes per pair of evaluation checkpoints"
 
 
 def method_entry(name: str, title: str, layout: MethodTable, subcategory: str, label: str,
@@ -244,32 +244,47 @@ TABLES: tuple[Table, ...] = (
     Table("findings", TABLE_JOB, "What the default finds (persistent calibration): the paper's headline "
           "comparisons on contrast-set AUC", layout=FindingsTable(), subcategory=FINDINGS,
           label="What the default finds: persistent calibration", caption_tail=(MODELS,)),
-    Table("table7", _T + "table7_job", "Table 7: top-answer accuracy (%) per checkpoint",
+    Table("table7", _T + "table7", "Table 7: top-answer accuracy (%) per checkpoint",
           subcategory=APPENDIX, label="Table 7: accuracy per checkpoint", caption_tail=(MODELS,)),
-    Table("table19", _T + "table19_job", "Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance "
+    Table("table19", _T + "table19", "Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance "
           "across seeds ({model}, {dataset})", subcategory=APPENDIX, label="Table 19: adapter variance vs checkpoint index",
           caption_tail=(MODELS,)),
-    Table("figure2", _T + "figure2_job", "Figure 2: GCM headroom on contrast-set AUC against oracle training",
+    Table("figure2", _T + "figure2", "Figure 2: GCM headroom on contrast-set AUC against oracle training",
           needs=needs(GCM), figure=True, subcategory=MAIN_TEXT, label="Figure 2: GCM headroom vs backbone error rate"),
-    Table("figure3", _T + "transfer_figure_job", "Figure 3: transfer between checkpoints ({model}, {dataset})",
+    Table("figure3", _T + "transfer_figure", "Figure 3: transfer between checkpoints ({model}, {dataset})",
           figure=True, layout=TransferFigure(0), subcategory=MAIN_TEXT, label="Figure 3: transfer between checkpoints",
           caption_tail=(MODELS,)),
-    Table("figure4", _T + "transfer_figure_job", "Figure 4: transfer between checkpoints ({model}, {dataset})",
+    Table("figure4", _T + "transfer_figure", "Figure 4: transfer between checkpoints ({model}, {dataset})",
           needs=needs(SECOND), figure=True, layout=TransferFigure(1), subcategory=APPENDIX,
           label="Figure 4: transfer between checkpoints, second dataset"),
     # one per (model, training dataset), beyond the paper
-    Table("reliability", "selfknow.protocols.persistent." + "jobs:reliability_job",
+    Table("reliability", _T + "reliability",
           "Reliability: {model} on {dataset} (evaluation checkpoints pooled, training seed {seed})",
           figure=True, data_table=False, subcategory="Reliability diagrams", label="Reliability {model} {dataset}",
           output="figures/persistent/reliability/{model}/{dataset}.png", caption_tail=(MODELS,)),
 )
 TABLE = by_name(TABLES)
-CATALOG = Catalog("persistent", CATEGORY, TABLES)
 
 
-def config_has(n_datasets: int, transfer: bool, gcm: bool) -> set[str]:
-    """The `Table.needs` words a persistent config meets."""
-    return {w for w, ok in ((SECOND, n_datasets > 1), (TRANSFER_SET, transfer), (GCM, gcm)) if ok}
+def runs(config: Mapping) -> bool:
+    """Whether a whole config runs the protocol: it names persistent models."""
+    return "persistent" in config and bool(config["persistent"]["models"])
+
+
+def config_has(config: Mapping) -> set[str]:
+    """The `Table.needs` words a config that `runs` the protocol meets."""
+    pc = config["persistent"]
+    return {w for w, ok in ((SECOND, len(pc["datasets"]) > 1), (TRANSFER_SET, "transfer_dataset" in pc),
+                            (GCM, "gcm_model" in pc)) if ok}
+
+
+def per_model_dataset(config: Mapping) -> list[dict[str, str]]:
+    """The reliability diagrams' wildcards: every persistent model on every training dataset."""
+    pc = config["persistent"]
+    return [{"model": m, "dataset": d} for m in pc["models"] for d in pc["datasets"]]
+
+
+CATALOG = Catalog("persistent", CATEGORY, TABLES, runs, config_has, per_model_dataset)
 
 
 def table_evalset(name: str) -> str:
