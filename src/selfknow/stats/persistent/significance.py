@@ -89,8 +89,8 @@ def separated_bold(marks: Mapping[str, str], replicates: Mapping[str, np.ndarray
         fixed = finite is None or not np.isfinite(finite).any() or np.nanmax(finite) == np.nanmin(finite)
         at_chance = False
         if chance is not None and not fixed:
-            lo, hi = np.nanquantile(finite, [(1 - level) / 2, (1 + level) / 2])
-            at_chance = bool(lo <= chance <= hi)
+            lo, hi = percentile_interval(finite, level)
+            at_chance = lo <= chance <= hi
         if others_close or fixed or at_chance:
             out[m] = TIE if marks[m] == BEST_TIE else ""
     return out
