@@ -258,10 +258,14 @@ def domain_errors(profile: Mapping[str, float], domains, correct, min_count: int
     return {d: abs(profile.get(d, 0.5) - a) for d, (a, _) in domain_accuracy(domains, correct, min_count).items()}
 
 
+def mean_error(errors: Mapping[str, float]) -> float:
+    """The mean of per-domain absolute errors (`domain_errors`); NaN without a domain."""
+    return float(np.mean(list(errors.values()))) if errors else float("nan")
+
+
 def mae(profile: Mapping[str, float], domains, correct, min_count: int = 2) -> float:
     """Mean absolute error between a profile and the domain accuracies (`domain_errors`)."""
-    err = domain_errors(profile, domains, correct, min_count)
-    return float(np.mean(list(err.values()))) if err else float("nan")
+    return mean_error(domain_errors(profile, domains, correct, min_count))
 
 
 # ----------------------------------------------------------------------------- R4

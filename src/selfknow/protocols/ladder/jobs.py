@@ -391,7 +391,7 @@ def _heldout(dec: pd.DataFrame, profiles: pd.DataFrame, seed: int,
     for e, p in prof.items():
         m, lo, hi = mean_ci([v - base[d] for d, v in err[e].items() if d in base], LEVEL)
         out.append({"model": model, "estimator": e,
-                    "mae_test": C.mae(p, te["domain"].astype(str), te["correct"].astype(bool)),
+                    "mae_test": C.mean_error(err[e]),
                     "cbf_train": profile_metrics(p, tr["domain"].astype(str), tr["correct"].astype(bool))["CBF"],
                     "n_train": len(tr), "n_test": len(te), "n_domains": len(err[e]),
                     "n_stated": len(stated[e] & set(err[e])),
