@@ -56,21 +56,23 @@ def direction_text(direction: int | None) -> str:
     return {1: "> 0", -1: "< 0", 0: "= 0", None: "none stated"}[direction]
 
 
+def signed(v: float, digits: int = 3) -> str:
+    """`v` with its sign at `digits` decimals; a value that rounds to zero prints as 0 (never
+    "-0.000")."""
+    s = f"{v:+.{digits}f}"
+    return f"{0:.{digits}f}" if float(s) == 0 else s
+
+
 def interval_text(lo: float, hi: float, digits: int = 3) -> str:
-    """"[lo, hi]" with signed bounds; a bound that rounds to zero prints as 0 (never "-0.000");
-    a single point (every unit gave the same difference) is not printed as an interval."""
+    """"[lo, hi]" with signed bounds (`signed`); a single point (every unit gave the same
+    difference) is not printed as an interval."""
     if not (np.isfinite(lo) and np.isfinite(hi)):
         return "none"
     if hi - lo <= POINT_TOL:
         return SINGLE_POINT
-
-    def fmt(v: float, d: int) -> str:
-        s = f"{v:+.{d}f}"
-        return f"{0:.{d}f}" if float(s) == 0 else s
-
     # a real interval narrower than `digits` shows more of them, so that it never reads as a point
-    d = next((k for k in range(digits, digits + 6) if fmt(lo, k) != fmt(hi, k)), digits + 5)
-    return f"[{fmt(lo, d)}, {fmt(hi, d)}]"
+    d = next((k for k in range(digits, digits + 6) if signed(lo, k) != signed(hi, k)), digits + 5)
+    return f"[{signed(lo, d)}, {signed(hi, d)}]"
 
 
 def row(comparison: str, diff: float, lo: float, hi: float, claim: Claim) -> dict:

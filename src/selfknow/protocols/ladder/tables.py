@@ -322,7 +322,7 @@ def heldout_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
     """What a held-out value of a prompted level rests on (`jobs._heldout`): the note names
     those whose profile states fewer than `MIN_STATED_SHARE` of the test domains and those whose
     paired difference from NoMemory does not exclude 0 (`selfknow.report.findings.verdict`)."""
-    from selfknow.report.findings import NO_DIFFERENCE, UNDECIDED, interval_text, verdict
+    from selfknow.report.findings import NO_DIFFERENCE, UNDECIDED, interval_text, signed, verdict
 
     few, same = [], []
     for r in heldout[heldout["estimator"].isin(PROMPTED)].itertuples(index=False):
@@ -330,7 +330,7 @@ def heldout_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
         if r.n_stated < MIN_STATED_SHARE * r.n_domains:
             few.append(f"{level} states {int(r.n_stated)} of {int(r.n_domains)} test domains")
         if verdict(r.vs_nomemory_lo, r.vs_nomemory_hi, None) in (UNDECIDED, NO_DIFFERENCE):
-            same.append(f"{level} − NoMemory {r.vs_nomemory:+.3f} "
+            same.append(f"{level} − NoMemory {signed(r.vs_nomemory)} "
                         f"{interval_text(r.vs_nomemory_lo, r.vs_nomemory_hi)}")
     notes = []
     if few:
