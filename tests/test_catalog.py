@@ -73,30 +73,41 @@ def test_a_catalogs_targets_are_its_buildable_entries_files():
 
 
 def test_one_driver_writes_a_papers_entries_with_one_note_convention(tmp_path):
-    """`write_entries`: a builder takes what it names (and a table built before it); its notes,
-    one string, continue the entry's notes; a list of strings follows them as paragraphs."""
+    """`write_entries`: a builder takes what it names (and a table built before it) and returns
+    a `Built`, whose notes are paragraphs after the entry's own; a figure's builder also takes
+    its `png` and formatted `title`, and its data table is written where the entry has one."""
     import pandas as pd
 
-    from selfknow.report.tables import entry_notes, write_entries
+    from selfknow.report.tables import Built, entry_notes, write_entries
 
-    assert entry_notes("Entry.", "More.") == "Entry. More."
-    assert entry_notes("Entry.", ["One.", "", "Two."]) == "Entry.\n\nOne.\n\nTwo."
-    assert entry_notes("", ["One."]) == "One." and entry_notes("Entry.") == "Entry."
+    assert entry_notes("Entry.", ("One.", "", "Two.")) == "Entry.\n\nOne.\n\nTwo."
+    assert entry_notes("", ("One.",)) == "One." and entry_notes("Entry.") == "Entry."
+    with pytest.raises(TypeError, match="tuple of paragraphs"):
+        Built(pd.DataFrame(), notes="One string.")
     mod = tmp_path / "recipe_builders.py"
     mod.write_text("import pandas as pd\n"
-                   "def first(x):\n    return pd.DataFrame({'x': [x]}), 'Drawn.'\n"
-                   "def second(first, y):\n    return first.assign(y=y), ['Para.']\n")
+                   "from pathlib import Path\n"
+                   "from selfknow.report.tables import Built\n"
+                   "def first(x):\n    return Built(pd.DataFrame({'x': [x]}), ('Drawn.',))\n"
+                   "def second(first, y):\n    return Built(first.assign(y=y), ('Para.', 'More.'), digits=1)\n"
+                   "def fig(second, png, title):\n    Path(png).write_text(title)\n"
+                   "    return Built(second.assign(z=0.25))\n")
     sys.path.insert(0, str(tmp_path))
     try:
-        entries = [Table("first", "recipe_builders:first", "First", "Entry."),
-                   Table("second", "recipe_builders:second", "Second")]
-        outputs = {f"{n}_{e}": str(tmp_path / f"{n}.{e}") for n in ("first", "second") for e in ("csv", "md")}
-        write_entries(entries, {"x": 1, "y": 2}, outputs)
+        entries = [Table("first", "recipe_builders:first", "First {what}", "Entry."),
+                   Table("second", "recipe_builders:second", "Second"),
+                   Table("fig", "recipe_builders:fig", "Figure of {what}", figure=True)]
+        outputs = {f"{n}_{e}": str(tmp_path / f"{n}.{e}") for n in ("first", "second", "fig") for e in ("csv", "md")}
+        built = write_entries(entries, {"x": 1, "y": 2.25, "what": "x"}, {**outputs, "fig": str(tmp_path / "f.png")})
     finally:
         sys.path.remove(str(tmp_path))
-    assert pd.read_csv(tmp_path / "second.csv").to_dict("records") == [{"x": 1, "y": 2}]
-    assert "Entry. Drawn." in (tmp_path / "first.md").read_text()
-    assert "Para." in (tmp_path / "second.md").read_text() and "Entry." not in (tmp_path / "second.md").read_text()
+    assert pd.read_csv(tmp_path / "second.csv").to_dict("records") == [{"x": 1, "y": 2.25}]
+    assert (tmp_path / "first.md").read_text().startswith("### First x\n")
+    assert (tmp_path / "first.md").read_text().endswith("\nEntry.\n\nDrawn.\n")
+    assert (tmp_path / "second.md").read_text().endswith("| 1 | 2.2 |\n\nPara.\n\nMore.\n")
+    assert (tmp_path / "f.png").read_text() == "Figure of x"
+    assert pd.read_csv(tmp_path / "fig.csv").to_dict("records") == [{"x": 1, "y": 2.25, "z": 0.25}]
+    assert list(built) == ["first", "second", "fig"] and built["second"].digits == 1
 
 
 def test_every_persistent_method_is_one_catalog_entry_and_every_row_names_one():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -231,30 +232,60 @@ def write_table(df: pd.DataFrame, csv_path: str | Path, md_path: str | Path, *, 
         write_sidecar(provenance, csv_path)
 
 
-def entry_notes(notes: str, derived: str | Sequence[str] = ()) -> str:
-    """The notes of a catalog entry's table: the entry's `notes` paragraph, continued by what
-    its builder drew from its numbers where that is one string, followed by them as paragraphs
-    of their own where it is a sequence; empty parts are left out."""
-    first, rest = (derived, ()) if isinstance(derived, str) else ("", derived)
-    return "\n\n".join(p for p in (" ".join(filter(None, [notes, first])), *rest) if p)
+@dataclass(frozen=True)
+class Built:
+    """What every catalog builder returns (`write_entries`): its `table` (a figure's data), the
+    `notes` drawn from its numbers, each a paragraph after the entry's own notes, its
+    significance `marks` (aligned with the table's rows), its `digits` where they are not the
+    config's, and `summary`, what its job reports of it (`selfknow.runlog`)."""
+
+    table: pd.DataFrame
+    notes: tuple[str, ...] = ()
+    marks: pd.DataFrame | None = None
+    digits: int | None = None
+    summary: Mapping = field(default_factory=dict)
+
+    def __post_init__(self):
+        if isinstance(self.notes, str):
+            raise TypeError("Built.notes is a tuple of paragraphs, not one string")
+
+
+def entry_notes(notes: str, derived: Sequence[str] = ()) -> str:
+    """The notes of a catalog entry's table: the entry's `notes`, then each paragraph its
+    builder drew from its numbers, as paragraphs; empty ones are left out."""
+    return "\n\n".join(p for p in (notes, *derived) if p)
+
+
+def _built_from_legacy(built) -> Built:
+    if isinstance(built, Built):
+        return built
+    df, derived = built if isinstance(built, tuple) else (built, ())
+    return Built(df, (derived,) if isinstance(derived, str) else tuple(derived))
 
 
 def write_entries(entries: Sequence, known: dict, outputs: Mapping[str, str], *,
-                  provenance: dict | None = None) -> None:
-    """The one driver of a paper's tables job: build each catalog entry of `entries`
-    (`selfknow.report.catalog.Table`) and write it to `outputs["<name>_csv"]` /
-    `outputs["<name>_md"]` with its title and notes (`entry_notes`) and the job's `provenance`.
-    A builder takes what it names of `known` (`selfknow.report.catalog.call_by_name`) and
-    returns its table, or (its table, the notes drawn from its numbers); each table then joins
-    `known` under its name (a name `known` has keeps its value), for a later builder to take."""
+                  provenance: dict | None = None) -> dict[str, Built]:
+    """The one driver of every table and figure job: build each catalog entry of `entries`
+    (`selfknow.report.catalog.Table`) and write it. A builder takes what it names of `known`
+    (`selfknow.report.catalog.call_by_name`), a figure's also `png` (`outputs[name]`), its
+    `title` and `provenance`, and returns a `Built`. Its table is written to
+    `outputs["<name>_csv"]` / `outputs["<name>_md"]` (a figure's data table where the entry has
+    one) with the entry's title (formatted with `known`), its notes (`entry_notes`) and the job's
+    `provenance`; each table then joins `known` under its name (a name `known` has keeps its
+    value), for a later builder to take. Returns what each entry built, by name."""
     from selfknow.report.catalog import call_by_name
 
+    out = {}
     for t in entries:
-        built = call_by_name(t.build(), known)
-        df, derived = built if isinstance(built, tuple) else (built, ())
-        known.setdefault(t.name, df)
-        write_table(df, outputs[f"{t.name}_csv"], outputs[f"{t.name}_md"], title=t.title,
-                    notes=entry_notes(t.notes, derived), provenance=provenance)
+        title = t.title.format_map(known) if "{" in t.title else t.title
+        extra = {"png": outputs[t.name], "title": title, "provenance": provenance} if t.figure else {}
+        built = out[t.name] = _built_from_legacy(call_by_name(t.build(), {**known, **extra}))
+        known.setdefault(t.name, built.table)
+        if t.writes_table:
+            write_table(built.table, outputs[f"{t.name}_csv"], outputs[f"{t.name}_md"], title=title,
+                        notes=entry_notes(t.notes, built.notes), digits=built.digits, marks=built.marks,
+                        provenance=provenance)
+    return out
 
 
 def table_job_provenance(config: Mapping, input_files: Sequence[str], report: Mapping, **what) -> dict:
