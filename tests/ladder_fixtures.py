@@ -40,3 +40,22 @@ def answering_lm(items: pd.DataFrame, accuracy: Mapping[str, float], model_id: s
         i = choices.index(continuation.strip())
         return -0.3 if "ABCD"[i] == pick else -2.0 - (h >> (8 + i)) % 3
     return ScriptedLM(lambda p: "", loglik=loglik, model_id=model_id)
+
+
+def built_only(monkeypatch) -> list[str]:
+    """Make every builder that the one table driver (`selfknow.report.tables.write_entries`)
+    calls fail unless it returns a `Built`; returns the list the builders' names are appended
+    to, in the order they are called."""
+    from selfknow.report import catalog
+    from selfknow.report.tables import Built
+
+    called, real = [], catalog.call_by_name
+
+    def checked(fn, known):
+        out = real(fn, known)
+        assert isinstance(out, Built), f"{fn.__module__}.{fn.__name__} returned {type(out).__name__}, not a Built"
+        called.append(f"{fn.__module__}:{fn.__name__}")
+        return out
+
+    monkeypatch.setattr(catalog, "call_by_name", checked)
+    return called

@@ -235,8 +235,13 @@ def test_figure11_frame_and_its_panels(tmp_path):
     assert [ax.series for ax in s9.axes] == [[], [], []] and [ax.n_patches for ax in s9.axes] == [2, 2, 2]
 
 
-def test_write_appendix_writes_every_table_and_figure(tmp_path):
+def test_write_appendix_writes_every_table_and_figure(tmp_path, monkeypatch):
+    """Every entry of the appendix job goes through the driver, and each builder returns a `Built`."""
+    from ladder_fixtures import built_only
+    from selfknow.protocols.ladder.catalog import APPENDIX_ENTRIES
     from selfknow.records import write_parquet
+
+    called = built_only(monkeypatch)
 
     sessions, answers, heldout, controls = _score_parts()
     parts = {}
@@ -252,14 +257,17 @@ def test_write_appendix_writes_every_table_and_figure(tmp_path):
         write_parquet(t, runs[-1])
     opt = str(tmp_path / "opt.parquet")
     write_parquet(O.optimisation_scores(_turns("m1", [s0]), SETTINGS, seed=0), opt)
-    tables = {f"{n}_{e}": str(tmp_path / f"{n}.{e}") for n in A.TABLES for e in ("csv", "md")}
-    figures = {f: str(tmp_path / f"{f}.png") for f in A.FIGURES}
-    summary = A.write_appendix([opt], runs, parts, tables, figures, budgets=[4, 8])
-    assert summary["runs"] == 3 and summary["lite_n"] == 3
+    tables = {f"{t.name}_{e}": str(tmp_path / f"{t.name}.{e}") for t in APPENDIX_ENTRIES if not t.figure
+              for e in ("csv", "md")}
+    figures = {t.name: str(tmp_path / f"{t.name}.png") for t in APPENDIX_ENTRIES if t.figure}
+    summary = A.write_appendix([opt], runs, parts, {**tables, **figures}, budgets=[4, 8])
+    assert called == [t.builder for t in APPENDIX_ENTRIES]
+    assert summary == {"tables": 3, "figures": 2, "runs": 3, "lite_n": 3}
+    assert "T=4 vs T=8" in (tmp_path / "table33.md").read_text().splitlines()[0]
     t33 = pd.read_csv(tables["table33_csv"])
     runs_df = pd.read_csv(tables["table33_runs_csv"])
     ece = t33.set_index("metric").loc["NoMemory ECE"]
     r, rho, _ = L.correlations(runs_df["ECE_T4"], runs_df["ECE_T8"])
     assert ece["pearson_r"] == pytest.approx(r) and ece["n_configurations"] == 3
     assert set(pd.read_csv(tables["table18_csv"])["setting"]) == set(O.SETTINGS)
-    assert all((tmp_path / f"{f}.png").stat().st_size > 5000 for f in A.FIGURES)
+    assert all((tmp_path / f"{f}.png").stat().st_size > 5000 for f in figures)

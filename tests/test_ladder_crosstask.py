@@ -163,17 +163,25 @@ def test_a_suite_of_the_wrong_loader_is_named():
         validate_config(cfg, "test.yaml")
 
 
-def test_tables_are_written_with_the_mean_cbf_and_what_the_items_are(tmp_path):
+def test_tables_are_written_with_the_mean_cbf_and_what_the_items_are(tmp_path, monkeypatch):
+    """The job writes the entry of each suite whose files it is given (BBH's: Table 15) through
+    the one driver, its builder returning a `Built`."""
+    from ladder_fixtures import built_only
+
+    called = built_only(monkeypatch)
     answers = _answers("claude-sonnet-4-6", {d: (k, 15 - k, 0) for d, (k, _) in BBH_SONNET.items()})
     prior = _prior("claude-sonnet-4-6", {d: z for d, (_, z) in BBH_SONNET.items()})
     write_parquet(answers, tmp_path / "a.parquet")
     write_parquet(prior, tmp_path / "p.parquet")
     out = {f"crosstask_bbh_{e}": str(tmp_path / f"t.{e}") for e in ("csv", "md")}
     for loader, said in (("bbh", "BIG-Bench Hard"), ("world_qa", "Offline analogue of BBH's tasks")):
-        X.write_crosstask_tables({"bbh": [str(tmp_path / "a.parquet")]}, {"bbh": [str(tmp_path / "p.parquet")]},
-                                 {"bbh": {"domains": list(BBH_SONNET)}}, {"bbh": loader}, "exclude", out)
+        summary = X.write_crosstask_tables({"bbh": [str(tmp_path / "a.parquet")]}, {"bbh": [str(tmp_path / "p.parquet")]},
+                                           {"bbh": {"domains": list(BBH_SONNET)}}, {"bbh": loader}, "exclude", out)
+        assert summary == {"mean_CBF_bbh": pytest.approx(0.734, abs=5e-4)}
         md = (tmp_path / "t.md").read_text()
+        assert md.startswith("### LADDER Table 15: zero-shot priors against accuracy per task\n")
         assert said in md and "Mean CBF over the 1 models: 0.734" in md and "15 questions per task" in md
+    assert called == ["selfknow.protocols.ladder.crosstask:bbh_table"] * 2
     csv = pd.read_csv(tmp_path / "t.csv").set_index("domain")
     assert csv.loc["CBF", "claude-sonnet-4-6 acc"] == pytest.approx(0.734, abs=5e-4)
 

@@ -233,6 +233,30 @@ def test_table32_hand_computed():
     assert "offline analogue of GSM8K" in note and "offline analogue of HumanEval" not in note
 
 
+def test_write_table32_goes_through_the_driver_with_one_note_paragraph(tmp_path, monkeypatch):
+    """Table 32's job writes its catalog entry through the one driver: the builder returns a
+    `Built` whose one paragraph ends with the reply modes, and the job reports its summary."""
+    from ladder_fixtures import built_only
+    from selfknow.protocols.ladder.extension import write_table32
+    from selfknow.records import write_parquet
+
+    called = built_only(monkeypatch)
+    records = _model("a", ([True, False], [0.9, 0.8]), ([False], [0.5]), ([True], [0.2]))
+    records = records.assign(parsed=["1", None, "x", "y"], fenced=False)
+    write_parquet(records, tmp_path / "a.parquet")
+    outputs = {f"table32_{e}": str(tmp_path / f"t.{e}") for e in ("csv", "md")}
+    names = {"gsm8k": "g", "humaneval": "h", "bfcl": "b"}
+    summary = write_table32([str(tmp_path / "a.parquet")], outputs, datasets=names, loaders=dict(names),
+                            sign_tolerance_pp=1.0, unfence_humaneval=False, modes_note="MODES.")
+    assert called == ["selfknow.protocols.ladder.extension:table32_with_note"]
+    assert summary == {"models": 1, "sign_flips": 1, "rows_scored": 1}  # gaps +35, +50, -80 pp
+    md = (tmp_path / "t.md").read_text()
+    assert md.startswith("### LADDER Table 32: recorded cross-task scores")
+    note = md.split("\n\n")[-1]
+    assert note.startswith("Single-shot two-step protocol") and note.endswith("MODES.\n")
+    assert "FLAGGED, gaps resting on unparsed answers" in note and "a GSM8K: 1 of 2" in note
+
+
 # ----------------------------------------------------------------------------- config
 def test_extension_task_needs_its_benchmark_loader():
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())

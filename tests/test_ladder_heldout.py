@@ -14,7 +14,7 @@ from conftest import REPO
 from selfknow.config import ConfigError, validate_config
 from selfknow.protocols.ladder import controls as C
 from selfknow.protocols.ladder.heldout import (ESTIMATORS, predict_heldout, react_files, react_records,
-                                               session_records, table34_job)
+                                               session_records, write_table34)
 from selfknow.stages.datasets.source import ItemError
 
 
@@ -84,7 +84,11 @@ def _trajectory(i, domain, success, model="m", config="react"):
             "steps": [{"thought": "t", "action": "finish[x]", "observation": None}]}
 
 
-def test_react_records_and_zero_shot_file(tmp_path):
+def test_react_records_and_zero_shot_file(tmp_path, monkeypatch):
+    """Recorded trajectories and their zero-shot profiles make Table 34, written through the one
+    driver (its builder returns a `Built`)."""
+    from ladder_fixtures import built_only
+
     (tmp_path / "test.jsonl").write_text("".join(
         json.dumps(_trajectory(i, d, s)) + "\n" for d in ("A", "B") for i, s in enumerate([d == "A"] * 4)))
     assert react_records("react", {"loader": "react", "path": str(tmp_path / "test.jsonl")})[1] is None
@@ -95,11 +99,15 @@ def test_react_records_and_zero_shot_file(tmp_path):
     records, zero_shot = react_records("react", spec)
     assert records["correct"].tolist() == [1] * 4 + [0] * 4 and len(zero_shot) == 2
     out_csv, out_md = tmp_path / "t34.csv", tmp_path / "t34.md"
-    summary = table34_job(str(out_csv), str(out_md), seed=0, source="react", dataset="react", react_specs=[spec])
+    called = built_only(monkeypatch)
+    summary = write_table34({"table34_csv": str(out_csv), "table34_md": str(out_md)}, seed=0, source="react",
+                            dataset="react", react_specs=[spec])
     table = pd.read_csv(out_csv)
     assert table.loc[0, "ZS"] == pytest.approx((0.2 + 0.4) / 2) and table.loc[0, "best"] == "Count"
     assert summary == {"configurations": 1, "records": 8, "best_Global": 0, "best_Count": 1, "best_Beta": 0,
                        "best_ZS": 0}
+    assert called == ["selfknow.protocols.ladder.heldout:table34"]
+    assert out_md.read_text().startswith("### LADDER Table 34: held-out prediction (MAE)\n")
     assert "recorded ReAct trajectories" in out_md.read_text()
 
 
@@ -180,9 +188,9 @@ def test_offline_table34_names_who_stated_each_zs_prior(tmp_path):
     write_parquet(turns, str(tmp_path / "turns.parquet"))
     write_parquet(profiles, str(tmp_path / "profiles.parquet"))
     md = tmp_path / "t34.md"
-    table34_job(str(tmp_path / "t34.csv"), str(md), seed=0, source="sessions", dataset="world_qa",
-                turns_paths=[str(tmp_path / "turns.parquet")], profiles_paths=[str(tmp_path / "profiles.parquet")],
-                stated_by={"wm": "chat-lm"})
+    write_table34({"table34_csv": str(tmp_path / "t34.csv"), "table34_md": str(md)}, seed=0, source="sessions",
+                  dataset="world_qa", turns_paths=[str(tmp_path / "turns.parquet")],
+                  profiles_paths=[str(tmp_path / "profiles.parquet")], stated_by={"wm": "chat-lm"})
     text = " ".join(md.read_text().split())
     assert "(wm: stated by chat-lm)" in text
     assert "own prior" not in text and "model's L1" not in text

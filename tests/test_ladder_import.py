@@ -111,7 +111,7 @@ def test_listed_import_estimators_add_to_the_importers(monkeypatch, tmp_path):
 
     seen = {}
     monkeypatch.setattr(rule_jobs, "table_job_provenance", lambda *a, **k: {})
-    monkeypatch.setattr(tables, "import_job", lambda src, csv, md, est, **k: seen.setdefault("est", est))
+    monkeypatch.setattr(tables, "import_job", lambda src, out, est, **k: seen.setdefault("est", est))
     outputs = {"import_aggregates_csv": "a.csv", "import_aggregates_md": "a.md"}
     rule_jobs.import_job("dir", [], outputs, {}, {})
     assert seen.pop("est") == IMPORT_ESTIMATORS

@@ -15,10 +15,14 @@ from fakes import ScriptedLM
 from selfknow.protocols.ladder import controls as C
 from selfknow.protocols.ladder import jobs as J
 from selfknow.protocols.ladder import tables as T
-from selfknow.protocols.ladder.catalog import SCORE_PARTS
+from selfknow.protocols.ladder.catalog import SCORE_PARTS, TABLES_ENTRIES
 from selfknow.protocols.ladder.feedback import decode_feedback
 from selfknow.records import write_parquet
 from selfknow.world.generator import domain_names
+
+#: the tables and figures of the tables job
+TABLES = [t.name for t in TABLES_ENTRIES if not t.figure]
+FIGURES = [t.name for t in TABLES_ENTRIES if t.figure]
 
 DOMAINS = domain_names(20)
 
@@ -91,11 +95,12 @@ def run(tmp_path_factory, monkeypatch_module):
                      cluster_estimators=["Count"], flips=[0.0, 0.5], coverages=[1.0, 0.25],
                      grid_estimators=["Global", "Count"], random_partitions=2, prefix_step=10,
                      prefix_estimators=["Global", "Count"])
-    tables = {f"{n}_{e}": str(tmp / "tables" / f"{n}.{e}") for n in T.TABLES for e in ("csv", "md")}
-    figs = {f: str(tmp / "figs" / f"{f}.png") for f in T.FIGURES}
-    t = T.write_tables({k: [v] for k, v in outs.items()}, tables, figs)
+    tables = {f"{n}_{e}": str(tmp / "tables" / f"{n}.{e}") for n in TABLES for e in ("csv", "md")}
+    figs = {f: str(tmp / "figs" / f"{f}.png") for f in FIGURES}
+    called = ladder_fixtures.built_only(monkeypatch_module)
+    t = T.write_tables({k: [v] for k, v in outs.items()}, {**tables, **figs})
     return {"tmp": tmp, "sessions": s, "prompted": p, "score": sc, "tables": tables,
-            "figs": figs, "items": items, "t": t}
+            "figs": figs, "items": items, "t": t, "called": list(called)}
 
 
 @pytest.fixture(scope="module")
@@ -454,25 +459,33 @@ def test_grid_and_partition_tables_are_hand_checkable():
     grid = pd.DataFrame({"model": "m", "session_id": ["0", "1"] * 2, "flip": 0.1,
                          "coverage": [0.5, 0.5, 1.0, 1.0], "repeat": 0, "estimator": "Count",
                          "CBF": [0.6, 0.8, 0.9, 1.0]})
-    g = T.grid_table(grid)
+    g = T.grid_table(grid).table
     assert list(g["coverage"]) == [1.0, 0.5] and list(g["Count"]) == pytest.approx([0.95, 0.7])
     parts = pd.DataFrame({"model": "m", "partition": ["domain"] * 2 + ["random"] * 4,
                           "repeat": [0, 0, 0, 0, 1, 1], "session_id": "0",
                           "estimator": ["Global", "Count"] * 3,
                           "CBF": [0.7, 0.8, 0.9, 0.6, 0.7, 0.6], "n_domains": 4})
-    p = T.partition_table(parts).set_index("partition")
+    p = T.partition_table(parts).table.set_index("partition")
     assert p.loc["domain", "best"] == "Count" and p.loc["random", "best"] == "Global"
     assert p.loc["random", "Global"] == pytest.approx(0.8)
     assert p.loc["random", "random_sd"] == pytest.approx(np.std([0.9, 0.7], ddof=1))
 
 
 def test_write_tables_fills_every_table_and_figure(run):
+    """The tables job writes every entry of its catalog group through the one driver, each
+    builder returning a `Built`, figures included."""
     from pathlib import Path
-    for name in T.TABLES:
+    assert run["called"] == [t.builder for t in TABLES_ENTRIES]
+    assert run["t"] == {"tables": len(TABLES), "figures": len(FIGURES), "models": 1}
+    # main's and R4's fixed words and what is drawn from their numbers are one paragraph
+    assert Path(run["tables"]["main_md"]).read_text().split("\n\n")[-1].startswith(T.MAIN_NOTE)
+    assert Path(run["tables"]["r4_md"]).read_text().split("\n\n")[-1].startswith(
+        T.R4_NOTE + " Observed rows rest on the sessions with an LSA profile: answerer: ")
+    for name in TABLES:
         df = pd.read_csv(run["tables"][f"{name}_csv"])
         assert len(df) > 0, name
         assert Path(run["tables"][f"{name}_md"]).read_text().startswith("### LADDER")
-    for f in T.FIGURES:
+    for f in FIGURES:
         assert Path(run["figs"][f]).stat().st_size > 1000
     main = pd.read_csv(run["tables"]["main_csv"])
     assert {"NoMemory", "ZS", "LSA", "Global", "GLAD", "OraclePDC", "GT-SelfStats"} <= set(main["estimator"])
@@ -537,7 +550,8 @@ def test_findings_pair_each_level_with_nomemory_on_shared_sessions_and_say_who_s
         if k == 0:
             cbf["GT-SelfStats"] = 0.9
         rows += [{"model": "wm", "session_id": f"s{k}", "estimator": e, "CBF": v} for e, v in cbf.items()]
-    table, note = findings(pd.DataFrame(rows), {"wm": "smol"})
+    built = findings(pd.DataFrame(rows), {"wm": "smol"})
+    table, (note,) = built.table, built.notes
     by = dict(zip(table["comparison"], table.to_dict("records")))
     assert list(by) == ["wm: ZS (stated by smol) − NoMemory (session CBF, 4 sessions)",
                         "wm: LSA (stated by smol) − NoMemory (session CBF, 3 sessions)",
@@ -605,7 +619,8 @@ def test_heldout_counts_stated_domains_and_pairs_errors_with_nomemory():
 
 def test_heldout_note_flags_a_profile_of_one_domain_not_one_of_every_domain():
     dec, profiles = _heldout_case()
-    table, note = T.heldout_with_note(J._heldout(dec, profiles, seed=3, estimators=["NoMemory"]), {"m": "S"})
+    built = T.heldout_with_note(J._heldout(dec, profiles, seed=3, estimators=["NoMemory"]), {"m": "S"})
+    table, (note,) = built.table, built.notes
     assert table.loc[0, "ZS domains"] == "8 of 8"
     assert table.loc[0, "LSA domains"] == "1 of 8"
     few = note.split("Resting on fewer than 25 % of the domains")[1].split(".")[0]
@@ -621,7 +636,7 @@ def test_r4_note_says_what_its_held_out_lsa_rests_on():
     heldout = J._heldout(dec, profiles, seed=3, estimators=["NoMemory"])
     sessions = pd.DataFrame({"model": "m", "session_id": "0", "estimator": ["NoMemory", "ZS", "LSA"],
                              "CBF": [0.5, 0.85, 0.56]})
-    _, note = T.r4_with_note(sessions, heldout, {"m": "S"})
+    (note,) = T.r4_with_note(sessions, heldout, {"m": "S"}).notes
     held = note.split("Held-out rows: ")[1]
     assert "m: LSA (stated by S) states 1 of 8 test domains" in held
     assert held == T.heldout_note(heldout, {"m": "S"})

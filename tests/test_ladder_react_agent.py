@@ -10,7 +10,7 @@ import pytest
 
 from fakes import ScriptedLM
 from selfknow.protocols.ladder import react_agent as RA
-from selfknow.protocols.ladder.heldout import react_records, table34_job
+from selfknow.protocols.ladder.heldout import react_records, write_table34
 from selfknow.records import ITEM_COLUMNS, write_parquet
 
 
@@ -102,7 +102,8 @@ def test_react_job_records_feed_table34(tmp_path, monkeypatch):
     assert records.groupby("domain")["correct"].sum().to_dict() == {"arith": 4, "loop": 0}
     assert dict(zip(zero_shot["domain"], zero_shot["p_hat"])) == {"arith": 0.9, "loop": 0.4}
     csv, md = tmp_path / "t34.csv", tmp_path / "t34.md"
-    table34_job(str(csv), str(md), seed=0, source="agent", dataset="mmlu", react_specs=[spec])
+    write_table34({"table34_csv": str(csv), "table34_md": str(md)}, seed=0, source="agent", dataset="mmlu",
+                  react_specs=[spec])
     row = pd.read_csv(csv).iloc[0]
     # each subject's accuracy is 1 or 0 in both halves: Count is exact, ZS misses by .1 and .4
     assert (row["model"], row["config"], row["n_train"], row["n_test"]) == ("m", "c3", 4, 4)

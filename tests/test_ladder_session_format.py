@@ -110,3 +110,22 @@ def test_a_directory_mixes_released_files_and_session_tables(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match=r"empty: no capbound_sessions_\*\.json files and no session tables"):
         import_sessions(tmp_path / "empty")
+
+
+def test_ladder_eval_writes_the_import_entry_through_the_driver(tmp_path, monkeypatch, capsys):
+    """`selfknow ladder-eval` writes the catalog's import table through the one driver (its
+    builder returns a `Built`): the entry's title, the note naming the sessions, and the
+    aggregates of the per-session scores it also writes."""
+    from ladder_fixtures import built_only
+
+    called = built_only(monkeypatch)
+    _table().to_csv(tmp_path / "s.csv", index=False)
+    assert main(["ladder-eval", str(tmp_path / "s.csv"), str(tmp_path / "out")]) == 0
+    assert called == ["selfknow.protocols.ladder.tables:import_table"]
+    assert f"2 sessions of 1 models, {len(IMPORT_ESTIMATORS)} (model, estimator) rows" in capsys.readouterr().out
+    md = (tmp_path / "out" / "import_aggregates.md").read_text()
+    assert md.startswith("### LADDER sessions: aggregates per model and baseline\n")
+    assert f"Recomputed from the sessions in {tmp_path / 's.csv'} (estimators" in " ".join(md.split())
+    per = pd.read_csv(tmp_path / "out" / "sessions.csv", dtype={"session_id": str})
+    written = pd.read_csv(tmp_path / "out" / "import_aggregates.csv")
+    pd.testing.assert_frame_equal(written, authors_aggregates(per), check_dtype=False)

@@ -212,11 +212,12 @@ def _configure_ladder_eval(p: argparse.ArgumentParser) -> None:
 
 def run_ladder_eval(args: argparse.Namespace) -> int:
     """LADDER's offline estimators on sessions from anywhere, as the workflow's importer scores them."""
+    from selfknow.protocols.ladder.catalog import IMPORT_ENTRIES
     from selfknow.protocols.ladder.tables import import_job
 
     out = args.outdir
-    summary = import_job([str(s) for s in args.sources], str(out / "import_aggregates.csv"),
-                         str(out / "import_aggregates.md"), args.estimators, out_sessions=str(out / "sessions.csv"))
+    outputs = {f"{t.name}_{ext}": str(out / f"{t.name}.{ext}") for t in IMPORT_ENTRIES for ext in ("csv", "md")}
+    summary = import_job([str(s) for s in args.sources], outputs, args.estimators, out_sessions=str(out / "sessions.csv"))
     return _done("ladder-eval", f"{summary['sessions']} sessions of {summary['models']} models, {summary['rows']} "
                                 "(model, estimator) rows", out)
 

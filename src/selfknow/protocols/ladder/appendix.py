@@ -9,17 +9,13 @@ from typing import Mapping, Sequence
 
 import pandas as pd
 
-from selfknow.report.catalog import names
 from selfknow.records import read_parquet
+from selfknow.report.tables import Built
 
-from .catalog import TABLE as ENTRY
-from .catalog import TABLES as CATALOG
+from .catalog import APPENDIX_ENTRIES
 from .lite import lite_runs, lite_table
-from .tables import _read, r4_from_scores
+from .tables import _read, r4_from_scores, summary
 
-#: the catalog's tables and figures of `write_appendix`
-TABLES = names(CATALOG, job="appendix", figure=False)
-FIGURES = names(CATALOG, job="appendix", figure=True)
 #: Figure 11's estimators at the session and the pooled scoring unit (paper §E.10: the
 #: reliability-aware estimators against the prior, the constant and the global mean)
 FIG11_SESSION = ["NoMemory", "ZS", "Global", "Dawid-Skene", "GLAD"]
@@ -82,35 +78,54 @@ def figure11_frame(sessions: pd.DataFrame, heldout: pd.DataFrame, controls: pd.D
     return pd.concat(parts, ignore_index=True)
 
 
-def write_appendix(opt_paths: Sequence[str], run_paths: Sequence[str], parts: Mapping[str, Sequence[str]],
-                   tables: Mapping[str, str], figures: Mapping[str, str], *, budgets: Sequence[int],
-                   provenance: dict | None = None) -> dict:
-    """Read every model's optimisation part (`opt_paths`), every run configuration's session
-    turns (`run_paths`) and the score parts `parts` (sessions, answers, heldout, controls),
-    and write TABLES to `tables["<name>_csv"]` / `tables["<name>_md"]` and FIGURES to
-    `figures[name]` (with sidecars when `provenance` is given)."""
-    from selfknow.report.figures import bar_panels
-    from selfknow.report.tables import write_table
+def table18(optimisation: pd.DataFrame) -> Built:
+    return Built(optimisation_table(optimisation))
 
-    P = {k: _read(v) for k, v in parts.items()}
+
+def table33(lite: pd.DataFrame, budgets: Sequence[int]) -> Built:
+    table = lite_table(lite, budgets)
+    return Built(table, summary={"lite_n": int(table["n_configurations"].max())})
+
+
+def table33_runs(lite: pd.DataFrame) -> Built:
+    return Built(lite)
+
+
+def figure9(sessions: pd.DataFrame, answers: pd.DataFrame, png: str, title: str, provenance: dict | None) -> Built:
+    from selfknow.report.figures import bar_panels
+
+    f9 = figure9_frame(sessions, answers)
+    bar_panels(f9, png, ylabels=dict(zip(pd.unique(f9["panel"]), ("accuracy", "ECE", "CBF"))), title=title,
+               provenance=provenance)
+    return Built(f9)
+
+
+def figure11(sessions: pd.DataFrame, heldout: pd.DataFrame, controls: pd.DataFrame, png: str, title: str,
+             provenance: dict | None) -> Built:
+    from selfknow.report.figures import bar_panels
+
+    f11 = figure11_frame(sessions, heldout, controls)
+    bar_panels(f11, png, ylabels={p: "CBF" for p in pd.unique(f11["panel"])}, title=title, provenance=provenance)
+    return Built(f11)
+
+
+def write_appendix(opt_paths: Sequence[str], run_paths: Sequence[str], parts: Mapping[str, Sequence[str]],
+                   outputs: Mapping[str, str], *, budgets: Sequence[int], provenance: dict | None = None) -> dict:
+    """Read every model's optimisation part (`opt_paths`), every run configuration's session
+    turns (`run_paths`) and the score parts `parts` (sessions, answers, heldout, controls), and
+    write each table and figure of the catalog's job "appendix" (`catalog.APPENDIX_ENTRIES`,
+    through `selfknow.report.tables.write_entries`): a table to `outputs["<name>_csv"]` /
+    `outputs["<name>_md"]`, a figure to `outputs[name]` (with sidecars when `provenance` is
+    given); `budgets` are Table 33's record budgets (lite, full)."""
+    from selfknow.report.tables import write_entries
+
     runs = {}
     for p in run_paths:
         turns = read_parquet(p)
         if len(turns):
             runs[run_name(turns)] = turns
-    runs_df = lite_runs(runs, budgets)
-    built = {"table18": optimisation_table(_read(opt_paths)),
-             "table33": lite_table(runs_df, budgets),
-             "table33_runs": runs_df}
-    for name in TABLES:
-        t = ENTRY[name]
-        write_table(built[name], tables[f"{name}_csv"], tables[f"{name}_md"], title=t.title.format(budgets=budgets),
-                    notes=t.notes, provenance=provenance)
-    f9 = figure9_frame(P["sessions"], P["answers"])
-    bar_panels(f9, figures["figure9"], ylabels=dict(zip(pd.unique(f9["panel"]), ("accuracy", "ECE", "CBF"))),
-               title=ENTRY["figure9"].title, provenance=provenance)
-    f11 = figure11_frame(P["sessions"], P["heldout"], P["controls"])
-    bar_panels(f11, figures["figure11"], ylabels={p: "CBF" for p in pd.unique(f11["panel"])},
-               title=ENTRY["figure11"].title, provenance=provenance)
-    return {"tables": len(TABLES), "figures": len(FIGURES), "runs": len(runs),
-            "lite_n": int(built["table33"]["n_configurations"].max())}
+    known = {**{k: _read(v) for k, v in parts.items()}, "optimisation": _read(opt_paths),
+             "lite": lite_runs(runs, budgets), "budgets": list(budgets)}
+    built = write_entries(APPENDIX_ENTRIES, known, outputs, provenance=provenance)
+    figures = sum(t.figure for t in APPENDIX_ENTRIES)
+    return {"tables": len(built) - figures, "figures": figures, "runs": len(runs), **summary(built)}

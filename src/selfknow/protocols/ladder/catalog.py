@@ -5,6 +5,7 @@ pass between them. The Snakefile reads this module
 when it is parsed (twice per job on a cluster), so it imports nothing heavy."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Mapping
 
 from selfknow.report.catalog import Catalog, Table, by_name, needs
@@ -22,54 +23,42 @@ FINDINGS = "What the default finds"
 #: the shared caption paragraph (workflow_report/shared/) of the main protocol's models and sessions
 MODELS = ("ladder_models",)
 APPENDIX, CROSSTASK = "Appendix analyses (Tables 18, 33; Figures 9, 11)", "Cross-task priors (Tables 14-15)"
-#: A builder that `tables.write_tables` calls through this catalog is written whole, so that the
-#: code fingerprint of its job reaches it (selfknow.code_inputs); the builders the rules call
-#: (each the job function of its rule) are assembled from their module, so that a job reading
-#: this catalog for a title does not reach every other job.
-_LADDER = "selfknow.protocols.ladder."
-_APPENDIX = _LADDER + "appendix:"
+#: Every builder returns a `selfknow.report.tables.Built` and is called by its job through
+#: `selfknow.report.tables.write_entries`. The entries are grouped by the job that writes them,
+#: each job reading its own group only: a builder's reference is written whole, so that the code
+#: fingerprint of its job reaches it (selfknow.code_inputs) and no other job's does.
+
+
+def _job(job: str, *entries: Table) -> tuple[Table, ...]:
+    """`entries`, each written by `job` (the catalog's word for it, as the rules select them)."""
+    return tuple(replace(t, job=job) for t in entries)
 
 
 def _tables(name: str, builder: str, title: str, label: str, notes: str = "", subcategory: str = ANALYSES) -> Table:
     """A table of `tables.write_tables` (rule ladder_tables). Its builder takes the score parts
     it needs by name (`SCORE_PARTS`), and `stated_by`, `modes_note` or a table built before it
-    (e.g. `main`), and returns the table, or (table, the notes drawn from its numbers)."""
-    return Table(name, builder, title, notes, _MAIN, job="tables", subcategory=subcategory, label=label,
-                 caption_tail=MODELS)
+    (e.g. `main`), and returns a `Built`."""
+    return Table(name, builder, title, notes, _MAIN, subcategory=subcategory, label=label, caption_tail=MODELS)
 
 
-def _figure(name: str, builder: str, label: str, title: str, job: str = "tables",
-            subcategory: str = MAIN_RESULTS) -> Table:
+def _figure(name: str, builder: str, label: str, title: str, subcategory: str = MAIN_RESULTS) -> Table:
     """A figure of `tables.write_tables` (its builder takes what a table's does, `_tables`, and
-    `png`, `title` and `provenance`, and draws it) or of `appendix.write_appendix`."""
-    return Table(name, builder, title, needs=_MAIN, figure=True, data_table=False, job=job,
-                 subcategory=subcategory, label=label, caption_tail=MODELS)
-
-
-def _appendix(name: str, title: str, label: str, notes: str) -> Table:
-    """A table of `appendix.write_appendix` (rule ladder_appendix)."""
-    return Table(name, _APPENDIX + "write_appendix", title, notes, _MAIN, job="appendix", subcategory=APPENDIX,
+    `png`, `title` and `provenance`, draws it and returns its data) or of `appendix.write_appendix`."""
+    return Table(name, builder, title, needs=_MAIN, figure=True, data_table=False, subcategory=subcategory,
                  label=label, caption_tail=MODELS)
 
 
-TABLES: tuple[Table, ...] = (
-    # `tables.write_tables` (rule ladder_tables): the main table, analyses, Figures 4-7
+def _appendix(name: str, builder: str, title: str, label: str, notes: str) -> Table:
+    """A table of `appendix.write_appendix` (rule ladder_appendix)."""
+    return Table(name, builder, title, notes, _MAIN, subcategory=APPENDIX, label=label, caption_tail=MODELS)
+
+
+#: `tables.write_tables` (rule ladder_tables): the main table, analyses, Figures 4-7
+TABLES_ENTRIES = _job(
+    "tables",
     _tables("main", "selfknow.protocols.ladder.tables:main_with_note",
             "LADDER main table: session CBF, bias, shape error and answer-level ECE / AUROC per model and estimator",
             "Main table: session CBF per estimator",
-            "Session CBF = 1 − mean |p̂_d − a_d| over domains with >= 2 answers, averaged over "
-            "sessions; SE and CI from the session bootstrap. b = signed bias (positive = "
-            "overestimation), e_shape = centred shape error. ZS / LSA / GT-SelfStats are "
-            "prompted (the answering model itself if it is a chat model, else the configured "
-            "prompted model); `unparsable` = share of sessions whose JSON profile could not be "
-            "parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on histories with "
-            "clean verdicts (CBF only, as the paper's Table 24). ECE / AUROC are those of each "
-            "estimator's turn confidences: ZS and GT-SelfStats return the recorded answer "
-            "confidence (the authors' baselines), over the sessions each was asked on; LSA's are its per-turn "
-            "queries (empty for sessions not queried). kendall_tau is empty where a profile is constant across domains "
-            "(NoMemory, Global): τ is undefined there (the paper's §D.4). Answers: a chat model answers "
-            "every turn afresh in the authors' session format (ladder.answer_format, answer_temperature, "
-            "answer_max_new_tokens, answer_per_turn); a base model by cloze, once per question.",
             subcategory=MAIN_RESULTS),
     _tables("decoder", "selfknow.protocols.ladder.tables:decoder_table",
             "LADDER feedback decoder: coverage, precision and recall of the decoded verdicts",
@@ -91,10 +80,7 @@ TABLES: tuple[Table, ...] = (
             "over sessions (and repeats); a session of a few turns meets only some of the groups."),
     _tables("r4", "selfknow.protocols.ladder.tables:r4_with_note",
             "LADDER R4 adaptive selection against always-ZS and best-of-two",
-            "R4 adaptive selection",
-            "R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
-            "(outcome-informed selection); held-out: selection on the train half, value = 1 − "
-            "MAE on the test half. best_of_two is a reference, not a predictor."),
+            "R4 adaptive selection"),
     _tables("controls", "selfknow.protocols.ladder.tables:controls_table",
             "LADDER matched-input controls: CBF on observed, corrected and clean labels",
             "Matched-input and clean-label controls",
@@ -116,12 +102,7 @@ TABLES: tuple[Table, ...] = (
             "(ladder.prefix_step apart), per condition: how fast each estimator's profile converges."),
     _tables("heldout", "selfknow.protocols.ladder.tables:heldout_with_note",
             "LADDER held-out prediction: test-half MAE of profiles fitted on the train half",
-            "Held-out prediction from noisy feedback (R4)",
-            "Profiles from the decoded feedback on each domain's train-half questions predict test-half "
-            "accuracy (MAE, lower is better); R4's held-out variant (§E.10) selects on their train-half CBF. "
-            "<level> domains: the test domains (>= 2 test answers) a prompted level's profile states; a domain "
-            "it leaves out counts 0.5, NoMemory's value. "
-            "Table 34 (table34) is the held-out prediction from recorded outcomes."),
+            "Held-out prediction from noisy feedback (R4)"),
     _tables("simulators", "selfknow.protocols.ladder.tables:simulators_table",
             "LADDER simulated users: mean session CBF per estimator with each user simulator", "Rule vs LLM-simulated user",
             "Mean session CBF per estimator with each simulated user (rule-based and LLM users, "
@@ -147,10 +128,18 @@ TABLES: tuple[Table, ...] = (
             title="Session CBF by model and baseline"),
     _figure("figure7", "selfknow.protocols.ladder.tables:figure7", "Figure 7: answer reliability bins",
             title="Answer confidence reliability (10 bins)"),
-    Table("table34", _LADDER + "heldout:table34_job", "LADDER Table 34: held-out prediction (MAE)",
-          needs=_MAIN, job="heldout", subcategory=ANALYSES, label="Table 34: held-out prediction (ReAct)"),
-    # `appendix.write_appendix` (rule ladder_appendix): Tables 18 and 33, Figures 9 and 11
-    _appendix("table18", "LADDER Table 18: clean-label GLAD-style and Dawid-Skene, fixed budget vs optimised",
+)
+#: `heldout.write_table34` (rule ladder_table34)
+HELDOUT_ENTRIES = _job(
+    "heldout",
+    Table("table34", "selfknow.protocols.ladder.heldout:table34", "LADDER Table 34: held-out prediction (MAE)",
+          needs=_MAIN, subcategory=ANALYSES, label="Table 34: held-out prediction (ReAct)"),
+)
+#: `appendix.write_appendix` (rule ladder_appendix): Tables 18 and 33, Figures 9 and 11
+APPENDIX_ENTRIES = _job(
+    "appendix",
+    _appendix("table18", "selfknow.protocols.ladder.appendix:table18",
+              "LADDER Table 18: clean-label GLAD-style and Dawid-Skene, fixed budget vs optimised",
               "Table 18: clean-label GLAD-style and Dawid-Skene optimised",
               "Clean labels: the true outcome of every turn is its label. fixed budget = the "
               "estimator as every other table fits it (EM from p = 0.5, r_in 0.75, r_out 0.55; "
@@ -162,7 +151,7 @@ TABLES: tuple[Table, ...] = (
               "log-likelihood of the labels per label (higher is better); converged = share "
               "of sessions whose fit stopped on its tolerance; n_iter = mean EM (fixed) or "
               "L-BFGS-B (optimised) iterations of the kept fit."),
-    _appendix("table33", "LADDER Table 33: lite protocol, T={budgets[0]} vs T={budgets[1]} records",
+    _appendix("table33", "selfknow.protocols.ladder.appendix:table33", "LADDER Table 33: lite protocol, T={budgets[0]} vs T={budgets[1]} records",
               "Table 33: lite protocol, lite vs full record budget",
               "Each run configuration (a model's session file with one simulated user) is "
               "summarised on its first T records (sessions in order) by NoMemory's session-mean "
@@ -171,32 +160,46 @@ TABLES: tuple[Table, ...] = (
               "configurations). With fewer than three such configurations, or a constant "
               "summary, a correlation is undefined and left empty; table33_runs lists each "
               "configuration's summaries."),
-    _appendix("table33_runs", "LADDER Table 33: run configurations", "Table 33: run configurations",
+    _appendix("table33_runs", "selfknow.protocols.ladder.appendix:table33_runs", "LADDER Table 33: run configurations", "Table 33: run configurations",
               "The run configurations of Table 33: records and NoMemory ECE / CBF on the first T records "
               "(empty: fewer records than T)."),
-    _figure("figure9", _APPENDIX + "write_appendix", "Figure 9: accuracy, recorded-confidence ECE and NoMemory CBF",
-            "Figure 9: answer accuracy, recorded-confidence ECE and NoMemory CBF per model", job="appendix",
-            subcategory=APPENDIX),
-    _figure("figure11", _APPENDIX + "write_appendix", "Figure 11: R4 and the reliability-aware estimators",
-            "Figure 11: R4 and the reliability-aware estimators per model", job="appendix", subcategory=APPENDIX),
-    Table("table32", _LADDER + "extension:table32_job",
+    _figure("figure9", "selfknow.protocols.ladder.appendix:figure9",
+            "Figure 9: accuracy, recorded-confidence ECE and NoMemory CBF",
+            "Figure 9: answer accuracy, recorded-confidence ECE and NoMemory CBF per model", subcategory=APPENDIX),
+    _figure("figure11", "selfknow.protocols.ladder.appendix:figure11", "Figure 11: R4 and the reliability-aware estimators",
+            "Figure 11: R4 and the reliability-aware estimators per model", subcategory=APPENDIX),
+)
+#: `extension.write_table32` (rule ladder_table32): the extension tasks (§F)
+EXTENSION_ENTRIES = _job(
+    "extension",
+    Table("table32", "selfknow.protocols.ladder.extension:table32_with_note",
           "LADDER Table 32: recorded cross-task scores, confidence and gaps (GSM8K, HumanEval, BFCL)",
-          needs=needs("ladder", "extension"), job="extension", subcategory="Cross-task extension (Table 32)",
-          label="Table 32: extension tasks (GSM8K, HumanEval, BFCL)"),  # extension tasks (§F)
-    # cross-task priors, one table per configured suite (Tables 14 and 15)
-    Table("crosstask_mmlu_pro", _LADDER + "crosstask:write_crosstask_tables",
+          needs=needs("ladder", "extension"), subcategory="Cross-task extension (Table 32)",
+          label="Table 32: extension tasks (GSM8K, HumanEval, BFCL)"),
+)
+#: `crosstask.write_crosstask_tables` (rule ladder_crosstask_tables): the cross-task priors, one
+#: table per configured suite (Tables 14 and 15)
+CROSSTASK_ENTRIES = _job(
+    "crosstask",
+    Table("crosstask_mmlu_pro", "selfknow.protocols.ladder.crosstask:mmlu_pro_table",
           "LADDER Table 14: zero-shot priors against accuracy per category",
-          needs=needs("ladder", "crosstask_mmlu_pro"), job="crosstask", subcategory=CROSSTASK,
+          needs=needs("ladder", "crosstask_mmlu_pro"), subcategory=CROSSTASK,
           label="Table 14: zero-shot priors on MMLU-Pro categories"),
-    Table("crosstask_bbh", _LADDER + "crosstask:write_crosstask_tables",
+    Table("crosstask_bbh", "selfknow.protocols.ladder.crosstask:bbh_table",
           "LADDER Table 15: zero-shot priors against accuracy per task",
-          needs=needs("ladder", "crosstask_bbh"), job="crosstask", subcategory=CROSSTASK,
+          needs=needs("ladder", "crosstask_bbh"), subcategory=CROSSTASK,
           label="Table 15: zero-shot priors on BBH tasks"),
-    # the importer of released sessions (`ladder_import_dir`; no "ladder" section needed)
-    Table("import_aggregates", _LADDER + "tables:import_job",
-          "LADDER sessions: aggregates per model and baseline", needs=needs("import"), job="import",
+)
+#: `tables.import_job` (rule ladder_import, and `selfknow ladder-eval`): the importer of released
+#: sessions (`ladder_import_dir`; no "ladder" section needed)
+IMPORT_ENTRIES = _job(
+    "import",
+    Table("import_aggregates", "selfknow.protocols.ladder.tables:import_table",
+          "LADDER sessions: aggregates per model and baseline", needs=needs("import"),
           subcategory=ANALYSES, label="Released aggregates (import)", caption_tail=MODELS),
 )
+TABLES: tuple[Table, ...] = (*TABLES_ENTRIES, *HELDOUT_ENTRIES, *APPENDIX_ENTRIES, *EXTENSION_ENTRIES,
+                             *CROSSTASK_ENTRIES, *IMPORT_ENTRIES)
 TABLE = by_name(TABLES)
 
 

@@ -33,13 +33,14 @@ import pandas as pd
 
 from selfknow.config import is_chat
 from selfknow.records import read_parquet, write_parquet
+from selfknow.report.tables import Built
 from selfknow.stages.items import sample_items
 from selfknow.stages.judge import exact_match
 from selfknow.stages.mcq import cloze_prompt
 from selfknow.stages.tasks import bbh, mmlu_pro
 
 from .answering import answer_by_cloze, format_choices, load_prompt
-from .catalog import TABLE
+from .catalog import CROSSTASK_ENTRIES
 from .metrics import profile_metrics
 from .prompted import MODEL_LEVEL, generate_texts, zs_prior
 
@@ -233,36 +234,56 @@ def suite_note(suite: str, loader: str) -> str:
             "exact match against the answer's aliases, as BBH scores by exact match.")
 
 
+def suite_table(suite: str, suite_records: Mapping[str, tuple[pd.DataFrame, pd.DataFrame]],
+                suites: Mapping[str, dict], loaders: Mapping[str, str], unparsed: str, prior: str,
+                stated_by: Mapping[str, str]) -> Built:
+    """The table of `suite` (`prior_table`) from its answers and priors (`suite_records[suite]`);
+    its note says what its items are (`suite_note` of `loaders[suite]`), how the prior was
+    stated (`prior`: "ask" or "l1") and gives the mean CBF over models."""
+    a, p = suite_records[suite]
+    table = prior_table(a, p, list(suites[suite]["domains"]), unparsed, stated_by)
+    cbf = model_cbf(a, p, unparsed)
+    mean = float(cbf["CBF"].mean())
+    unit = "category" if suite == "mmlu_pro" else "task"
+    counted = ("unparsed answers left out of the denominator" if unparsed == "exclude"
+               else "unparsed answers counted wrong")
+    per = int(a.groupby(["model", "domain"]).size().max())
+    asked = ("asked with the L1 prompt over these rows" if prior == "ask" else
+             "read from the model's L1 prior over LADDER's domains (prior 'l1'), of which these rows are some")
+    note = (f"{suite_note(suite, loaders[suite])} Per model: accuracy on {per} questions per {unit} ({counted}), the "
+            f"zero-shot prior ZS {asked} (stated by the answering model if it is a chat model, else by the "
+            "prompted model), error = ZS - acc; CBF = 1 - mean |ZS - acc| over the rows with at least 2 "
+            f"counted answers. Mean CBF over the {len(cbf)} models: {mean:.3f}.")
+    return Built(table, (note,), summary={f"mean_CBF_{suite}": round(mean, 4)})
+
+
+def mmlu_pro_table(suite_records: Mapping, suites: Mapping, loaders: Mapping, unparsed: str, prior: str,
+                   stated_by: Mapping) -> Built:
+    """Table 14: `suite_table` of the MMLU-Pro suite."""
+    return suite_table("mmlu_pro", suite_records, suites, loaders, unparsed, prior, stated_by)
+
+
+def bbh_table(suite_records: Mapping, suites: Mapping, loaders: Mapping, unparsed: str, prior: str,
+              stated_by: Mapping) -> Built:
+    """Table 15: `suite_table` of the BBH suite."""
+    return suite_table("bbh", suite_records, suites, loaders, unparsed, prior, stated_by)
+
+
 def write_crosstask_tables(answers: Mapping[str, Sequence[str]], priors: Mapping[str, Sequence[str]],
                            suites: Mapping[str, dict], loaders: Mapping[str, str], unparsed: str,
-                           tables: Mapping[str, str], *, prior: str = "ask", provenance: dict | None = None,
+                           outputs: Mapping[str, str], *, prior: str = "ask", provenance: dict | None = None,
                            stated_by: Mapping[str, str] | None = None) -> dict:
-    """Read every model's answers and prior of each suite and write the table
-    "crosstask_<suite>" to `tables["crosstask_<suite>_csv"]` / `..._md`; the note of each
-    says what its items are (`suite_note` of `loaders[suite]`) and gives the mean CBF over
-    models; `stated_by` names who stated each model's prior (`prior_table`)."""
-    from selfknow.report.tables import write_table
+    """Read every model's answers and prior of each suite of `suites` and write the table of
+    each (`catalog.CROSSTASK_ENTRIES` whose files `outputs` names, through
+    `selfknow.report.tables.write_entries`) to `outputs["<name>_csv"]` / `outputs["<name>_md"]`;
+    `stated_by` names who stated each model's prior (`prior_table`)."""
+    from selfknow.report.tables import write_entries
 
-    summary = {}
-    for suite, cfg in suites.items():
-        a = pd.concat([read_parquet(p) for p in answers[suite]], ignore_index=True)
-        p = pd.concat([read_parquet(x) for x in priors[suite]], ignore_index=True)
-        table = prior_table(a, p, list(cfg["domains"]), unparsed, stated_by)
-        cbf = model_cbf(a, p, unparsed)
-        mean = float(cbf["CBF"].mean())
-        name = f"crosstask_{suite}"
-        unit = "category" if suite == "mmlu_pro" else "task"
-        counted = ("unparsed answers left out of the denominator" if unparsed == "exclude"
-                   else "unparsed answers counted wrong")
-        per = int(a.groupby(["model", "domain"]).size().max())
-        asked = ("asked with the L1 prompt over these rows" if prior == "ask" else
-                 "read from the model's L1 prior over LADDER's domains (prior 'l1'), of which these rows are some")
-        note = (f"{suite_note(suite, loaders[suite])} Per model: accuracy on {per} questions per {unit} ({counted}), the "
-                f"zero-shot prior ZS {asked} (stated by the answering model if it is a chat model, else by the "
-                "prompted model), error = ZS - acc; CBF = 1 - mean |ZS - acc| over the rows with at least 2 "
-                f"counted answers. Mean CBF over the {len(cbf)} models: {mean:.3f}.")
-        write_table(table, tables[f"{name}_csv"], tables[f"{name}_md"],
-                    title=TABLE[name].title,
-                    notes=note, provenance=provenance)
-        summary[f"mean_CBF_{suite}"] = round(mean, 4)
-    return summary
+    from .tables import summary
+
+    read = {s: (pd.concat([read_parquet(p) for p in answers[s]], ignore_index=True),
+                pd.concat([read_parquet(x) for x in priors[s]], ignore_index=True)) for s in suites}
+    known = {"suite_records": read, "suites": suites, "loaders": loaders, "unparsed": unparsed, "prior": prior,
+             "stated_by": stated_by or {}}
+    entries = [t for t in CROSSTASK_ENTRIES if f"{t.name}_csv" in outputs]
+    return summary(write_entries(entries, known, outputs, provenance=provenance))

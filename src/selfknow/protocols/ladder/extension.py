@@ -30,12 +30,13 @@ import pandas as pd
 
 from selfknow.models.base import LM
 from selfknow.records import read_parquet, write_parquet
+from selfknow.report.tables import Built
 from selfknow.stages.tasks.humaneval import CodeRun, fenced
 from selfknow.stages.tasks.sandbox import isolation
 from selfknow.stages.tasks.score import score_item
 
 from .answering import _NUM, extract_json_object, load_prompt, parse_probability
-from .catalog import TABLE
+from .catalog import EXTENSION_ENTRIES
 
 TASKS = ("gsm8k", "humaneval", "bfcl")
 #: the paper's column names (Table 32): HumanEval's score is pass@1 of one greedy completion
@@ -207,21 +208,29 @@ def table32_note(table: pd.DataFrame, datasets: Mapping[str, str], loaders: Mapp
             f"Items: {sources}.")
 
 
-def table32_job(record_paths: Sequence[str], out_csv: str, out_md: str, *, datasets: Mapping[str, str],
-                loaders: Mapping[str, str], sign_tolerance_pp: float, unfence_humaneval: bool,
-                provenance: dict | None = None, modes_note: str = "") -> dict:
-    """Read every model's extension records and write Table 32 (`write_table`); `datasets`
-    and `loaders` name each task's dataset and its loader, for the note, and `modes_note`
-    (selfknow.models.providers.modes_note) ends it."""
-    from selfknow.report.tables import write_table
-
-    records = pd.concat([read_parquet(p) for p in record_paths], ignore_index=True)
+def table32_with_note(records: pd.DataFrame, datasets: Mapping[str, str], loaders: Mapping[str, str],
+                      sign_tolerance_pp: float, unfence_humaneval: bool, modes_note: str) -> Built:
+    """Table 32 (`table32`) of every model's extension `records`; its note, one paragraph:
+    `table32_note`, `unparsed_gap_note` and `modes_note` (selfknow.models.providers.modes_note)."""
     table = table32(records, sign_tolerance_pp)
-    write_table(table, out_csv, out_md,
-                title=TABLE["table32"].title,
-                notes=" ".join(filter(None, [table32_note(table, datasets, loaders, sign_tolerance_pp,
-                                                          parse_counts(records, unfence_humaneval)),
-                                             unparsed_gap_note(records), modes_note])),
-                provenance=provenance)
-    return {"models": len(table), "sign_flips": int((table["sign_flip"] == "yes").sum()),
-            "rows_scored": int((table["sign_flip"] != "").sum())}
+    note = table32_note(table, datasets, loaders, sign_tolerance_pp, parse_counts(records, unfence_humaneval))
+    return Built(table, (" ".join(filter(None, [note, unparsed_gap_note(records), modes_note])),),
+                 summary={"models": len(table), "sign_flips": int((table["sign_flip"] == "yes").sum()),
+                          "rows_scored": int((table["sign_flip"] != "").sum())})
+
+
+def write_table32(record_paths: Sequence[str], outputs: Mapping[str, str], *, datasets: Mapping[str, str],
+                  loaders: Mapping[str, str], sign_tolerance_pp: float, unfence_humaneval: bool,
+                  provenance: dict | None = None, modes_note: str = "") -> dict:
+    """Read every model's extension records and write Table 32 (`catalog.EXTENSION_ENTRIES`,
+    through `selfknow.report.tables.write_entries`) to `outputs["table32_csv"]` /
+    `outputs["table32_md"]`; `datasets` and `loaders` name each task's dataset and its loader,
+    for the note, and `modes_note` ends it."""
+    from selfknow.report.tables import write_entries
+
+    from .tables import summary
+
+    known = {"records": pd.concat([read_parquet(p) for p in record_paths], ignore_index=True),
+             "datasets": datasets, "loaders": loaders, "sign_tolerance_pp": sign_tolerance_pp,
+             "unfence_humaneval": unfence_humaneval, "modes_note": modes_note}
+    return summary(write_entries(EXTENSION_ENTRIES, known, outputs, provenance=provenance))

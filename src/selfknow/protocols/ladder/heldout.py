@@ -27,8 +27,10 @@ import pandas as pd
 
 from selfknow.stages.datasets.source import ItemError, at, read_rows, require_fields
 
+from selfknow.report.tables import Built
+
 from . import controls as C
-from .catalog import TABLE
+from .catalog import HELDOUT_ENTRIES
 from .estimators import Stream, fit_estimator
 from .metrics import domain_accuracy
 from .prompted import MODEL_LEVEL
@@ -175,40 +177,57 @@ SOURCE_NOTES = {
 }
 
 
-def table34_job(out_csv: str, out_md: str, *, seed: int, source: str, dataset: str,
-                react_specs: Sequence[dict] = (), turns_paths: Sequence[str] = (),
-                profiles_paths: Sequence[str] = (), stated_by: Mapping[str, str] | None = None,
-                provenance: dict | None = None) -> dict:
-    """Write Table 34 from ReAct trajectories (`source` "react": recorded ones, or "agent":
-    those the ladder_react rule ran; the trajectories of every spec of `react_specs`, dataset
-    `dataset`) or, offline, from the LADDER sessions and prompted profiles of every
-    model (`source` "sessions": `turns_paths`, `profiles_paths`; `stated_by` maps a model to
-    the model that stated its ZS prior, which the note names)."""
+def table34(records: pd.DataFrame, zero_shot: pd.DataFrame | None, seed: int, source_note: str) -> Built:
+    """Table 34 (`predict_heldout`); its note: `NOTE`, then `source_note`, what the records are."""
+    table = predict_heldout(records, zero_shot, seed)
+    wins = table["best"].str.split(" = ").explode().value_counts()
+    return Built(table, (NOTE + source_note,), summary={"configurations": len(table), "records": len(records),
+                                                        **{f"best_{e}": int(wins.get(e, 0)) for e in ESTIMATORS}})
+
+
+def table34_inputs(source: str, dataset: str, react_specs: Sequence[dict] = (), turns_paths: Sequence[str] = (),
+                   profiles_paths: Sequence[str] = (),
+                   stated_by: Mapping[str, str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame | None, str]:
+    """Table 34's records, zero-shot profiles and what they are (`SOURCE_NOTES`): ReAct
+    trajectories (`source` "react": recorded ones, or "agent": those the ladder_react rule ran;
+    the trajectories of every spec of `react_specs`, dataset `dataset`) or, offline, the LADDER
+    sessions and prompted profiles of every model (`source` "sessions": `turns_paths`,
+    `profiles_paths`; `stated_by` maps a model to the model that stated its ZS prior, which the
+    note names)."""
     from selfknow.records import read_parquet
-    from selfknow.report.tables import write_table
 
     if source in ("react", "agent"):
         if not react_specs:
-            raise ValueError("table34_job: source 'react' needs the trajectories' dataset specs")
+            raise ValueError("Table 34: source 'react' needs the trajectories' dataset specs")
         parts = [react_records(dataset, spec) for spec in react_specs]
         records = pd.concat([r for r, _ in parts], ignore_index=True)
         profiles = [z for _, z in parts if z is not None]
         zero_shot = pd.concat(profiles, ignore_index=True) if profiles else None
-        note = SOURCE_NOTES[source].format(
+        return records, zero_shot, SOURCE_NOTES[source].format(
             dataset=dataset, zero_shot="the profiles recorded with them" if zero_shot is not None
             else "none recorded (empty column)")
-    elif source == "sessions":
+    if source == "sessions":
         parts = [session_records(read_parquet(t), read_parquet(p)) for t, p in zip(turns_paths, profiles_paths,
                                                                                  strict=True)]
         records = pd.concat([r for r, _ in parts], ignore_index=True)
         zero_shot = pd.concat([z for _, z in parts], ignore_index=True)
         who = "; ".join(f"{m}: stated by {(stated_by or {}).get(m, m)}" for m in records["model"].unique())
-        note = SOURCE_NOTES["sessions"].format(dataset=dataset, who=who)
-    else:
-        raise ValueError(f"table34_job: unknown source {source!r}; known: {sorted(SOURCE_NOTES)}")
-    table = predict_heldout(records, zero_shot, seed)
-    write_table(table, out_csv, out_md, title=TABLE["table34"].title, notes=NOTE + note,
-                provenance=provenance)
-    wins = table["best"].str.split(" = ").explode().value_counts()
-    return {"configurations": len(table), "records": len(records),
-            **{f"best_{e}": int(wins.get(e, 0)) for e in ESTIMATORS}}
+        return records, zero_shot, SOURCE_NOTES["sessions"].format(dataset=dataset, who=who)
+    raise ValueError(f"Table 34: unknown source {source!r}; known: {sorted(SOURCE_NOTES)}")
+
+
+def write_table34(outputs: Mapping[str, str], *, seed: int, source: str, dataset: str,
+                  react_specs: Sequence[dict] = (), turns_paths: Sequence[str] = (),
+                  profiles_paths: Sequence[str] = (), stated_by: Mapping[str, str] | None = None,
+                  provenance: dict | None = None) -> dict:
+    """Write Table 34 (`catalog.HELDOUT_ENTRIES`, through `selfknow.report.tables.write_entries`)
+    to `outputs["table34_csv"]` / `outputs["table34_md"]` from the records `table34_inputs`
+    reads (its arguments)."""
+    from selfknow.report.tables import write_entries
+
+    from .tables import summary
+
+    records, zero_shot, source_note = table34_inputs(source, dataset, react_specs, turns_paths, profiles_paths,
+                                                     stated_by)
+    known = {"records": records, "zero_shot": zero_shot, "seed": seed, "source_note": source_note}
+    return summary(write_entries(HELDOUT_ENTRIES, known, outputs, provenance=provenance))

@@ -22,21 +22,16 @@ def _answering_models(lad: Mapping) -> set:
             *(lad["user_models"].values() if "user_models" in lad else ())}
 
 
-def _split(outputs: Mapping[str, str], figures: Sequence[str]) -> tuple[dict, dict]:
-    """A tables job's outputs: (every output but the figures, the figures)."""
-    return {k: v for k, v in outputs.items() if k not in figures}, {k: outputs[k] for k in figures}
-
-
 def tables_job(inputs: Mapping[str, Sequence[str]], outputs: Mapping[str, str], report: Mapping, config: Mapping,
                input_files: Sequence[str]) -> dict:
     """The main LADDER tables and Figures 4-7 (rules/ladder.smk `ladder_tables`)."""
-    from .tables import FIGURES, stated_by, write_tables
+    from .tables import stated_by, write_tables
 
     lad = config["ladder"]
     models = _models(config, _answering_models(lad))
     prov = table_job_provenance(config, input_files, report, sections=["ladder"], models=models,
                                 datasets=[lad["dataset"]])
-    return write_tables(dict(inputs), *_split(outputs, FIGURES), provenance=prov,
+    return write_tables(dict(inputs), dict(outputs), provenance=prov,
                         modes_note=modes_note([model_spec(config, m) for m in models]),
                         stated_by=stated_by(config, lad["models"]))
 
@@ -44,14 +39,14 @@ def tables_job(inputs: Mapping[str, Sequence[str]], outputs: Mapping[str, str], 
 def appendix_job(inputs: Mapping[str, Sequence[str]], outputs: Mapping[str, str], lite_budgets: Sequence[int],
                  report: Mapping, config: Mapping, input_files: Sequence[str]) -> dict:
     """The appendix tables and figures (rules/ladder_appendix.smk)."""
-    from .appendix import FIGURES, write_appendix
+    from .appendix import write_appendix
     from .catalog import APPENDIX_PARTS
 
     lad = config["ladder"]
     prov = table_job_provenance(config, input_files, report, sections=["ladder"],
                                 models=_models(config, _answering_models(lad)), datasets=[lad["dataset"]])
     return write_appendix(inputs["optimisation"], inputs["runs"], {k: inputs[k] for k in APPENDIX_PARTS},
-                          *_split(outputs, FIGURES), budgets=list(lite_budgets), provenance=prov)
+                          dict(outputs), budgets=list(lite_budgets), provenance=prov)
 
 
 def crosstask_tables_job(inputs: Mapping[str, Sequence[str]], outputs: Mapping[str, str], suites: Mapping[str, dict],
@@ -74,12 +69,12 @@ def table32_job(record_paths: Sequence[str], outputs: Mapping[str, str], dataset
                 loaders: Mapping[str, str], sign_tolerance_pp: float, unfence_humaneval: bool, report: Mapping,
                 config: Mapping, input_files: Sequence[str]) -> dict:
     """Table 32, the extension tasks (rules/ladder_extension.smk)."""
-    from .extension import table32_job as write_table32
+    from .extension import write_table32
 
     models = config["ladder"]["extension"]["models"]
     prov = table_job_provenance(config, input_files, report, sections=["ladder"], models=list(models),
                                 datasets=sorted(set(datasets.values())))
-    return write_table32(record_paths, outputs["table32_csv"], outputs["table32_md"], datasets=dict(datasets),
+    return write_table32(record_paths, dict(outputs), datasets=dict(datasets),
                          loaders=dict(loaders), sign_tolerance_pp=sign_tolerance_pp,
                          unfence_humaneval=unfence_humaneval, provenance=prov,
                          modes_note=modes_note([model_spec(config, m) for m in models]))
@@ -92,7 +87,7 @@ def table34_job(outputs: Mapping[str, str], seed: int, react_specs: Sequence[dic
     """Table 34, held-out accuracy prediction (rules/ladder_heldout.smk): from the ReAct
     agent's records (`ladder.react`), recorded trajectories (`ladder.react_dataset`), or the
     offline analogue's sessions and prompted profiles."""
-    from .heldout import react_files, table34_job as write_table34
+    from .heldout import react_files, write_table34
 
     lad = config["ladder"]
     has_react = react_specs is not None
@@ -102,7 +97,7 @@ def table34_job(outputs: Mapping[str, str], seed: int, react_specs: Sequence[dic
     recorded = [f for s in react_specs for f in react_files(s)] if has_react and "react" not in lad else []
     prov = table_job_provenance(config, [*input_files, *recorded], report, sections=["ladder"],
                                 models=_models(config, names), datasets=[dataset])
-    return write_table34(outputs["table34_csv"], outputs["table34_md"], seed=seed,
+    return write_table34(dict(outputs), seed=seed,
                          source=("agent" if "react" in lad else "react") if has_react else "sessions",
                          dataset=dataset, react_specs=[dict(s) for s in react_specs] if has_react else (),
                          turns_paths=list(turns), profiles_paths=list(profiles),
@@ -119,8 +114,8 @@ def import_job(import_dir: str, estimators: Sequence[str], outputs: Mapping[str,
     # the released sessions are this job's input: their directory is fingerprinted
     prov = table_job_provenance(config, [import_dir], report,
                                 sections=["ladder_import_dir", "ladder_import_estimators"])
-    return write_import(import_dir, outputs["import_aggregates_csv"], outputs["import_aggregates_md"],
-                        list(dict.fromkeys([*IMPORT_ESTIMATORS, *estimators])), provenance=prov)
+    return write_import(import_dir, dict(outputs), list(dict.fromkeys([*IMPORT_ESTIMATORS, *estimators])),
+                        provenance=prov)
 
 
 def react_job(items_path: str, spec: dict, test: str, zero_shot: str, model: str, react_config: str,

@@ -10,18 +10,13 @@ import numpy as np
 import pandas as pd
 
 from selfknow.config import stated_by  # noqa: F401  (the ladder rule jobs take it from here)
-from selfknow.report.catalog import call_by_name, names
 from selfknow.report.findings import Claim
+from selfknow.report.tables import Built
 
 from . import controls as C
-from .catalog import TABLE as CATALOG_ENTRY
-from .catalog import TABLES as CATALOG
+from .catalog import IMPORT_ENTRIES, TABLES_ENTRIES
 from .jobs import LEVELS
 
-#: the catalog's tables of `write_tables` (each written as <name>.csv, <name>.md, ... under
-#: results/tables/ladder/) and its figures (PNG under results/figures/ladder/: Figures 4-7)
-TABLES = names(CATALOG, job="tables", figure=False)
-FIGURES = names(CATALOG, job="tables", figure=True)
 #: estimator order of the tables: by level, then as the paper lists them
 ORDER = ["NoMemory", "ZS", "LSA", "Global", "Count", "UF-PDC", "Bayes-Domain", "Platt-Online",
          "HistBin-Online", "Dawid-Skene", "GLAD", "EM-Joint", "OraclePDC", "GT-SelfStats"]
@@ -124,13 +119,13 @@ def r4_from_scores(sessions: pd.DataFrame, heldout: pd.DataFrame) -> pd.DataFram
 
 
 # ----------------------------------------------------------------------------- others
-def grid_table(grid: pd.DataFrame) -> pd.DataFrame:
+def grid_table(grid: pd.DataFrame) -> Built:
     """Noise x coverage grid: mean session CBF per (model, flip, coverage) x estimator."""
-    return _pivot(grid, ["model", "flip", "coverage"]).sort_values(
-        ["model", "flip", "coverage"], ascending=[True, True, False]).reset_index(drop=True)
+    return Built(_pivot(grid, ["model", "flip", "coverage"]).sort_values(
+        ["model", "flip", "coverage"], ascending=[True, True, False]).reset_index(drop=True))
 
 
-def partition_table(partitions: pd.DataFrame) -> pd.DataFrame:
+def partition_table(partitions: pd.DataFrame) -> Built:
     """Mean session CBF per (model, partition) x estimator (random partitions: mean over
     repeats, `random_sd` the spread of the best estimator's CBF over repeats), with each
     row's best estimator, so ranking changes across partitions are visible (§E.6)."""
@@ -145,34 +140,34 @@ def partition_table(partitions: pd.DataFrame) -> pd.DataFrame:
     sd = per_rep.groupby(["model", "partition", "estimator"])["CBF"].std()
     w["random_sd"] = [sd.get((m, p, b), np.nan) if p == "random" else np.nan
                       for m, p, b in zip(w["model"], w["partition"], w["best"])]
-    return w
+    return Built(w)
 
 
-def controls_table(controls: pd.DataFrame) -> pd.DataFrame:
+def controls_table(controls: pd.DataFrame) -> Built:
     """Matched-input control: mean CBF per (model, scope, condition, label coverage) x
     estimator, observed vs corrected vs clean labels (§4.2, §E.5)."""
     w = _pivot(controls, ["model", "scope", "condition", "coverage"])
     order = {c: i for i, c in enumerate(C.LABEL_CONDITIONS)}
-    return w.assign(_o=w["condition"].map(order)).sort_values(
-        ["model", "scope", "_o"], ascending=[True, False, True]).drop(columns="_o").reset_index(drop=True)
+    return Built(w.assign(_o=w["condition"].map(order)).sort_values(
+        ["model", "scope", "_o"], ascending=[True, False, True]).drop(columns="_o").reset_index(drop=True))
 
 
-def decoder_table(decoder: pd.DataFrame) -> pd.DataFrame:
+def decoder_table(decoder: pd.DataFrame) -> Built:
     dec = decoder
     cols = ["model", "user", "rules", "n_turns", "coverage", "precision", "recall",
             "precision_positive", "precision_negative", "intent_agreement", "global_best_share"]
     cbf = [c for c in dec.columns if c.startswith("CBF_")]
-    return dec[[c for c in cols if c in dec.columns] + cbf].reset_index(drop=True)
+    return Built(dec[[c for c in cols if c in dec.columns] + cbf].reset_index(drop=True))
 
 
-def simulators_table(simulators: pd.DataFrame) -> pd.DataFrame:
+def simulators_table(simulators: pd.DataFrame) -> Built:
     sim = simulators
     if sim.empty:
-        return pd.DataFrame(columns=["model", "user", "coverage", "accuracy"])
+        return Built(pd.DataFrame(columns=["model", "user", "coverage", "accuracy"]))
     w = _pivot(sim, ["model", "user"])
     meta = sim.groupby(["model", "user"])[["coverage", "accuracy"]].first()
     meta["n_sessions"] = sim.groupby(["model", "user"])["session_id"].nunique()
-    return w.merge(meta.reset_index(), on=["model", "user"])
+    return Built(w.merge(meta.reset_index(), on=["model", "user"]))
 
 
 # ----------------------------------------------------------------------------- writing
@@ -232,12 +227,31 @@ def lsa_clean_note(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
     return " ".join(out)
 
 
+#: what the main table's columns are, the first sentences of its notes paragraph
+MAIN_NOTE = (
+    "Session CBF = 1 − mean |p̂_d − a_d| over domains with >= 2 answers, averaged over sessions; "
+    "SE and CI from the session bootstrap. b = signed bias (positive = overestimation), e_shape = "
+    "centred shape error. ZS / LSA / GT-SelfStats are prompted (the answering model itself if it "
+    "is a chat model, else the configured prompted model); `unparsable` = share of sessions whose "
+    "JSON profile could not be parsed (0.5 filled in, counted, not dropped). LSA-clean: LSA on "
+    "histories with clean verdicts (CBF only, as the paper's Table 24). ECE / AUROC are those of "
+    "each estimator's turn confidences: ZS and GT-SelfStats return the recorded answer confidence "
+    "(the authors' baselines), over the sessions each was asked on; LSA's are its per-turn queries "
+    "(empty for sessions not queried). kendall_tau is empty where a profile is constant across "
+    "domains (NoMemory, Global): τ is undefined there (the paper's §D.4). Answers: a chat model "
+    "answers every turn afresh in the authors' session format (ladder.answer_format, "
+    "answer_temperature, answer_max_new_tokens, answer_per_turn); a base model by cloze, once per "
+    "question."
+)
+
+
 def main_with_note(sessions: pd.DataFrame, bootstrap: pd.DataFrame, stated_by: Mapping[str, str],
-                   modes_note: str) -> tuple[pd.DataFrame, str]:
-    """The main table, and its notes drawn from it (`main_note`), from LSA-clean
-    (`lsa_clean_note`) and from the reply modes."""
+                   modes_note: str) -> Built:
+    """The main table; its notes, one paragraph: `MAIN_NOTE`, then what is drawn from it
+    (`main_note`), from LSA-clean (`lsa_clean_note`) and from the reply modes."""
     main = main_table(sessions, bootstrap)
-    return main, " ".join(filter(None, [main_note(main, stated_by), lsa_clean_note(sessions, stated_by), modes_note]))
+    drawn = [main_note(main, stated_by), lsa_clean_note(sessions, stated_by), modes_note]
+    return Built(main, (" ".join(filter(None, [MAIN_NOTE, *drawn])),))
 
 
 #: the levels' claims against NoMemory (session CBF, estimator minus NoMemory); an estimator
@@ -262,7 +276,7 @@ BY_CONSTRUCTION = ("OraclePDC",)
 CONTROLS = ("LSA-clean",)
 
 
-def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
+def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> Built:
     """What the default finds on LADDER (`selfknow.report.findings`): per model, each level's
     session CBF against NoMemory's and each second-order estimator's against Count's, as the
     mean over the sessions both were scored on of the paired difference, with the Student-t
@@ -290,27 +304,35 @@ def findings(sessions: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.D
         for est in SECOND_ORDER:
             compare(f"{est} − {FIRST_ORDER} (second- vs first-order)", est, FIRST_ORDER, _SECOND_ORDER_CLAIM)
     table = frame(rows)
-    return table, (tally_note(table) + " Intervals: Student-t over the sessions both estimators were scored on "
-                   "(paired differences of session CBF; none on one session). Not compared: "
-                   + ", ".join(BY_CONSTRUCTION) + " (CBF 1 on every session by construction) and the control "
-                   + ", ".join(CONTROLS) + " (the main table).")
+    return Built(table, (tally_note(table) + " Intervals: Student-t over the sessions both estimators were scored "
+                         "on (paired differences of session CBF; none on one session). Not compared: "
+                         + ", ".join(BY_CONSTRUCTION) + " (CBF 1 on every session by construction) and the control "
+                         + ", ".join(CONTROLS) + " (the main table).",))
 
 
-def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame,
-                 stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
-    """R4's table; its note says which sessions the observed rows rest on and, for the held-out
-    rows, what the prompted held-out values rest on (`heldout_note`)."""
+#: what R4's rows are, the first sentences of its notes paragraph
+R4_NOTE = (
+    "R4 chooses ZS when its CBF beats NoMemory, else LSA. observed: mean session CBF "
+    "(outcome-informed selection); held-out: selection on the train half, value = 1 − MAE on the "
+    "test half. best_of_two is a reference, not a predictor."
+)
+
+
+def r4_with_note(sessions: pd.DataFrame, heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> Built:
+    """R4's table; its notes, one paragraph: `R4_NOTE`, which sessions the observed rows rest on
+    and, for the held-out rows, what the prompted held-out values rest on (`heldout_note`)."""
     ho = heldout_note(heldout, stated_by)
-    return r4_from_scores(sessions, heldout), r4_note(sessions) + (f" Held-out rows: {ho}" if ho else "")
+    return Built(r4_from_scores(sessions, heldout),
+                 (f"{R4_NOTE} {r4_note(sessions)}" + (f" Held-out rows: {ho}" if ho else ""),))
 
 
-def tiers_table(tiers: pd.DataFrame) -> pd.DataFrame:
-    return _pivot(tiers, ["model", "tier"]).merge(
-        tiers.groupby(["model", "tier"])[["accuracy", "n_domains"]].first().reset_index(), on=["model", "tier"])
+def tiers_table(tiers: pd.DataFrame) -> Built:
+    return Built(_pivot(tiers, ["model", "tier"]).merge(
+        tiers.groupby(["model", "tier"])[["accuracy", "n_domains"]].first().reset_index(), on=["model", "tier"]))
 
 
-def prefix_table(prefix: pd.DataFrame) -> pd.DataFrame:
-    return _pivot(prefix, ["model", "condition", "prefix"])
+def prefix_table(prefix: pd.DataFrame) -> Built:
+    return Built(_pivot(prefix, ["model", "condition", "prefix"]))
 
 
 #: a prompted level's held-out value stating fewer than this share of the test domains rests on
@@ -343,73 +365,90 @@ def heldout_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> str:
     return " ".join(notes)
 
 
-def heldout_with_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> tuple[pd.DataFrame, str]:
+#: what the held-out table's rows are, the first sentences of its notes paragraph
+HELDOUT_NOTE = (
+    "Profiles from the decoded feedback on each domain's train-half questions predict test-half "
+    "accuracy (MAE, lower is better); R4's held-out variant (§E.10) selects on their train-half "
+    "CBF. <level> domains: the test domains (>= 2 test answers) a prompted level's profile states; "
+    "a domain it leaves out counts 0.5, NoMemory's value. Table 34 (table34) is the held-out "
+    "prediction from recorded outcomes."
+)
+
+
+def heldout_with_note(heldout: pd.DataFrame, stated_by: Mapping[str, str]) -> Built:
     """Test-half MAE per model x estimator, with "<level> domains" (stated of scored test
-    domains) for each prompted level, and `heldout_note`."""
+    domains) for each prompted level; its notes, one paragraph: `HELDOUT_NOTE`, then
+    `heldout_note`."""
     table = _pivot(heldout, ["model"], "mae_test")
     for r in heldout[heldout["estimator"].isin(PROMPTED)].itertuples(index=False):
         table.loc[table["model"] == r.model, f"{r.estimator} domains"] = f"{int(r.n_stated)} of {int(r.n_domains)}"
-    return table, heldout_note(heldout, stated_by)
+    return Built(table, (" ".join(filter(None, [HELDOUT_NOTE, heldout_note(heldout, stated_by)])),))
 
 
-def pooled_pairs_table(pairs: pd.DataFrame) -> pd.DataFrame:
-    return pairs.reset_index(drop=True) if len(pairs) else pd.DataFrame(
-        columns=["model", "estimator_a", "estimator_b", "estimate", "se"])
+def pooled_pairs_table(pairs: pd.DataFrame) -> Built:
+    return Built(pairs.reset_index(drop=True) if len(pairs) else pd.DataFrame(
+        columns=["model", "estimator_a", "estimator_b", "estimate", "se"]))
 
 
-def answers_table(answers: pd.DataFrame) -> pd.DataFrame:
-    return answers.reset_index(drop=True)
+def answers_table(answers: pd.DataFrame) -> Built:
+    return Built(answers.reset_index(drop=True))
 
 
-def figure4(main: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
+def figure4(main: pd.DataFrame, png: str, title: str, provenance: dict | None) -> Built:
     from selfknow.report.figures import ladder_plot
 
-    ladder_plot(ladder_frame(main), png, title=title, provenance=provenance)
+    data = ladder_frame(main)
+    ladder_plot(data, png, title=title, provenance=provenance)
+    return Built(data)
 
 
-def figure5(main: pd.DataFrame, answers: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
+def figure5(main: pd.DataFrame, answers: pd.DataFrame, png: str, title: str, provenance: dict | None) -> Built:
     from selfknow.report.figures import accuracy_vs_cbf
 
     acc = answers.set_index("model")["accuracy"]
     f5 = main[main["estimator"].isin(FIG5_ESTIMATORS)]
-    accuracy_vs_cbf(pd.DataFrame({"model": f5["model"], "estimator": f5["estimator"],
-                                  "accuracy": f5["model"].map(acc), "cbf": f5["CBF"]}), png, title=title,
-                    provenance=provenance)
+    data = pd.DataFrame({"model": f5["model"], "estimator": f5["estimator"], "accuracy": f5["model"].map(acc),
+                         "cbf": f5["CBF"]})
+    accuracy_vs_cbf(data, png, title=title, provenance=provenance)
+    return Built(data)
 
 
-def figure6(main: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
+def figure6(main: pd.DataFrame, png: str, title: str, provenance: dict | None) -> Built:
     from selfknow.report.figures import cbf_matrix
 
-    cbf_matrix(main.rename(columns={"estimator": "baseline", "CBF": "cbf"})[["model", "baseline", "cbf"]], png,
-               title=title, provenance=provenance)
+    data = main.rename(columns={"estimator": "baseline", "CBF": "cbf"})[["model", "baseline", "cbf"]]
+    cbf_matrix(data, png, title=title, provenance=provenance)
+    return Built(data)
 
 
-def figure7(reliability: pd.DataFrame, png: str, title: str, provenance: dict | None) -> None:
+def figure7(reliability: pd.DataFrame, png: str, title: str, provenance: dict | None) -> Built:
     from selfknow.report.figures import reliability_bins
 
     reliability_bins(reliability, png, title=title, provenance=provenance)
+    return Built(reliability)
 
 
-def write_tables(parts: Mapping[str, Sequence[str]], tables: Mapping[str, str],
-                 figures: Mapping[str, str], provenance: dict | None = None, modes_note: str = "",
-                 stated_by: Mapping[str, str] | None = None) -> dict:
+def summary(built: Mapping[str, Built]) -> dict:
+    """A job's summary: what each entry it built reports (`Built.summary`), in catalog order."""
+    return {k: v for b in built.values() for k, v in b.summary.items()}
+
+
+def write_tables(parts: Mapping[str, Sequence[str]], outputs: Mapping[str, str], provenance: dict | None = None,
+                 modes_note: str = "", stated_by: Mapping[str, str] | None = None) -> dict:
     """Read every model's score parts (`parts[name]` = list of parquet paths) and write each
-    table of the catalog's job "tables" (its entry's builder, title and notes) to
-    `tables["<name>_csv"]` / `tables["<name>_md"]`, then draw each figure (its builder, with
-    its entry's `title`) to `figures[name]`;
-    with `provenance`, each gets its sidecar; `modes_note`
-    (selfknow.models.providers.modes_note: the prompted levels' reply modes) ends the main table's note;
-    `stated_by` maps a model to the model that answered its prompted levels (the prompted
-    model for a base LM), said in the main table's note."""
+    table and figure of the catalog's job "tables" (`catalog.TABLES_ENTRIES`, through
+    `selfknow.report.tables.write_entries`): a table to `outputs["<name>_csv"]` /
+    `outputs["<name>_md"]`, a figure to `outputs[name]`; with `provenance`, each gets its
+    sidecar; `modes_note` (selfknow.models.providers.modes_note: the prompted levels' reply
+    modes) ends the main table's note; `stated_by` maps a model to the model that answered its
+    prompted levels (the prompted model for a base LM), said in the main table's note."""
     from selfknow.report.tables import write_entries
 
     known = {k: _read(v) for k, v in parts.items()}
-    known.update(stated_by=stated_by or {}, modes_note=modes_note, provenance=provenance)
-    write_entries([t for t in CATALOG if t.job == "tables" and not t.figure], known, tables, provenance=provenance)
-    for t in CATALOG:
-        if t.job == "tables" and t.figure:
-            call_by_name(t.build(), {**known, "png": figures[t.name], "title": t.title})
-    return {"tables": len(TABLES), "figures": len(FIGURES), "models": int(known["main"]["model"].nunique())}
+    known.update(stated_by=stated_by or {}, modes_note=modes_note)
+    built = write_entries(TABLES_ENTRIES, known, outputs, provenance=provenance)
+    figures = sum(t.figure for t in TABLES_ENTRIES)
+    return {"tables": len(built) - figures, "figures": figures, "models": int(built["main"].table["model"].nunique())}
 
 
 #: estimators of the importer by default: the authors' released offline baselines plus Global
@@ -419,28 +458,35 @@ IMPORT_ESTIMATORS = ["NoMemory", "OraclePDC", "UF-PDC", "Platt-Online", "HistBin
                      "Bayes-Domain", "EM-Joint", "Global", "Count"]
 
 
-def import_job(sources: str | Sequence[str], out_csv: str, out_md: str, estimators: Sequence[str] | None = None, *,
+def import_table(per: pd.DataFrame, where: str) -> Built:
+    """The importer's table: the per-session scores `per` (`aggregate.score_sessions`) of the
+    sessions in `where`, averaged over sessions with the authors' rounding -> model, baseline,
+    CBF, ECE, Brier, AUROC, HR."""
+    from .aggregate import authors_aggregates
+
+    agg = authors_aggregates(per)
+    return Built(agg, (f"Recomputed from the sessions in {where} (estimators that need no live model call), "
+                       "each session's metrics rounded as the authors' scorer rounds them, averaged over sessions.",),
+                 summary={"models": int(agg["model"].nunique()), "rows": len(agg),
+                          "sessions": len(per[["model", "session_id"]].drop_duplicates())})
+
+
+def import_job(sources: str | Sequence[str], outputs: Mapping[str, str], estimators: Sequence[str] | None = None, *,
                out_sessions: str | None = None, provenance: dict | None = None) -> dict:
     """The session importer (SPEC §2): the session files of `sources` (released
     `capbound_sessions_*.json` and session tables, `records.import_sessions`) scored with
     estimators that need no live model call, per session (written to `out_sessions` if given,
-    unrounded), averaged over sessions with the authors' rounding -> model, baseline, CBF,
-    ECE, Brier, AUROC, HR; written as a table (`selfknow.report.tables.write_table`)."""
+    unrounded), and written as the catalog's import table (`import_table`) to
+    `outputs["<name>_csv"]` / `outputs["<name>_md"]` (`selfknow.report.tables.write_entries`)."""
     from selfknow.records import write_csv
-    from selfknow.report.tables import write_table
+    from selfknow.report.tables import write_entries
 
-    from .aggregate import authors_aggregates, score_sessions
+    from .aggregate import score_sessions
     from .records import import_sessions
 
-    turns = import_sessions(sources)
-    per = score_sessions(turns, list(estimators or IMPORT_ESTIMATORS), "frozen")
-    agg = authors_aggregates(per)
+    per = score_sessions(import_sessions(sources), list(estimators or IMPORT_ESTIMATORS), "frozen")
     where = sources if isinstance(sources, str) else ", ".join(map(str, sources))
-    write_table(agg, out_csv, out_md, title=CATALOG_ENTRY["import_aggregates"].title,
-                notes=f"Recomputed from the sessions in {where} (estimators that need no live model call), "
-                      "each session's metrics rounded as the authors' scorer rounds them, averaged over sessions.",
-                provenance=provenance)
+    built = write_entries(IMPORT_ENTRIES, {"per": per, "where": where}, outputs, provenance=provenance)
     if out_sessions is not None:
         write_csv(per, out_sessions)
-    return {"models": int(agg["model"].nunique()), "rows": len(agg),
-            "sessions": len(per[["model", "session_id"]].drop_duplicates())}
+    return summary(built)
