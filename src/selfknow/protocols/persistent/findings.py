@@ -1,8 +1,8 @@
 """What the default finds (persistent calibration): the paper's headline comparisons on
 contrast-set AUC (`findings_table`, `tables/persistent/findings`), each a difference of two
 methods' point values with its paired bootstrap interval (§A.8), and Figure 3's
-forward-minus-backward transfer asymmetry (§4.3) (`transfer_asymmetry`). `tables.table_job`
-writes the table."""
+forward-minus-backward transfer asymmetry (§4.3) (`transfer_asymmetry`). `tables.findings`
+builds the table."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Mapping, Sequence
