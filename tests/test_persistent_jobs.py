@@ -471,6 +471,15 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
             f"{f2.point('oracle', 'delta0_b'):.3f} (oracle)") in why
 
 
+def test_oracle_check_prints_a_difference_that_rounds_to_zero_without_a_sign():
+    """Oracle 0.7000 against non-oracle 0.7004 (a difference of -0.0004, no replicates): "0.000",
+    never "-0.000"; +0.0123 keeps its sign."""
+    files = {("M", "d", "d"): _metric_file({"oracle": {"contrast_auc": 0.7}, "nonoracle": {"contrast_auc": 0.7004}}),
+             ("M", "e", "e"): _metric_file({"oracle": {"contrast_auc": 0.7123}, "nonoracle": {"contrast_auc": 0.7}})}
+    note = T.oracle_check(files, {})
+    assert "M, d: 0.000 (no replicates); M, e: +0.012 (no replicates)." in note
+
+
 def test_findings_rows_are_paired_replicate_differences_with_verdicts():
     """Hand-built contrast AUCs and replicates: oracle 0.70 below SC 0.78 with replicates that
     keep the order (disagrees), non-oracle 0.50 at chance (undecided), multi above single

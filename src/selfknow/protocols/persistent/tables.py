@@ -17,6 +17,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from selfknow.report.findings import signed
 from selfknow.report.tables import Built, bold_text
 from selfknow.stats.persistent.contrast import CHANCE, HIGHER_IS_BETTER, METRICS
 from selfknow.stats.persistent.significance import percentile_interval
@@ -138,6 +139,7 @@ def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple,
     `metrics_job`, §A.8) includes 0.5 or lies below it, whose AUC is undefined, or that has no
     replicates, is named with its AUC and interval, so that an estimator at chance is never read
     as a finding."""
+    chance = CHANCE["full_auc"]
     seen, flagged, checked = set(), [], 0
     for r in rows:
         for c in cols:
@@ -159,12 +161,12 @@ def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple,
                 flagged.append(f"{name}: undefined")
             else:
                 lo, hi = percentile_interval(reps, CHANCE_LEVEL)
-                if lo <= 0.5:
-                    where = "below chance" if hi < 0.5 else "includes 0.5"
+                if lo <= chance:
+                    where = "below chance" if hi < chance else f"includes {chance:g}"
                     flagged.append(f"{name}: {point:.3f} [{lo:.3f}, {hi:.3f}], {where}")
     level = level_text(CHANCE_LEVEL)
     if not flagged:
-        return (f"Chance check: the {level} percentile bootstrap interval of full-set AUC excludes 0.5 for all "
+        return (f"Chance check: the {level} percentile bootstrap interval of full-set AUC excludes {chance:g} for all "
                 f"{checked} (method, model, dataset) results.")
     return (f"Chance check: {len(flagged)} of the {checked} (method, model, dataset) results are not shown better "
             f"than chance on full-set AUC (point [{level} percentile bootstrap interval]); their other cells are no "
@@ -191,10 +193,10 @@ def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.
         diff = f.point("oracle", "contrast_auc") - f.point("nonoracle", "contrast_auc")
         reps = [f.reps(m, "contrast_auc") for m in ("oracle", "nonoracle")]
         if any(r is None for r in reps):
-            shown.append(f"{model}, {dataset}: {diff:+.3f} (no replicates)")
+            shown.append(f"{model}, {dataset}: {signed(diff)} (no replicates)")
             continue
         lo, hi = percentile_interval(np.asarray(reps[0]) - np.asarray(reps[1]), CHANCE_LEVEL)
-        shown.append(f"{model}, {dataset}: {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        shown.append(f"{model}, {dataset}: {signed(diff)} [{signed(lo)}, {signed(hi)}]")
         if lo > 0:
             continue
         up, n = improvement_share(contrast[key])
@@ -336,7 +338,7 @@ def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, or
             m.loc[r, c] = auc(p, y)
             if n_boot and p.size:
                 lo, hi = bootstrap_auc(p, y, n_boot, seed)
-                at.loc[r, c] = not (lo > 0.5 or hi < 0.5)
+                at.loc[r, c] = not (lo > CHANCE["full_auc"] or hi < CHANCE["full_auc"])
         m.index.name, m.columns.name = name, "evaluation checkpoint"
         values.append(m)
         chance.append(at)
@@ -602,7 +604,8 @@ def transfer_figure(transfer_conf: str, random_conf: str, order: Sequence[str], 
         at = [f"{panel} {r} on {c}" for panel, m in (("transfer:", chance[0]), ("random labels:", chance[1]))
               for r in m.index for c in m.columns if m.loc[r, c]]
         notes += (f"A cell's 95 % interval comes from {n_boot} resamples of the questions (seed {seed}); "
-                  f"{len(at)} of {left.size + right.size} cells' intervals include 0.5 (in parentheses in the figure)"
+                  f"{len(at)} of {left.size + right.size} cells' intervals include {CHANCE['full_auc']:g} (in parentheses "
+                  "in the figure)"
                   + (": " + "; ".join(at) + "." if at else "."))
         summary["cells_at_chance"] = len(at)
     return Built(data, (notes,), summary=summary)
@@ -659,11 +662,12 @@ def gcm_chance_note(points: pd.DataFrame) -> str:
     """Figure 2's note on the points whose GCM is not shown above chance: its contrast-set AUC
     interval (`gcm_headroom_row`) includes 0.5 or lies below it, so the gap there is oracle
     training against a GCM at chance, not headroom a working GCM leaves."""
-    at = points[points["gcm_lo"] <= 0.5]
+    chance = CHANCE["contrast_auc"]
+    at = points[points["gcm_lo"] <= chance]
     if at.empty:
         return ""
     return (f"GCM not shown better than chance on contrast-set AUC (its {level_text(GAP_LEVEL)} percentile interval "
-            "includes 0.5 or lies below it), so the gap there is oracle training against chance, not headroom "
+            f"includes {chance:g} or lies below it), so the gap there is oracle training against chance, not headroom "
             "left by a working GCM: " + "; ".join(
                 f"{r.model}, {r.dataset}: {r.gcm_contrast_auc:.3f} [{r.gcm_lo:.3f}, {r.gcm_hi:.3f}]"
                 for r in at.itertuples(index=False)) + ".")
