@@ -304,7 +304,7 @@ for _table in persistent_table_names():
             **named_table_targets("persistent", [_table]),
         localrule: True
         params:
-            job=P_TABLE[_table].builder,
+            job="selfknow.protocols.persistent.rule_jobs:table",
             config=job_config(config, sections=["persistent"]),
             files=persistent_table_inputs(_table),
             table=_table,
@@ -339,7 +339,7 @@ for _figure, _d in persistent_transfer_figures():
             **named_table_targets("persistent", [_figure]),
         localrule: True
         params:
-            job=P_TABLE[_figure].builder,
+            job="selfknow.protocols.persistent.rule_jobs:transfer_figure",
             config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
             figure=_figure,
             model=P_MODELS[0],
@@ -348,7 +348,6 @@ for _figure, _d in persistent_transfer_figures():
             n_boot=PC["bootstrap_replicates"],
             seed=PC["bootstrap_seed"],
             report=REPORT_SETTINGS,
-            title=P_TABLE[_figure].title.format(model=P_MODELS[0], dataset=_d),
         conda:
             "../envs/selfknow.yaml"
         log:
@@ -364,7 +363,7 @@ rule persistent_table7:
         **named_table_targets("persistent", ["table7"]),
     localrule: True
     params:
-        job=P_TABLE["table7"].builder,
+        job="selfknow.protocols.persistent.rule_jobs:table7",
         config=job_config(config, sections=["persistent"]),
         sc_paths=persistent_table7_inputs(),
         models=P_MODELS,
@@ -373,7 +372,6 @@ rule persistent_table7:
         datasets=persistent_accuracy_datasets(),
         transfer=P_TRANSFER or "",
         report=REPORT_SETTINGS,
-        title=P_TABLE["table7"].title,
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -393,7 +391,7 @@ rule persistent_figure2:
         **named_table_targets("persistent", ["figure2"]),
     localrule: True
     params:
-        job=P_TABLE["figure2"].builder,
+        job="selfknow.protocols.persistent.rule_jobs:figure2",
         config=job_config(config, sections=["persistent"]),
         metric_paths=persistent_figure2_metrics(),
         sc_paths=persistent_figure2_sc(),
@@ -404,7 +402,6 @@ rule persistent_figure2:
         backbone_model=P_GCM or "",
         backbone_ckpt=p_gcm_backbone_ckpt(),
         report=REPORT_SETTINGS,
-        title=P_TABLE["figure2"].title,
     conda:
         "../envs/selfknow.yaml"
     log:
@@ -453,11 +450,9 @@ rule persistent_table19:
     output:
         **named_table_targets("persistent", ["table19"]),
     params:
-        job=P_TABLE["table19"].builder,
+        job="selfknow.protocols.persistent.rule_jobs:table19",
         config=job_config(config, sections=["persistent"], narrow={"persistent": {"models": P_MODELS[:1]}}),
         report=REPORT_SETTINGS,
-        title=P_TABLE["table19"].title.format(model=P_MODELS[0] if P_MODELS else "",
-                                              dataset=P_DATASETS[0] if P_DATASETS else ""),
     conda:
         "../envs/selfknow.yaml"
     log:

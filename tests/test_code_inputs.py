@@ -27,14 +27,13 @@ from test_incremental import TEST_CONFIG, parse_dry_run
 
 from selfknow.code_inputs import PLUMBING_MODULES, PLUMBING_SYMBOLS, _edges, _parse, closure, running
 from selfknow.dag import workflow_jobs
-from selfknow.protocols.persistent.catalog import TABLES as PERSISTENT_TABLES
+from selfknow.protocols.persistent.catalog import TABLE as PERSISTENT_TABLE
 
-#: every rule's job ("module:function", its param `job`), by the rules' own text
-#: every rule's job: those the rules name, and the persistent tables' (their rules run the
-#: catalog entry's builder)
+#: every rule's job ("module:function", its param `job`): those the rules name, and the
+#: persistent reliability diagrams' (their rule runs the catalog entry's builder)
 JOBS = sorted({m for f in (REPO / "rules").glob("*.smk")
                for m in re.findall(r'job="(selfknow[\w.]*:\w+)"', f.read_text(encoding="utf-8"))}
-              | {t.builder for t in PERSISTENT_TABLES})
+              | {PERSISTENT_TABLE["reliability"].builder})
 P, LA, LC = "selfknow.protocols.persistent.", "selfknow.protocols.ladder.", "selfknow.protocols.lcae."
 METRICS, RELIABILITY = P + "jobs:metrics_job", P + "rule_jobs:reliability"
 
@@ -169,12 +168,18 @@ def test_a_new_module_that_a_catalog_entry_names_is_in_its_jobs_fingerprint(orig
     assert _changed(named, _fingerprints(pkg.parent)) == {LC + "rule_jobs:tables_job"}
 
 
+#: the persistent table and figure jobs: each writes its catalog entry, read from `TABLES`
+TABLE_JOBS = {P + f"rule_jobs:{j}" for j in ("table", "table7", "table19", "figure2", "transfer_figure")}
+
+
 @pytest.mark.parametrize("heading, reruns", [
-    # the metrics job computes the new method, the reliability diagrams and Figure 2 draw every
-    # catalog method, the table job lays out the new row; the beam search and the adapters stay
-    ("A persistent confidence method", {METRICS, RELIABILITY, P + "rule_jobs:figure2", P + "rule_jobs:table"}),
-    # a table needs its metrics (the catalog says which normalisation they fit) and its job
-    ("A persistent table", {METRICS, P + "rule_jobs:table"}),
+    # the metrics job computes the new method, the reliability diagrams draw every catalog
+    # method, the table jobs read the edited `TABLES` (Table 1's new row); the beam search and
+    # the adapters stay
+    ("A persistent confidence method", {METRICS, RELIABILITY, *TABLE_JOBS}),
+    # a table needs its metrics (the catalog says which normalisation they fit) and the table
+    # jobs read the catalog's `TABLES`
+    ("A persistent table", {METRICS, *TABLE_JOBS}),
 ])
 def test_the_extending_recipes_change_the_jobs_they_need(original, tmp_path, heading, reruns):
     """docs/extending.md's edits, applied to a copy, rerun what they change without `--forcerun`."""

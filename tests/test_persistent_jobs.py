@@ -347,7 +347,7 @@ def test_table1_cells_and_marks_by_hand():
             reps[f"eq1|{m}|{k}"] = v + noise * (1 if m != "sc" else 1.0) + (0.0 if m != "nonoracle" else rng.normal(0, 0.2, b))
     f = _metric_file({m: vals(v) for m, v in point.items()}, reps)
     files = {("M1", "d", "d"): f, ("M2", "d", "d"): f}
-    values, marks, title, _ = T.method_table("table1", files, ["M1", "M2"], ["d"], "t")
+    values, marks, _ = T.method_cells("table1", files, ["M1", "M2"], ["d"], "t")
     assert values["method"].tolist() == ["End-correct baseline", "Self-consistency", "Non-oracle training",
                                          "Oracle training"]
     assert values["M2 contrast AUC"].tolist() == pytest.approx([0.1, 0.70, 0.699, 0.80])
@@ -360,7 +360,7 @@ def test_table1_cells_and_marks_by_hand():
 
     try:
         R.set_bold_rule("paper")
-        col = T.method_table("table1", files, ["M1", "M2"], ["d"], "t")[1]["M1 Δ0b"].tolist()
+        col = T.method_cells("table1", files, ["M1", "M2"], ["d"], "t")[1]["M1 Δ0b"].tolist()
     finally:
         R.set_bold_rule("separated")
     assert col[3] == "best" and col[1] == "" and col[0] == "" and col[2] == "tie"
@@ -412,7 +412,7 @@ def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a
         if d == "d1":  # the point value is the pooled AUC
             noise_auc, noise_reps = roc_auc_score(y.ravel(), m["nonoracle"][0].ravel()), reps["eq1|nonoracle|full_auc"]
             assert files[("M", d, d)].point("nonoracle", "full_auc") == pytest.approx(noise_auc)
-    _, _, _, notes = T.method_table("table1", files, ["M"], ["d1", "d2"], "t")
+    _, _, notes = T.method_cells("table1", files, ["M"], ["d1", "d2"], "t")
     lo, hi = np.quantile(noise_reps, [0.025, 0.975])
     assert lo < 0.5 < hi
     flagged = notes.split("no evidence of a working estimator: ", 1)[1]
@@ -426,10 +426,10 @@ def test_the_table_note_flags_an_estimator_at_chance_with_its_interval_and_not_a
     good_only = {k: T.MetricFile(f.points, {**f.replicates, **{r: np.full(10, 0.8) for r in f.replicates
                                                                  if r.endswith("|full_auc")}})
                  for k, f in files.items()}
-    _, _, _, notes = T.method_table("table1", good_only, ["M"], ["d1", "d2"], "t")
+    _, _, notes = T.method_cells("table1", good_only, ["M"], ["d1", "d2"], "t")
     assert "excludes 0.5 for all 8 (method, model, dataset) results" in notes
     assert "trained methods averaged over seeds." in notes
-    _, _, _, notes = T.method_table("table1", good_only, ["M"], ["d1", "d2"], "t", seeds=[0, 1, 2])
+    _, _, notes = T.method_cells("table1", good_only, ["M"], ["d1", "d2"], "t", seeds=[0, 1, 2])
     assert "trained methods averaged over 3 adapter seeds (0, 1, 2)." in notes
 
 
@@ -469,6 +469,15 @@ def test_table1_oracle_check_states_the_paired_difference_and_explains_a_shortfa
     assert f"end-correct baseline reaches {f2.point('end_correct', 'contrast_auc'):.3f}" in why
     assert (f"{f2.point('nonoracle', 'delta0_b'):.3f} (non-oracle) and "
             f"{f2.point('oracle', 'delta0_b'):.3f} (oracle)") in why
+
+
+def test_oracle_check_prints_a_difference_that_rounds_to_zero_without_a_sign():
+    """Oracle 0.7000 against non-oracle 0.7004 (a difference of -0.0004, no replicates): "0.000",
+    never "-0.000"; +0.0123 keeps its sign."""
+    files = {("M", "d", "d"): _metric_file({"oracle": {"contrast_auc": 0.7}, "nonoracle": {"contrast_auc": 0.7004}}),
+             ("M", "e", "e"): _metric_file({"oracle": {"contrast_auc": 0.7123}, "nonoracle": {"contrast_auc": 0.7}})}
+    note = T.oracle_check(files, {})
+    assert "M, d: 0.000 (no replicates); M, e: +0.012 (no replicates)." in note
 
 
 def test_findings_rows_are_paired_replicate_differences_with_verdicts():
@@ -840,14 +849,13 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
                                                     _correct([1, 0] if s == "train" else [1, 1], [f"{s}1", f"{s}2"]))
                   for c in ("A", "B", "C") for s in ("train", "test")})
     out = T.table7_job(paths, ["M"], {"M": ["A", "B", "C"]}, 1, ["a", "b", "t"], str(R / "table7.csv"),
-                       str(R / "table7.md"), transfer="t", title="Table 7")
+                       str(R / "table7.md"), transfer="t")
     t7 = pd.read_csv(R / "table7.csv")
     assert out["rows"] == 3 and t7["a"].tolist() == [80.0, 75.0, 50.0] and t7["t"].tolist() == [75.0] * 3
     assert "t: 4 questions (train and test splits)" in (R / "table7.md").read_text()
     # percentages print at one decimal, as the paper's Table 7 (the CSV keeps full precision): 2 of 3
     thirds = {ScTable("M", c, "a", "test"): _sc_file(R / f"thirds_{c}.parquet", _correct([1, 1, 0])) for c in "AB"}
-    T.table7_job(thirds, ["M"], {"M": ["A", "B"]}, 1, ["a"], str(R / "t7b.csv"), str(R / "t7b.md"), transfer="t",
-                 title="Table 7")
+    T.table7_job(thirds, ["M"], {"M": ["A", "B"]}, 1, ["a"], str(R / "t7b.csv"), str(R / "t7b.md"), transfer="t")
     assert pd.read_csv(R / "t7b.csv")["a"].tolist() == pytest.approx([200 / 3] * 2)
     assert (R / "t7b.md").read_text().count("| 66.7 |") == 2
 
@@ -862,7 +870,7 @@ def test_table7_and_figure2_jobs_from_synthetic_files(tmp_path):
     # every checkpoint is wrong everywhere, so there is no contrast set and no error rate
     out = T.figure2_job(metric_paths, {ScTable("M", c, d, "test"): sc[(c, d)] for c, d in sc}, ["M"],
                         {"M": ["B", "C"]}, ["a", "b"], str(R / "f2.png"), str(R / "f2.csv"), str(R / "f2.md"),
-                        min_contrast=1, backbone_model="M", backbone_ckpt="A", title="Figure 2")
+                        min_contrast=1, backbone_model="M", backbone_ckpt="A")
     f2 = pd.read_csv(R / "f2.csv")
     assert out == {"points": 2, "nan_cells": 1}
     assert f2.loc[0, ["backbone_error_rate", "contrast_questions", "pairs"]].tolist() == [0.0, 1, 1]
@@ -891,22 +899,26 @@ def test_transfer_figure_job_writes_the_figure_and_its_cells(tmp_path):
     df.assign(adapter="A+B").to_parquet(tmp_path / "random.parquet")
     # as in the workflow, the figure and its data table in separate directories, each with its sidecar
     fig, tab = tmp_path / "figures", tmp_path / "tables"
-    out = T.transfer_figure_job(str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"), ["A", "B"],
-                                str(fig / "figure4.png"), str(tab / "figure4.csv"), str(tab / "figure4.md"),
-                                title="Figure 4", provenance={"config_hash": "h"})
+    out = T.transfer_figure_job("figure4", str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"),
+                                ["A", "B"], str(fig / "figure4.png"), str(tab / "figure4.csv"),
+                                str(tab / "figure4.md"), model="M", dataset="d", provenance={"config_hash": "h"})
     data = pd.read_csv(tab / "figure4.csv")
     assert out == {"rows": 3, "nan_cells": 0}
     assert data[data["panel"] == "transfer"][["A", "B"]].to_numpy().tolist() == [[1, 1], [0, 1]]
     side = json.loads((fig / "figure4.json").read_text())
-    assert side["figure"]["suptitle"] == "Figure 4" and len(side["figure"]["axes"]) == 2
+    # the title is the catalog entry's, formatted with the model and dataset, on the figure and its table
+    title = C.TABLE["figure4"].title.format(model="M", dataset="d")
+    assert side["figure"]["suptitle"] == title and len(side["figure"]["axes"]) == 2
+    assert (tab / "figure4.md").read_text().startswith(f"### {title}")
     # the note states the colour scale the caption describes: the lower of 0.5 and the lowest cell
     # (here B on A, AUC 0) to the higher of 1 and the highest cell
     cells = data[["A", "B"]].to_numpy(float)
     lo, hi = min(0.5, np.nanmin(cells)), max(1.0, np.nanmax(cells))
     assert (lo, hi) == (0.0, 1.0)
     assert f"Colour scale of both panels: {lo:.3f} to {hi:.3f}." in (tab / "figure4.md").read_text()
-    out = T.transfer_figure_job(str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"), ["A", "B"],
-                                str(fig / "f.png"), str(tab / "f.csv"), str(tab / "f.md"), title="Figure 4", n_boot=50)
+    out = T.transfer_figure_job("figure4", str(tmp_path / "transfer.parquet"), str(tmp_path / "random.parquet"),
+                                ["A", "B"], str(fig / "f.png"), str(tab / "f.csv"), str(tab / "f.md"), model="M",
+                                dataset="d", n_boot=50)
     # two questions: a transfer cell's resamples with both classes rank as the full set does (AUC 1, or 0 for B
     # on A), so its interval lies off 0.5; the random panel's one adapter "A+B" pools A's and B's confidences
     # on A (AUC 0.5, at chance) and ranks perfectly on B
@@ -1000,7 +1012,7 @@ def test_variant_job_trains_scores_and_saves_hidden_states(tmp_path, tiny_model)
     J.variant_job("transfer", tiny_model, tr, EV, sc, str(tmp_path / "ad1"), str(tmp_path / "conf1.parquet"),
                   seed=1, cache_dir=str(tmp_path / "cache"), hidden_out=str(tmp_path / "h1.npz"), variance_items=5)
     tab = T.table19_job([str(tmp_path / "h.npz"), str(tmp_path / "h1.npz")], str(tmp_path / "t19.csv"),
-                        str(tmp_path / "t19.md"), title="t")
+                        str(tmp_path / "t19.md"), model="M", dataset="d")
     assert tab == {"layers": 2, "seeds": 2}
     t19 = pd.read_csv(tmp_path / "t19.csv")
     assert t19["mean_rho"].between(-1, 1).all()

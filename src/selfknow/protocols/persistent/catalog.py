@@ -179,25 +179,28 @@ CONTRAST = "Contrast-set sizes (Tables 8-10)"
 FINDINGS = "What the default finds"
 #: the shared caption paragraphs (workflow_report/shared/): the §A.8 marks, the models and datasets
 MARKS, MODELS = "persistent_marks", "persistent_models"
-#: A builder is the job its rule runs (rules/persistent.smk takes it from the entry and passes
-#: it the files and settings it names): a function of `rule_jobs`. The references are assembled
-#: from their module, not written whole: the table code reads this catalog for layouts and
-#: titles and must not reach, in its code fingerprint (selfknow.code_inputs), every other
-#: table's job. A title is formatted with the job's model, dataset, ...
-_T = "selfknow.protocols.persistent.rule_jobs:"
-TABLE_JOB, CONTRAST_TITLE = _T + "table", "Table {n}: {{dataset}} contrast-set sizes per pair of evaluation checkpoints"
+#: A builder is a function of `tables` that returns a `selfknow.report.tables.Built`; the job of
+#: its rule (rules/persistent.smk, a function of `rule_jobs`) gathers the files and settings it
+#: names and writes it through the one driver (`tables.write_entry`); the reliability diagrams'
+#: builder is their rule's job. The references are assembled from their module, not written
+#: whole: the metrics job and the table code read this catalog for layouts and titles and must
+#: not reach, in their code fingerprints (selfknow.code_inputs), every table's builder. A title
+#: is formatted with what the job knows: model, dataset, ...
+_P = "selfknow.protocols.persistent."
+METHOD_TABLE, CONTRAST_TABLE = _P + "tables:method_table", _P + "tables:contrast_table"
+CONTRAST_TITLE = "Table {n}: {{dataset}} contrast-set sizes per pair of evaluation checkpoints"
 
 
 def method_entry(name: str, title: str, layout: MethodTable, subcategory: str, label: str,
                  needs_: frozenset[str] = frozenset()) -> Table:
-    """A method-comparison table, written by `tables.table_job`."""
-    return Table(name, TABLE_JOB, title, needs=needs_, layout=layout, subcategory=subcategory, label=label,
+    """A method-comparison table, built by `tables.method_table`."""
+    return Table(name, METHOD_TABLE, title, needs=needs_, layout=layout, subcategory=subcategory, label=label,
                  caption_tail=(MARKS, MODELS))
 
 
 def contrast_entry(name: str, layout: ContrastTable, label: str, needs_: frozenset[str] = frozenset()) -> Table:
-    """Tables 8-10, written by `tables.table_job`."""
-    return Table(name, TABLE_JOB, CONTRAST_TITLE.format(n=name[5:]), needs=needs_, layout=layout,
+    """Tables 8-10, built by `tables.contrast_table`."""
+    return Table(name, CONTRAST_TABLE, CONTRAST_TITLE.format(n=name[5:]), needs=needs_, layout=layout,
                  subcategory=CONTRAST, label=label, caption_tail=(MODELS,))
 
 
@@ -241,24 +244,24 @@ TABLES: tuple[Table, ...] = (
     method_entry("table18", "Table 18: domain transfer to {transfer}",
             MethodTable((Block(("sc", "nonoracle", "oracle")),), label_columns=("model", "transfer"), evalset=TRANSFER),
             APPENDIX, "Table 18: domain transfer", needs(TRANSFER_SET)),
-    Table("findings", TABLE_JOB, "What the default finds (persistent calibration): the paper's headline "
+    Table("findings", _P + "tables:findings", "What the default finds (persistent calibration): the paper's headline "
           "comparisons on contrast-set AUC", layout=FindingsTable(), subcategory=FINDINGS,
           label="What the default finds: persistent calibration", caption_tail=(MODELS,)),
-    Table("table7", _T + "table7", "Table 7: top-answer accuracy (%) per checkpoint",
+    Table("table7", _P + "tables:table7", "Table 7: top-answer accuracy (%) per checkpoint",
           subcategory=APPENDIX, label="Table 7: accuracy per checkpoint", caption_tail=(MODELS,)),
-    Table("table19", _T + "table19", "Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance "
+    Table("table19", _P + "tables:table19", "Table 19: Spearman ρ of checkpoint index with adapter hidden-state variance "
           "across seeds ({model}, {dataset})", subcategory=APPENDIX, label="Table 19: adapter variance vs checkpoint index",
           caption_tail=(MODELS,)),
-    Table("figure2", _T + "figure2", "Figure 2: GCM headroom on contrast-set AUC against oracle training",
+    Table("figure2", _P + "tables:figure2", "Figure 2: GCM headroom on contrast-set AUC against oracle training",
           needs=needs(GCM), figure=True, subcategory=MAIN_TEXT, label="Figure 2: GCM headroom vs backbone error rate"),
-    Table("figure3", _T + "transfer_figure", "Figure 3: transfer between checkpoints ({model}, {dataset})",
+    Table("figure3", _P + "tables:transfer_figure", "Figure 3: transfer between checkpoints ({model}, {dataset})",
           figure=True, layout=TransferFigure(0), subcategory=MAIN_TEXT, label="Figure 3: transfer between checkpoints",
           caption_tail=(MODELS,)),
-    Table("figure4", _T + "transfer_figure", "Figure 4: transfer between checkpoints ({model}, {dataset})",
+    Table("figure4", _P + "tables:transfer_figure", "Figure 4: transfer between checkpoints ({model}, {dataset})",
           needs=needs(SECOND), figure=True, layout=TransferFigure(1), subcategory=APPENDIX,
           label="Figure 4: transfer between checkpoints, second dataset"),
     # one per (model, training dataset), beyond the paper
-    Table("reliability", _T + "reliability",
+    Table("reliability", _P + "rule_jobs:reliability",
           "Reliability: {model} on {dataset} (evaluation checkpoints pooled, training seed {seed})",
           figure=True, data_table=False, subcategory="Reliability diagrams", label="Reliability {model} {dataset}",
           output="figures/persistent/reliability/{model}/{dataset}.png", caption_tail=(MODELS,)),

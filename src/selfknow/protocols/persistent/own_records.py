@@ -4,15 +4,16 @@ plain format (`selfknow export-records`).
 
 `persistent_eval` reads the records (`selfknow.readers`), evaluates every dataset with the
 workflow's own `evaluate.evaluate` and renders the paper's table layouts with its own table
-code (`tables.assemble`, `report.tables.write_table`) and reliability diagrams
-(`report.reliability.reliability_grid`). Everything is read, checked and computed before the
-first file is written; every file is written atomically.
+code (`tables.assemble`) through the one table driver (`report.tables.write_entries`, the
+catalog's entries of `LAYOUTS`), and reliability diagrams (`report.reliability.reliability_grid`).
+Every record is read, checked and evaluated before the first file is written; every file is
+written atomically.
 """
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,7 +24,7 @@ from selfknow.paths import fill
 from selfknow.readers import read_records
 from selfknow.readers.plain import COLUMNS
 from selfknow.records import atomic_path, read_parquet, write_csv
-from selfknow.report.tables import bold_text
+from selfknow.report.tables import Built, bold_text
 from selfknow.stats.persistent.contrast import METRICS
 
 from . import catalog as C
@@ -33,12 +34,18 @@ from .metrics import reliability_frame
 from .tables import (METRIC_LABELS, SHORT, Col, MetricFile, Row, assemble, chance_check,
                      contrast_size_table)
 
-#: the tables written, as the paper's: name -> (metric columns, normaliser, title)
-TABLES = {
-    "table1": (SHORT, "eq1", "Table 1 layout: contrast-set and full-set calibration"),
-    "table11": (METRICS, "eq1", "Table 11 layout: all ten metrics (Eq. 1 normalisation)"),
-    "table12": (METRICS, "bt", "Table 12 layout: all ten metrics, fitted Bradley-Terry normalisation (§B.1)"),
+#: the catalog's tables written in their layout (a method table's columns and normalisation,
+#: `catalog.MethodTable`; Table 8's contrast-set sizes), each with its title here: the rows are
+#: the records' methods, one block per dataset
+LAYOUTS = {
+    "table1": "Table 1 layout: contrast-set and full-set calibration",
+    "table11": "Table 11 layout: all ten metrics (Eq. 1 normalisation)",
+    "table12": "Table 12 layout: all ten metrics, fitted Bradley-Terry normalisation (§B.1)",
+    "table8": "Table 8 layout: contrast-set sizes per pair of evaluation checkpoints",
 }
+#: the builders of those tables, by layout
+_BUILDERS = {C.MethodTable: "selfknow.protocols.persistent.own_records:records_method_table",
+             C.ContrastTable: "selfknow.protocols.persistent.own_records:records_contrast_table"}
 NOTES = ("Contrast sets: the questions one evaluation checkpoint answers right and the other wrong, for every "
          "pair of evaluation checkpoints (earlier first, in the records' order); contrast metrics average over "
          "the pairs of at least {min_contrast} questions ({pairs}). Full-set AUC and Brier pool the evaluation "
@@ -65,31 +72,47 @@ def _slug(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("_") or "records"
 
 
-def render_tables(results: dict[str, Result], methods: dict[str, list[str]], settings: Settings,
-                  label: str = "") -> dict[str, tuple[pd.DataFrame, pd.DataFrame, str, str]]:
-    """Table name -> (values, marks, title, notes): one block of rows per dataset (its methods
-    in order), the columns of `TABLES`; `label` prefixes the metric columns as the workflow's
-    model name does ("wm-small Δ0b")."""
+def records_method_table(name: str, results: dict[str, Result], methods: dict[str, list[str]],
+                         settings: Settings, label: str = "") -> Built:
+    """The builder of a method table of `LAYOUTS` from the records' `results`: one block of rows
+    per dataset (its `methods` in order), the columns of the catalog entry's layout; `label`
+    prefixes the metric columns as the workflow's model name does ("wm-small Δ0b")."""
+    layout = C.TABLE[name].layout
     # keys as the workflow's (model, dataset, evaluation set); the table notes name them
     key = {d: (label or "records", d or "all questions", d or "all questions") for d in results}
     files = {key[d]: MetricFile(r.points, r.replicates) for d, r in results.items()}
-    out = {}
-    for name, (metrics, norm, title) in TABLES.items():
-        cols = [Col(f"{label} {METRIC_LABELS[m]}".strip(), m) for m in metrics]
-        rows = [Row({**({"dataset": d} if d else {}), "method": C.METHOD[m].label if m in C.METHOD else m}, m, key[d], d)
-                for d in results for m in methods[d]]
-        values, marks = assemble(rows, cols, files, normaliser=norm)
-        pairs = ", ".join(f"{d + ': ' if d else ''}{len(r.pairs)} pairs" for d, r in results.items())
-        notes = NOTES.format(min_contrast=settings.min_contrast, pairs=pairs, n_boot=settings.n_boot, bold=bold_text())
-        out[name] = (values, marks, title, notes + chance_check(rows, cols, files, normaliser=norm))
+    cols = [Col(f"{label} {METRIC_LABELS[m]}".strip(), m) for m in (SHORT if layout.columns == "wide" else METRICS)]
+    rows = [Row({**({"dataset": d} if d else {}), "method": C.METHOD[m].label if m in C.METHOD else m}, m, key[d], d)
+            for d in results for m in methods[d]]
+    values, marks = assemble(rows, cols, files, normaliser=layout.normaliser)
+    pairs = ", ".join(f"{d + ': ' if d else ''}{len(r.pairs)} pairs" for d, r in results.items())
+    notes = NOTES.format(min_contrast=settings.min_contrast, pairs=pairs, n_boot=settings.n_boot, bold=bold_text())
+    return Built(values, (notes + chance_check(rows, cols, files, normaliser=layout.normaliser),), marks)
+
+
+def records_contrast_table(results: dict[str, Result], settings: Settings) -> Built:
+    """The builder of Table 8's layout from the records' `results`: the contrast-set sizes of
+    each dataset (a dataset column where the records name datasets)."""
     sizes = pd.concat([contrast_size_table({d: r.contrast}, settings.min_contrast) for d, r in results.items()],
                       ignore_index=True).rename(columns={"model": "dataset"})
     if list(results) == [""]:
         sizes = sizes.drop(columns="dataset")
-    out["table8"] = (sizes, None, "Table 8 layout: contrast-set sizes per pair of evaluation checkpoints",
-                     "Cell: contrast-set size (questions the row checkpoint gets wrong and the column checkpoint "
-                     f"right); * = below the minimum size {settings.min_contrast}, not used.")
-    return out
+    return Built(sizes, ("Cell: contrast-set size (questions the row checkpoint gets wrong and the column checkpoint "
+                         f"right); * = below the minimum size {settings.min_contrast}, not used.",))
+
+
+def write_tables(results: dict[str, Result], methods: dict[str, list[str]], settings: Settings, label: str,
+                 out: Path) -> list[str]:
+    """Write the tables of `LAYOUTS` to `out` (`<name>.csv`, .md, .tex, .html) through the one
+    driver, each the catalog's entry with its title and builder here; returns their names."""
+    from selfknow.report.tables import write_entries
+
+    known = {"results": results, "methods": methods, "settings": settings, "label": label}
+    for name, title in LAYOUTS.items():
+        entry = replace(C.TABLE[name], title=title, builder=_BUILDERS[type(C.TABLE[name].layout)])
+        write_entries([entry], {**known, "name": name},
+                      {f"{name}_csv": str(out / f"{name}.csv"), f"{name}_md": str(out / f"{name}.md")})
+    return list(LAYOUTS)
 
 
 def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *, fmt: str = "auto",
@@ -99,10 +122,9 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
     `read_options`: methods, checkpoints, confidence_field and a reader's own) and write to
     `outdir`: `metrics.csv` (every point metric), `replicates.npz` (the bootstrap replicates,
     "<dataset>|<normaliser>|<method>|<metric>"), `contrast_sets.csv`, the tables of
-    `render_tables` (CSV, Markdown, LaTeX, HTML) and `reliability[_<dataset>].png`. Returns a
+    `write_tables` (CSV, Markdown, LaTeX, HTML) and `reliability[_<dataset>].png`. Returns a
     summary, with the reader's notes."""
     from selfknow.report.reliability import reliability_grid
-    from selfknow.report.tables import write_table
 
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
@@ -126,8 +148,6 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
                               bt_max_iter=settings.bt_max_iter)
         say(f"{d or 'records'}: {len(results[d].pairs)} contrast sets used "
             f"({time.perf_counter() - t0:.1f} s)")
-    methods = {d: list(c.methods) for d, c in by_dataset.items()}
-    tables = render_tables(results, methods, settings, label)
     out = Path(outdir)
     points = pd.concat([r.points.assign(dataset=d) for d, r in results.items()], ignore_index=True)
     write_csv(points[["dataset", *[c for c in points.columns if c != "dataset"]]], out / "metrics.csv")
@@ -136,8 +156,7 @@ def persistent_eval(path: str | Path, outdir: str | Path, settings: Settings, *,
             np.savez_compressed(f, **{f"{d}|{k}": v for d, r in results.items() for k, v in r.replicates.items()})
     write_csv(pd.concat([r.contrast.assign(dataset=d) for d, r in results.items()], ignore_index=True),
               out / "contrast_sets.csv")
-    for name, (values, marks, title, notes) in tables.items():
-        write_table(values, out / f"{name}.csv", out / f"{name}.md", title=title, notes=notes, marks=marks)
+    tables = write_tables(results, {d: list(c.methods) for d, c in by_dataset.items()}, settings, label, out)
     figures = []
     for d, conf in by_dataset.items():
         png = out / (f"reliability_{_slug(d)}.png" if d else "reliability.png")

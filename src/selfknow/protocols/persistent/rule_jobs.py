@@ -46,7 +46,7 @@ def _persistent(config: Mapping) -> tuple[list[str], list[str]]:
 
 def table(table: str, outputs: Mapping[str, str], report: Mapping, config: Mapping, input_files: Sequence[str],
           **kw) -> dict:
-    """One table of the paper's main comparisons (`persistent_table<N>`)."""
+    """One method, contrast or findings table (`persistent_table<N>`)."""
     models, datasets = _persistent(config)
     prov = table_job_provenance(config, input_files, report, sections=["persistent"], models=models,
                                 datasets=datasets)
@@ -58,8 +58,8 @@ def transfer_figure(figure: str, model: str, dataset: str, outputs: Mapping[str,
     """Figure 3 (first training dataset) or 4 (second): `figure` names the outputs."""
     prov = table_job_provenance(config, input_files, report, sections=["persistent"], models=[model],
                                 datasets=[dataset])
-    return tables.transfer_figure_job(png=outputs[figure], csv=outputs[f"{figure}_csv"], md=outputs[f"{figure}_md"],
-                                      provenance=prov, **kw)
+    return tables.transfer_figure_job(figure, png=outputs[figure], csv=outputs[f"{figure}_csv"],
+                                      md=outputs[f"{figure}_md"], model=model, dataset=dataset, provenance=prov, **kw)
 
 
 def table7(models: Sequence[str], datasets: Sequence[str], checkpoints: Mapping[str, Sequence[str]],
@@ -95,11 +95,11 @@ def reliability(model: str, dataset: str, outputs: Mapping[str, str], config: Ma
     return jobs.reliability_job(png=outputs["reliability"], provenance=prov, **kw)
 
 
-def table19(hidden_paths: Sequence[str], outputs: Mapping[str, str], title: str, report: Mapping, config: Mapping,
+def table19(hidden_paths: Sequence[str], outputs: Mapping[str, str], report: Mapping, config: Mapping,
             input_files: Sequence[str]) -> dict:
     """Table 19, the hidden-state variance across seeds (first model and training dataset)."""
-    pc = config["persistent"]
-    prov = table_job_provenance(config, input_files, report, sections=["persistent"], models=pc["models"][:1],
-                                datasets=pc["datasets"][:1])
-    return tables.table19_job(hidden_paths, outputs["table19_csv"], outputs["table19_md"], title=title,
-                              provenance=prov)
+    model, dataset = config["persistent"]["models"][0], config["persistent"]["datasets"][0]
+    prov = table_job_provenance(config, input_files, report, sections=["persistent"], models=[model],
+                                datasets=[dataset])
+    return tables.table19_job(hidden_paths, outputs["table19_csv"], outputs["table19_md"], model=model,
+                              dataset=dataset, provenance=prov)

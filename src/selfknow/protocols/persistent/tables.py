@@ -17,14 +17,15 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from selfknow.report.tables import bold_text
+from selfknow.report.findings import signed
+from selfknow.report.tables import Built, bold_text
 from selfknow.stats.persistent.contrast import CHANCE, HIGHER_IS_BETTER, METRICS
 from selfknow.stats.persistent.significance import percentile_interval
 
 from . import catalog as C
 from .catalog import GCM_METHODS
 from .inputs import EvalFiles, Evaluation, MetricFiles, ScTable
-from .variants import TRANSFER
+from .variants import MAIN, TRANSFER
 
 METRIC_LABELS = {"delta0_b": "Δ0b", "delta0": "Δ0", "delta_b": "Δb", "delta": "Δ",
                  "contrast_auc": "contrast AUC", "contrast_brier": "contrast BS", "contrast_ece": "contrast ECE",
@@ -138,6 +139,7 @@ def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple,
     `metrics_job`, §A.8) includes 0.5 or lies below it, whose AUC is undefined, or that has no
     replicates, is named with its AUC and interval, so that an estimator at chance is never read
     as a finding."""
+    chance = CHANCE["full_auc"]
     seen, flagged, checked = set(), [], 0
     for r in rows:
         for c in cols:
@@ -159,12 +161,12 @@ def chance_check(rows: Sequence[Row], cols: Sequence[Col], files: Mapping[tuple,
                 flagged.append(f"{name}: undefined")
             else:
                 lo, hi = percentile_interval(reps, CHANCE_LEVEL)
-                if lo <= 0.5:
-                    where = "below chance" if hi < 0.5 else "includes 0.5"
+                if lo <= chance:
+                    where = "below chance" if hi < chance else f"includes {chance:g}"
                     flagged.append(f"{name}: {point:.3f} [{lo:.3f}, {hi:.3f}], {where}")
     level = level_text(CHANCE_LEVEL)
     if not flagged:
-        return (f"Chance check: the {level} percentile bootstrap interval of full-set AUC excludes 0.5 for all "
+        return (f"Chance check: the {level} percentile bootstrap interval of full-set AUC excludes {chance:g} for all "
                 f"{checked} (method, model, dataset) results.")
     return (f"Chance check: {len(flagged)} of the {checked} (method, model, dataset) results are not shown better "
             f"than chance on full-set AUC (point [{level} percentile bootstrap interval]); their other cells are no "
@@ -191,10 +193,10 @@ def oracle_check(files: Mapping[tuple, MetricFile], contrast: Mapping[tuple, pd.
         diff = f.point("oracle", "contrast_auc") - f.point("nonoracle", "contrast_auc")
         reps = [f.reps(m, "contrast_auc") for m in ("oracle", "nonoracle")]
         if any(r is None for r in reps):
-            shown.append(f"{model}, {dataset}: {diff:+.3f} (no replicates)")
+            shown.append(f"{model}, {dataset}: {signed(diff)} (no replicates)")
             continue
         lo, hi = percentile_interval(np.asarray(reps[0]) - np.asarray(reps[1]), CHANCE_LEVEL)
-        shown.append(f"{model}, {dataset}: {diff:+.3f} [{lo:+.3f}, {hi:+.3f}]")
+        shown.append(f"{model}, {dataset}: {signed(diff)} [{signed(lo)}, {signed(hi)}]")
         if lo > 0:
             continue
         up, n = improvement_share(contrast[key])
@@ -258,17 +260,14 @@ def table_rows(name: str, models: Sequence[str], datasets: Sequence[str], transf
     return [r for m in ms for d in ds for k, b in enumerate(t.blocks) for r in block(k, b, m, d)]
 
 
-def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[str],
-                 datasets: Sequence[str], transfer: str, seeds: Sequence[int] = ()
-                 ) -> tuple[pd.DataFrame, pd.DataFrame, str, str]:
-    """(values, marks, title, notes) of a method-comparison table of the catalog. `files` is
-    keyed by (model, training dataset, evaluation dataset); `seeds`, the adapter training seeds
-    (config `persistent.seeds`), are named in the note."""
+def method_cells(name: str, files: Mapping[tuple, MetricFile], models: Sequence[str], datasets: Sequence[str],
+                 transfer: str, seeds: Sequence[int] = ()) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """(values, marks, notes) of a method-comparison table of the catalog from its loaded metric
+    `files`, keyed by (model, training dataset, evaluation dataset); `seeds`, the adapter training
+    seeds (config `persistent.seeds`), are named in the note."""
     t = C.TABLE[name].layout
     rows = table_rows(name, models, datasets, transfer, gcm_of=lambda key: files[key].gcm())
     cols = _wide_cols(models) if t.columns == "wide" else _full_cols()
-    title = C.TABLE[name].title.format(model=models[0], dataset=layout_datasets(t.datasets, datasets, name)[0],
-                                       transfer=transfer)
     values, marks = assemble(rows, cols, files, normaliser=t.normaliser)
     notes = ("Contrast metrics: mean over the evaluation-checkpoint pairs whose contrast set reaches the "
              "minimum size; full-set AUC/BS pooled over evaluation checkpoints, ECE (SmoothECE) per "
@@ -279,7 +278,7 @@ def method_table(name: str, files: Mapping[tuple, MetricFile], models: Sequence[
     for g in GCM_METHODS:
         if any(r.method == g for r in rows):
             notes += " " + GCM_NOTES[g]
-    return values, marks, title, notes
+    return values, marks, notes
 
 
 def _seed_phrase(seeds: Sequence[int]) -> str:
@@ -339,7 +338,7 @@ def transfer_matrices(transfer_conf: pd.DataFrame, random_conf: pd.DataFrame, or
             m.loc[r, c] = auc(p, y)
             if n_boot and p.size:
                 lo, hi = bootstrap_auc(p, y, n_boot, seed)
-                at.loc[r, c] = not (lo > 0.5 or hi < 0.5)
+                at.loc[r, c] = not (lo > CHANCE["full_auc"] or hi < CHANCE["full_auc"])
         m.index.name, m.columns.name = name, "evaluation checkpoint"
         values.append(m)
         chance.append(at)
@@ -458,69 +457,134 @@ def judge_note(counts: pd.DataFrame) -> str:
             f"{t['unlabelled']} unlabelled (counted wrong, as N).")
 
 
+def judged(files: Mapping[Evaluation, EvalFiles], keys: Sequence[tuple]) -> str:
+    """`judge_note` over the judge counts of the evaluations `keys` (model, dataset, evalset)."""
+    return judge_note(pd.concat([pd.read_csv(files[Evaluation(*k)].judge) for k in keys], ignore_index=True))
+
+
+def load_evaluations(files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
+                     transfer: str, evalset: str) -> dict[tuple, MetricFile]:
+    """The metric files of every model and training dataset on `evalset`, keyed by (model,
+    training dataset, evaluation dataset)."""
+    out = {}
+    for m in models:
+        for d in datasets:
+            f = files[Evaluation(m, d, evalset)]
+            out[(m, d, transfer if evalset == TRANSFER else d)] = load_metric_file(f.metrics, f.replicates)
+    return out
+
+
+def method_table(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
+                 transfer: str, seeds: Sequence[int] = ()) -> Built:
+    """The builder of a method-comparison table of the catalog (`catalog.MethodTable`): its
+    cells and marks (`method_cells`) from the `metrics_job` outputs `files` of each evaluation,
+    with Table 1's `oracle_check` where its layout asks and who labelled the answers."""
+    layout = C.TABLE[name].layout
+    loaded = load_evaluations(files, models, datasets, transfer, layout.evalset)
+    values, marks, notes = method_cells(name, loaded, models, datasets, transfer, seeds)
+    if layout.oracle_check:
+        notes += oracle_check(loaded, {(m, d, d): pd.read_parquet(files[Evaluation(m, d, MAIN)].contrast)
+                                       for m in models for d in datasets})
+    notes += judged(files, [(m, d, layout.evalset) for m in models for d in datasets])
+    return Built(values, (notes,), marks, summary={"rows": len(values),
+                                                   "nan_cells": int(values.select_dtypes("number").isna().sum().sum())})
+
+
+def contrast_table(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str],
+                   datasets: Sequence[str], min_contrast: int, min_contrast_transfer: int) -> Built:
+    """The builder of Tables 8-10 (`catalog.ContrastTable`): `contrast_size_table` of each
+    model's contrast sets of the layout's training dataset on its evaluation set."""
+    layout = C.TABLE[name].layout
+    d = layout_datasets(layout.dataset, datasets, name)[0]
+    mc = min_contrast_transfer if layout.evalset == TRANSFER else min_contrast
+    sizes = {m: pd.read_parquet(files[Evaluation(m, d, layout.evalset)].contrast) for m in models}
+    df = contrast_size_table(sizes, mc)
+    n = int(next(iter(sizes.values()))["n_items"].iloc[0])
+    notes = (f"Full-set size {n}. Cell: contrast-set size (questions the row checkpoint gets wrong and the column "
+             f"checkpoint right); * = below the minimum size {mc}, not used."
+             + judged(files, [(m, d, layout.evalset) for m in models]))
+    unused = int(df.apply(lambda r: r.astype(str).str.endswith("*").sum(), axis=1).sum())
+    return Built(df, (notes,), summary={"rows": len(df), "unused_pairs": unused})
+
+
+def findings(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
+             transfer: str, transfer_confs: Mapping[str, str], order: Sequence[str], n_boot: int,
+             seed: int) -> Built:
+    """The builder of what the default finds (`catalog.FindingsTable`, `findings.findings_table`)
+    from the metric files of its evaluation set and Figures 3-4's transfer confidences
+    `transfer_confs` (training dataset -> path, first model) in checkpoint `order`, resampled
+    `n_boot` times with `seed`."""
+    from .findings import findings_table, transfer_asymmetry
+
+    evalset = C.TABLE[name].layout.evalset
+    asym = {d: (models[0], transfer_asymmetry(pd.read_parquet(p), order, n_boot, seed))
+            for d, p in transfer_confs.items()}
+    values, notes = findings_table(load_evaluations(files, models, datasets, transfer, evalset), asym)
+    notes += judged(files, [(m, d, evalset) for m in models for d in datasets])
+    return Built(values, (notes,), summary={"rows": len(values)})
+
+
+def write_entry(name: str, builder: Callable, known: dict, csv: str, md: str, *, png: str | None = None,
+                provenance: dict | None = None) -> dict:
+    """Build and write the catalog's entry `name` through the one driver
+    (`selfknow.report.tables.write_entries`): its builder takes what it names of `known`; the
+    table goes to `csv` / `md`, a figure to `png`. Returns the builder's summary. `builder` is
+    the function the entry names: the catalog assembles its references (`catalog._P`), so that
+    a job reading the catalog for a layout does not reach every builder, and the job names its
+    own here, which its code fingerprint then reaches (`selfknow.code_inputs`)."""
+    from selfknow.report.tables import write_entries
+
+    entry = C.TABLE[name]
+    if entry.builder != f"{builder.__module__}:{builder.__name__}":
+        raise ValueError(f"the persistent catalog's {name!r} names builder {entry.builder!r}, its job writes it "
+                         f"with {builder.__module__}:{builder.__name__}")
+    outputs = {f"{name}_csv": csv, f"{name}_md": md, **({name: png} if png else {})}
+    return dict(write_entries([entry], known, outputs, provenance=provenance)[name].summary)
+
+
+#: the builder of each layout of the tables `table_job` writes
+LAYOUT_BUILDERS = {C.MethodTable: method_table, C.ContrastTable: contrast_table, C.FindingsTable: findings}
+
+
+def title_fields(name: str, models: Sequence[str], datasets: Sequence[str], transfer: str) -> dict[str, str]:
+    """What the title of a method or contrast table is formatted with: the first model, the
+    training dataset its layout shows first (the transfer dataset for a contrast table of the
+    transfer evaluation), the transfer dataset."""
+    layout = C.TABLE[name].layout
+    if isinstance(layout, C.FindingsTable):
+        return {}
+    if isinstance(layout, C.ContrastTable):
+        shown = transfer if layout.evalset == TRANSFER else layout_datasets(layout.dataset, datasets, name)[0]
+    else:
+        shown = layout_datasets(layout.datasets, datasets, name)[0]
+    return {"model": models[0], "dataset": shown, "transfer": transfer}
+
+
 def table_job(name: str, files: Mapping[Evaluation, EvalFiles], models: Sequence[str], datasets: Sequence[str],
               transfer: str, csv: str, md: str, *, min_contrast: int, min_contrast_transfer: int,
               seeds: Sequence[int] = (), provenance: dict | None = None,
               transfer_confs: Mapping[str, str] | None = None, order: Sequence[str] = (), n_boot: int = 0,
               seed: int = 0) -> dict:
-    """Write one method or contrast table of the catalog (`catalog.TABLES`) from the `metrics_job` and `jobs.judge_count_job` outputs
-    `files` of each evaluation; with `provenance`, its sidecar too
+    """Write one method, contrast or findings table of the catalog (`catalog.TABLES`, its
+    layout's builder `LAYOUT_BUILDERS`) from the `metrics_job` and `jobs.judge_count_job`
+    outputs `files` of each evaluation; with `provenance`, its sidecar too
     (`selfknow.report.provenance`). The findings table also reads Figures 3-4's transfer
     confidences, `transfer_confs` (training dataset -> path, first model) in checkpoint `order`,
     resampled `n_boot` times with `seed`."""
-    from selfknow.report.tables import write_table
-
-    def judged(keys) -> str:
-        return judge_note(pd.concat([pd.read_csv(files[Evaluation(*k)].judge) for k in keys], ignore_index=True))
-
-    layout = C.TABLE[name].layout
-    if isinstance(layout, C.ContrastTable):
-        d = layout_datasets(layout.dataset, datasets, name)[0]
-        evalset = layout.evalset
-        mc = min_contrast_transfer if evalset == TRANSFER else min_contrast
-        shown = transfer if evalset == TRANSFER else d
-        sizes = {m: pd.read_parquet(files[Evaluation(m, d, evalset)].contrast) for m in models}
-        df = contrast_size_table(sizes, mc)
-        n = int(next(iter(sizes.values()))["n_items"].iloc[0])
-        write_table(df, csv, md, title=C.TABLE[name].title.format(dataset=shown),
-                    notes=(f"Full-set size {n}. Cell: contrast-set size (questions the row checkpoint gets wrong and "
-                           f"the column checkpoint right); * = below the minimum size {mc}, not used."
-                           + judged([(m, d, evalset) for m in models])),
-                    provenance=provenance)
-        return {"rows": len(df), "unused_pairs": int(df.apply(lambda r: r.astype(str).str.endswith("*").sum(), axis=1).sum())}
-    evalset = layout.evalset
-    loaded = {}
-    for m in models:
-        for d in datasets:
-            f = files[Evaluation(m, d, evalset)]
-            loaded[(m, d, transfer if evalset == TRANSFER else d)] = load_metric_file(f.metrics, f.replicates)
-    if isinstance(layout, C.FindingsTable):
-        from .findings import findings_table, transfer_asymmetry
-
-        asym = {d: (models[0], transfer_asymmetry(pd.read_parquet(p), order, n_boot, seed))
-                for d, p in (transfer_confs or {}).items()}
-        values, notes = findings_table(loaded, asym)
-        write_table(values, csv, md, title=C.TABLE[name].title, notes=notes + judged(
-            [(m, d, evalset) for m in models for d in datasets]), provenance=provenance)
-        return {"rows": len(values)}
-    values, marks, title, notes = method_table(name, loaded, models, datasets, transfer, seeds)
-    if layout.oracle_check:
-        notes += oracle_check(loaded, {(m, d, d): pd.read_parquet(files[Evaluation(m, d, "main")].contrast)
-                                       for m in models for d in datasets})
-    notes += judged([(m, d, evalset) for m in models for d in datasets])
-    write_table(values, csv, md, title=title, notes=notes, marks=marks, provenance=provenance)
-    numeric = values.select_dtypes("number")
-    return {"rows": len(values), "nan_cells": int(numeric.isna().sum().sum())}
+    known = {"name": name, "files": files, "models": list(models), "datasets": list(datasets),
+             "transfer": transfer, "min_contrast": min_contrast, "min_contrast_transfer": min_contrast_transfer,
+             "seeds": seeds, "transfer_confs": transfer_confs or {}, "order": order, "n_boot": n_boot, "seed": seed,
+             **title_fields(name, models, datasets, transfer)}
+    return write_entry(name, LAYOUT_BUILDERS[type(C.TABLE[name].layout)], known, csv, md, provenance=provenance)
 
 
-def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[str], png: str, csv: str, md: str,
-                        *, title: str, n_boot: int = 0, seed: int = 0, provenance: dict | None = None) -> dict:
-    """Figure 3 (first training dataset) or Figure 4 (the second, §B.6), both panels, and its
-    data as a table (with `provenance`, a sidecar beside each). With `n_boot`, cells whose
-    bootstrap interval includes 0.5 (`transfer_matrices`) print in parentheses in the figure
-    and are listed in the table's note."""
+def transfer_figure(transfer_conf: str, random_conf: str, order: Sequence[str], png: str, title: str,
+                    n_boot: int = 0, seed: int = 0, provenance: dict | None = None) -> Built:
+    """The builder of Figure 3 (first training dataset) or Figure 4 (the second, §B.6): both
+    panels, drawn to `png`, and its data as a table. With `n_boot`, cells whose bootstrap
+    interval includes 0.5 (`transfer_matrices`) print in parentheses in the figure and are
+    listed in the table's note."""
     from selfknow.report.figures import auc_limits, transfer_heatmap_random_label
-    from selfknow.report.tables import write_table
 
     left, right, *chance = transfer_matrices(pd.read_parquet(transfer_conf), pd.read_parquet(random_conf), order,
                                              n_boot=n_boot, seed=seed)
@@ -535,16 +599,26 @@ def transfer_figure_job(transfer_conf: str, random_conf: str, order: Sequence[st
     lo, hi = auc_limits(left, right)
     notes = ("Full-set AUC of an adapter trained on the row's checkpoint(s) (single answer), evaluated on the column "
              "checkpoint's own test answers. " + seeds + f"Colour scale of both panels: {lo:.3f} to {hi:.3f}. ")
+    summary = {"rows": len(data), "nan_cells": int(data[list(order)].isna().sum().sum())}
     if n_boot:
         at = [f"{panel} {r} on {c}" for panel, m in (("transfer:", chance[0]), ("random labels:", chance[1]))
               for r in m.index for c in m.columns if m.loc[r, c]]
-        n_chance = len(at)
         notes += (f"A cell's 95 % interval comes from {n_boot} resamples of the questions (seed {seed}); "
-                  f"{n_chance} of {left.size + right.size} cells' intervals include 0.5 (in parentheses in the figure)"
+                  f"{len(at)} of {left.size + right.size} cells' intervals include {CHANCE['full_auc']:g} (in parentheses "
+                  "in the figure)"
                   + (": " + "; ".join(at) + "." if at else "."))
-    write_table(data, csv, md, title=title, notes=notes, provenance=provenance)
-    summary = {"rows": len(data), "nan_cells": int(data[list(order)].isna().sum().sum())}
-    return {**summary, "cells_at_chance": n_chance} if n_boot else summary
+        summary["cells_at_chance"] = len(at)
+    return Built(data, (notes,), summary=summary)
+
+
+def transfer_figure_job(name: str, transfer_conf: str, random_conf: str, order: Sequence[str], png: str, csv: str,
+                        md: str, *, model: str, dataset: str, n_boot: int = 0, seed: int = 0,
+                        provenance: dict | None = None) -> dict:
+    """Write Figure 3 or 4 (`name`) of `model` trained on `dataset` and its data table
+    (`transfer_figure`; with `provenance`, a sidecar beside each)."""
+    known = {"transfer_conf": transfer_conf, "random_conf": random_conf, "order": order, "n_boot": n_boot,
+             "seed": seed, "model": model, "dataset": dataset}
+    return write_entry(name, transfer_figure, known, csv, md, png=png, provenance=provenance)
 
 
 def _correct_by_item(paths: Sequence[str]) -> pd.Series:
@@ -556,14 +630,11 @@ def _correct_by_item(paths: Sequence[str]) -> pd.Series:
     return df.set_index("item_id")["correct"].astype(float)
 
 
-def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
-               checkpoints: Mapping[str, Sequence[str]], n_train: int, datasets: Sequence[str], csv: str, md: str,
-               *, transfer: str, title: str, provenance: dict | None = None) -> dict:
-    """Table 7 from the SC tables `sc_paths` of every (model, checkpoint, dataset), their
-    splits pooled (the training datasets' test split; both splits of the `transfer` dataset,
-    which the transfer metrics pool)."""
-    from selfknow.report.tables import write_table
-
+def table7(sc_paths: Mapping[ScTable, str], models: Sequence[str], checkpoints: Mapping[str, Sequence[str]],
+           n_train: int, datasets: Sequence[str], transfer: str) -> Built:
+    """The builder of Table 7 from the SC tables `sc_paths` of every (model, checkpoint,
+    dataset), their splits pooled (the training datasets' test split; both splits of the
+    `transfer` dataset, which the transfer metrics pool)."""
     splits: dict[tuple[str, str, str], list[str]] = {}
     for k, path in sc_paths.items():
         splits.setdefault((k.model, k.checkpoint, k.dataset), []).append(path)
@@ -572,37 +643,44 @@ def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str],
     sizes = {d: sorted({int(correct[(m, c, d)].size) for m in models for c in checkpoints[m]}) for d in datasets}
     n = "; ".join(f"{d}: {', '.join(map(str, v))} questions" + (" (train and test splits)" if d == transfer else "")
                   for d, v in sizes.items())
-    write_table(df, csv, md, title=title,
-                notes=("Accuracy of the checkpoint's top self-consistency answer (the most probable group of "
-                       f"equivalent beams). {n}. The paper's column of training tokens is not given for the "
-                       "configured models and is left out."),
-                digits=PERCENT_DIGITS, provenance=provenance)
-    return {"rows": len(df)}
+    notes = ("Accuracy of the checkpoint's top self-consistency answer (the most probable group of equivalent "
+             f"beams). {n}. The paper's column of training tokens is not given for the configured models and is "
+             "left out.")
+    return Built(df, (notes,), digits=PERCENT_DIGITS, summary={"rows": len(df)})
+
+
+def table7_job(sc_paths: Mapping[ScTable, str], models: Sequence[str], checkpoints: Mapping[str, Sequence[str]],
+               n_train: int, datasets: Sequence[str], csv: str, md: str, *, transfer: str,
+               provenance: dict | None = None) -> dict:
+    """Write Table 7 (`table7`; with `provenance`, its sidecar)."""
+    known = {"sc_paths": sc_paths, "models": models, "checkpoints": checkpoints, "n_train": n_train,
+             "datasets": datasets, "transfer": transfer}
+    return write_entry("table7", table7, known, csv, md, provenance=provenance)
 
 
 def gcm_chance_note(points: pd.DataFrame) -> str:
     """Figure 2's note on the points whose GCM is not shown above chance: its contrast-set AUC
     interval (`gcm_headroom_row`) includes 0.5 or lies below it, so the gap there is oracle
     training against a GCM at chance, not headroom a working GCM leaves."""
-    at = points[points["gcm_lo"] <= 0.5]
+    chance = CHANCE["contrast_auc"]
+    at = points[points["gcm_lo"] <= chance]
     if at.empty:
         return ""
     return (f"GCM not shown better than chance on contrast-set AUC (its {level_text(GAP_LEVEL)} percentile interval "
-            "includes 0.5 or lies below it), so the gap there is oracle training against chance, not headroom "
+            f"includes {chance:g} or lies below it), so the gap there is oracle training against chance, not headroom "
             "left by a working GCM: " + "; ".join(
                 f"{r.model}, {r.dataset}: {r.gcm_contrast_auc:.3f} [{r.gcm_lo:.3f}, {r.gcm_hi:.3f}]"
                 for r in at.itertuples(index=False)) + ".")
 
 
-def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mapping[ScTable, str],
-                models: Sequence[str], eval_ckpts: Mapping[str, Sequence[str]], datasets: Sequence[str],
-                png: str, csv: str, md: str, *, min_contrast: int, backbone_model: str, backbone_ckpt: str,
-                title: str, provenance: dict | None = None) -> dict:
-    """Figure 2 and its data table: per (model, training dataset) `gcm_headroom_row` from the
-    metric files of its main evaluation, the test SC tables of its evaluation checkpoints and
-    of the GCM backbone (`backbone_ckpt` of `backbone_model`), all in `sc_paths`."""
+def figure2(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mapping[ScTable, str], models: Sequence[str],
+            eval_ckpts: Mapping[str, Sequence[str]], datasets: Sequence[str], min_contrast: int, backbone_model: str,
+            backbone_ckpt: str, png: str, title: str, provenance: dict | None = None) -> Built:
+    """The builder of Figure 2, drawn to `png`, and its data table: per (model, training dataset)
+    `gcm_headroom_row` from the metric files of its main evaluation, the test SC tables of its
+    evaluation checkpoints and of the GCM backbone (`backbone_ckpt` of `backbone_model`), all in
+    `sc_paths`."""
     from selfknow.report.figures import gcm_headroom
-    from selfknow.report.tables import write_table
 
     rows = []
     for d in datasets:
@@ -611,27 +689,34 @@ def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mappin
             ev = list(eval_ckpts[m])
             correct = {c: _correct_by_item([sc_paths[ScTable(m, c, d, "test")]]) for c in ev}
             rows.append({"model": m, "dataset": d,
-                         **gcm_headroom_row(load_metric_file(*metric_paths[Evaluation(m, d, "main")]), correct,
+                         **gcm_headroom_row(load_metric_file(*metric_paths[Evaluation(m, d, MAIN)]), correct,
                                             ev, bb, min_contrast)})
     df = pd.DataFrame(rows)
     gcm_headroom(df, png, title=title, provenance=provenance)
     level = level_text(GAP_LEVEL)
-    write_table(df, csv, md, title=title,
-                notes=(f"Backbone error rate: 1 − accuracy of {backbone_model} ({backbone_ckpt})'s own top answer on "
-                       f"the questions of the contrast sets of at least {min_contrast} questions. AUC gap: "
-                       f"contrast-set AUC of oracle training minus the GCM's (Table 17), with the {level} "
-                       "percentile interval of the paired bootstrap replicates (§A.8). "
-                       + " ".join([*(GCM_NOTES[g] for g in GCM_METHODS if g in set(df.get("gcm_method", []))),
-                                   gcm_chance_note(df)]).strip()),
-                provenance=provenance)
-    return {"points": len(df), "nan_cells": int(df.select_dtypes("number").isna().sum().sum())}
+    notes = (f"Backbone error rate: 1 − accuracy of {backbone_model} ({backbone_ckpt})'s own top answer on the "
+             f"questions of the contrast sets of at least {min_contrast} questions. AUC gap: contrast-set AUC of "
+             f"oracle training minus the GCM's (Table 17), with the {level} percentile interval of the paired "
+             "bootstrap replicates (§A.8). "
+             + " ".join([*(GCM_NOTES[g] for g in GCM_METHODS if g in set(df.get("gcm_method", []))),
+                         gcm_chance_note(df)]).strip())
+    return Built(df, (notes,), summary={"points": len(df),
+                                        "nan_cells": int(df.select_dtypes("number").isna().sum().sum())})
 
 
-def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, title: str,
+def figure2_job(metric_paths: Mapping[Evaluation, MetricFiles], sc_paths: Mapping[ScTable, str],
+                models: Sequence[str], eval_ckpts: Mapping[str, Sequence[str]], datasets: Sequence[str],
+                png: str, csv: str, md: str, *, min_contrast: int, backbone_model: str, backbone_ckpt: str,
                 provenance: dict | None = None) -> dict:
-    """Table 19 from the per-seed hidden-state files of the `transfer` variant."""
-    from selfknow.report.tables import write_table
+    """Write Figure 2 and its data table (`figure2`; with `provenance`, a sidecar beside each)."""
+    known = {"metric_paths": metric_paths, "sc_paths": sc_paths, "models": models, "eval_ckpts": eval_ckpts,
+             "datasets": datasets, "min_contrast": min_contrast, "backbone_model": backbone_model,
+             "backbone_ckpt": backbone_ckpt}
+    return write_entry("figure2", figure2, known, csv, md, png=png, provenance=provenance)
 
+
+def table19(hidden_paths: Sequence[str]) -> Built:
+    """The builder of Table 19 from the per-seed hidden-state files of the `transfer` variant."""
     from .variance import variance_correlation_table
 
     arrays, ckpts = [], None
@@ -643,8 +728,14 @@ def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, title: str,
             raise ValueError(f"{p}: checkpoints {c} differ from {ckpts}")
         ckpts = c
     df = variance_correlation_table(arrays)
-    write_table(df, csv, md, title=title,
-                notes=(f"Per question and layer: Spearman ρ between checkpoint index ({', '.join(map(str, ckpts))}) "
-                       f"and the total variance of the last-token hidden state across {len(arrays)} adapter seeds; "
-                       "mean and median over questions (undefined ρ left out)."), provenance=provenance)
-    return {"layers": len(df), "seeds": len(arrays)}
+    notes = (f"Per question and layer: Spearman ρ between checkpoint index ({', '.join(map(str, ckpts))}) and the "
+             f"total variance of the last-token hidden state across {len(arrays)} adapter seeds; mean and median "
+             "over questions (undefined ρ left out).")
+    return Built(df, (notes,), summary={"layers": len(df), "seeds": len(arrays)})
+
+
+def table19_job(hidden_paths: Sequence[str], csv: str, md: str, *, model: str, dataset: str,
+                provenance: dict | None = None) -> dict:
+    """Write Table 19 of `model` trained on `dataset` (`table19`; with `provenance`, its sidecar)."""
+    return write_entry("table19", table19, {"hidden_paths": hidden_paths, "model": model, "dataset": dataset},
+                       csv, md, provenance=provenance)
