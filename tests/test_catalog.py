@@ -1,9 +1,12 @@
 """Each paper's catalog (`protocols/<paper>/catalog.py`) is the one list of its methods and
-tables: the report catalog, the rules' targets and the table rows agree with it, and
-docs/extending.md's recipe adds a persistent method to Table 1 by editing only the files it
-names."""
+tables: the report catalog, the rules' targets and the table rows agree with it, and each of
+docs/extending.md's recipes (a persistent method, a persistent table, a LADDER table, an LCAE
+table) edits only the files it names: applied to a copy of the workflow, its builder gives
+hand-computed rows, its rule runs on a copy of the tiny run, and its paper's `*-eval` command
+agrees with that rule."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -11,20 +14,28 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from conftest import REPO
+from conftest import REPO, copy_results
+from test_incremental import job_stats
+from test_lcae_eval import lcae_eval_args
 from selfknow.config import load_config
 from selfknow.catalogs import CATALOGS, REPORT, table_files
 from selfknow.report.catalog import Catalog, Table, buildable, by_name, call_by_name, caption_text, needs, resolve
 from selfknow.protocols.ladder import catalog as LC
+from selfknow.protocols.ladder.jobs import LEVELS
+from selfknow.protocols.ladder.records import REQUIRED_COLUMNS
 from selfknow.protocols.lcae import catalog as AC
 from selfknow.protocols.persistent import catalog as PC
 from selfknow.protocols.persistent.methods import MethodInputs
 from selfknow.protocols.persistent.tables import METRIC_LABELS, SHORT, table_rows
 from selfknow.protocols.persistent.variants import TABLE_VARIANTS, VARIANTS
+from selfknow.records import write_record_table
 from selfknow.stats.persistent.contrast import METRICS
 
 PAPERS = {"persistent": PC.TABLES, "ladder": LC.TABLES, "lcae": AC.TABLES}
@@ -76,8 +87,6 @@ def test_one_driver_writes_a_papers_entries_with_one_note_convention(tmp_path):
     """`write_entries`: a builder takes what it names (and a table built before it) and returns
     a `Built`, whose notes are paragraphs after the entry's own; a figure's builder also takes
     its `png` and formatted `title`, and its data table is written where the entry has one."""
-    import pandas as pd
-
     from selfknow.report.tables import Built, entry_notes, write_entries
 
     assert entry_notes("Entry.", ("One.", "", "Two.")) == "Entry.\n\nOne.\n\nTwo."
@@ -228,7 +237,7 @@ def test_a_tables_rows_and_columns_come_from_the_catalog():
 # ----------------------------------------------------------------------------------------------
 # docs/extending.md: a persistent confidence method
 # ----------------------------------------------------------------------------------------------
-EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>new|append|after: .+?|before: .+?|replace: .+?) -->\n"
+EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>new|append|import|after: .+?|before: .+?|replace: .+?) -->\n"
                   r"(?P<indent>[ ]*)```(?:python|rst)\n(?P<code>.*?)\n[ ]*```", re.S)
 
 
@@ -238,6 +247,20 @@ def recipe_edits(section: str) -> list[tuple[str, str, str]]:
             for m in EDIT.finditer(section)]
 
 
+def add_import(text: str, line: str) -> str:
+    """`text` with the import `line` after its last top-level import of the package (else its
+    last top-level import), unless it binds the imported names already."""
+    tree, new = ast.parse(text), ast.parse(line).body[0]
+    bound = {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
+    if {a.asname or a.name for a in new.names} <= bound:
+        return text
+    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    ours = [n for n in imports if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("selfknow")]
+    lines = text.split("\n")
+    at = (ours or imports)[-1].end_lineno
+    return "\n".join(lines[:at] + [line] + lines[at:])
+
+
 def apply_edit(root: Path, path: str, how: str, code: str) -> None:
     f = root / path
     if how == "new":
@@ -245,7 +268,9 @@ def apply_edit(root: Path, path: str, how: str, code: str) -> None:
         f.write_text(code + "\n", encoding="utf-8")
         return
     text = f.read_text(encoding="utf-8")
-    if how == "append":
+    if how == "import":
+        text = add_import(text, code)
+    elif how == "append":
         text = text.rstrip("\n") + "\n\n\n" + code + "\n"
     elif how.startswith(("after: ", "before: ")):
         where, prefix = how.split(": ", 1)
@@ -295,22 +320,34 @@ print((out / f"{name}.csv").read_text(encoding="utf-8"))
 '''
 
 
-def table_csv(src: Path, out: Path, name: str = "table1") -> str:
-    env = {**os.environ, "PYTHONPATH": str(src), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", TABLE_JOB, str(out), name], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+def run_in(copy: Path, *args: str, timeout: float = 900) -> str:
+    """`python ARGS` in a copy of the workflow, with the copy's package; its output (stdout, then
+    stderr), or a failure with the tail of both."""
+    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, *args], cwd=copy, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"python {' '.join(args)[:200]}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc.stdout + proc.stderr
+
+
+def table_csv(copy: Path, out: Path, name: str = "table1") -> str:
+    return run_in(copy, "-c", TABLE_JOB, str(out), name, timeout=300)
+
+
+#: a copy of the workflow: the package and everything a run of the tiny config reads
+WORKFLOW = ("Snakefile", "rules", "scripts", "schemas", "workflow_report", "envs", "config", "config.yaml", "src")
 
 
 def recipe_copy(tmp_path: Path, heading: str) -> tuple[Path, list[tuple[str, str, str]]]:
-    """A copy of the package (and its config defaults and captions) and the edits of a
-    docs/extending.md section."""
+    """A copy of the workflow and the edits of a docs/extending.md section."""
     doc = (REPO / "docs" / "extending.md").read_text(encoding="utf-8")
     section = doc.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
     copy = tmp_path / "repo"
-    for part in ("src", "schemas", "workflow_report"):
-        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
+    copy.mkdir()
+    for part in WORKFLOW:
+        if (REPO / part).is_dir():
+            shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        else:
+            shutil.copy2(REPO / part, copy / part)
     return copy, recipe_edits(section)
 
 
@@ -318,14 +355,14 @@ def test_the_extending_recipe_adds_a_method_to_table_1(tmp_path):
     copy, edits = recipe_copy(tmp_path, "A persistent confidence method")
     assert len(edits) == 3 and {p for p, _, _ in edits} == {"src/selfknow/protocols/persistent/methods.py",
                                                             "src/selfknow/protocols/persistent/catalog.py"}
-    before = table_csv(copy / "src", tmp_path / "before")
+    before = table_csv(copy, tmp_path / "before")
     assert "Constant 0.5" not in before
     for path, how, code in edits:
         apply_edit(copy, path, how, code)
     changed = {p.relative_to(copy).as_posix() for p in copy.rglob("*.py")
                if p.read_bytes() != (REPO / p.relative_to(copy)).read_bytes()}
     assert changed == {p for p, _, _ in edits}
-    after = table_csv(copy / "src", tmp_path / "after")
+    after = table_csv(copy, tmp_path / "after")
     header, *rows = [line.split(",") for line in after.strip().splitlines()]
     assert [r[header.index("method")] for r in rows] == ["End-correct baseline", "Self-consistency", "Constant 0.5",
                                                         "Non-oracle training", "Oracle training"]
@@ -350,14 +387,10 @@ def test_the_extending_recipe_adds_a_persistent_table(tmp_path):
     code = ("import json, sys\nfrom selfknow.catalogs import REPORT\n"
             "from selfknow.report.catalog import caption_text\n"
             "print(json.dumps([REPORT['persistent/table20'], caption_text(REPORT['persistent/table20'], sys.argv[1])]))")
-    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", code, str(copy / "workflow_report")], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    item, caption = json.loads(proc.stdout)
+    item, caption = json.loads(run_in(copy, "-c", code, str(copy / "workflow_report"), timeout=300))
     assert item["output"] == "tables/persistent/table20.html" and item["category"] == PC.CATEGORY
     assert caption.startswith("Table 20: self-consistency") and "snakemake.output.table20_csv" in caption
-    csv = table_csv(copy / "src", tmp_path / "out", "table20")
+    csv = table_csv(copy, tmp_path / "out", "table20")
     header, *rows = [line.split(",") for line in csv.strip().splitlines()]
     assert header == ["model", "dataset", "method", *(METRIC_LABELS[m] for m in METRICS)]
     assert [r[:3] for r in rows] == [["M", "d", "Self-consistency"], ["M", "d", "⌞ Post-hoc"]]
@@ -365,11 +398,14 @@ def test_the_extending_recipe_adds_a_persistent_table(tmp_path):
 
 #: runs in a copy after a recipe: the new entry's report item and caption, and its builder on a
 #: hand-made frame (printed as JSON records)
-RECIPE_CHECK = r'''
+RECIPE_CHECK = r"""
 import json, sys
 import pandas as pd
+from pathlib import Path
 from selfknow.catalogs import REPORT
+from selfknow.dag import snakemake_dag
 from selfknow.report.catalog import call_by_name, caption_text
+from selfknow.report.tables import Built
 from selfknow.protocols.ladder.catalog import TABLE as LADDER
 from selfknow.protocols.lcae.catalog import TABLE as LCAE
 
@@ -380,64 +416,191 @@ sessions = pd.DataFrame({"model": ["M"] * 4, "estimator": ["NoMemory", "LSA", "G
 stage3 = pd.DataFrame({"condition": ["baseline"] * 4, "examinee": ["a", "a", "b", "b"],
                        "theta": [1.0, 3.0, 0.0, 0.0]})
 built = call_by_name(entry.build(), {"sessions": sessions, "stage3": stage3, "fit_notes": "fit"})
-from selfknow.report.tables import Built
-table, notes = (built.table, list(built.notes)) if isinstance(built, Built) else built if isinstance(built, tuple) \
-    else (built, [])
+assert isinstance(built, Built), f"the builder returned {type(built).__name__}, not Built"
 # the rules of the copy (as `snakemake -n all_tables` on the test config builds them) that write the table
-from pathlib import Path
-from selfknow.dag import snakemake_dag
 root = Path(report_dir).parent
 with snakemake_dag(root / "config" / "test.yaml", results=root / "results", root=root) as jobs:
     rules = sorted({j.rule.name for j in jobs if any(str(f).endswith(f"tables/{paper}/{name}.csv") for f in j.output)})
 print(json.dumps({"item": REPORT[f"{paper}/{name}"], "caption": caption_text(REPORT[f"{paper}/{name}"], report_dir),
-                  "job": entry.job, "rows": table.to_dict("records"), "notes": notes, "rules": rules}))
-'''
+                  "job": entry.job, "rows": built.table.to_dict("records"), "notes": built.notes, "rules": rules}))
+"""
 
 
-@pytest.mark.parametrize("heading, paper, name, rows", [
+@pytest.mark.parametrize("heading, paper, name, rows, notes", [
     # L2 is the mean of LSA and Global; an estimator of no level is a control
     ("A LADDER table", "ladder", "levels", [{"model": "M", "level": "L0", "CBF": 0.5},
                                             {"model": "M", "level": "L2", "CBF": 0.7},
-                                            {"model": "M", "level": "control", "CBF": 0.9}]),
-    # examinee a's mean θ is 2, b's 0: mean 1, sample sd √2
-    ("An LCAE table", "lcae", "theta_spread", [{"condition": "Baseline", "mean": 1.0, "std": 2 ** 0.5}]),
+                                            {"model": "M", "level": "control", "CBF": 0.9}], []),
+    # examinee a's mean θ is 2, b's 0: mean 1, sample sd √2; the fit's paragraph is its note
+    ("An LCAE table", "lcae", "theta_spread", [{"condition": "Baseline", "mean": 1.0, "std": 2 ** 0.5}], ["fit"]),
 ])
-def test_a_table_recipe_is_one_entry_one_function_one_caption(tmp_path, heading, paper, name, rows):
+def test_a_table_recipe_is_one_entry_one_function_one_caption(tmp_path, heading, paper, name, rows, notes):
     """docs/extending.md's LADDER and LCAE table recipes, applied to a copy: the entry, its
-    builder and its caption are all a table needs to be built by its paper's table job and
-    shown in the report with its provenance."""
+    builder (returning a `Built`) and its caption are all a table needs to be built by its
+    paper's table job and shown in the report with its provenance."""
     copy, edits = recipe_copy(tmp_path, heading)
-    for part in ("rules", "config", "scripts", "envs"):  # the workflow, for the DAG of `all_tables`
-        shutil.copytree(REPO / part, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(REPO / "Snakefile", copy / "Snakefile")
-    assert [p for p, _, _ in edits] == [f"src/selfknow/protocols/{paper}/catalog.py",
-                                        f"src/selfknow/protocols/{paper}/tables.py",
-                                        f"workflow_report/{paper}/{name}.rst"]
+    assert [(p, how) for p, how, _ in edits if how != "import"] == [
+        (f"src/selfknow/protocols/{paper}/catalog.py", "before: " + {"ladder": '_figure("figure4",',
+                                                                     "lcae": 'Table("figure2",'}[paper]),
+        (f"src/selfknow/protocols/{paper}/tables.py", "append"), (f"workflow_report/{paper}/{name}.rst", "new")]
     for edit in edits:
         apply_edit(copy, *edit)
-    env = {**os.environ, "PYTHONPATH": str(copy / "src"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", RECIPE_CHECK, paper, name, str(copy / "workflow_report")], env=env,
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    got = json.loads(proc.stdout)
+    got = json.loads(run_in(copy, "-c", RECIPE_CHECK, paper, name, str(copy / "workflow_report"), timeout=300))
     assert got["job"] == "tables" and got["item"]["output"] == f"tables/{paper}/{name}.html"
     assert got["rules"] == [f"{paper}_tables"]  # `all_tables` asks for it, its paper's tables rule writes it
     assert got["caption"].count(f"snakemake.output.{name}_csv") == 2
-    assert len(got["rows"]) == len(rows)
+    assert got["notes"] == notes and len(got["rows"]) == len(rows)
     for g, want in zip(got["rows"], rows):
         assert g == pytest.approx(want) if "std" in want else g == want
-    if paper == "lcae":  # `selfknow lcae-eval` writes the new table too, through the same driver
-        import pandas as pd
-        from test_lcae_eval import _records
 
-        s1, s2 = _records(tmp_path)
-        s1.to_csv(tmp_path / "s1.csv", index=False)
-        s2.to_csv(tmp_path / "s2.csv", index=False)
-        out = tmp_path / "eval"
-        cli = "import sys; from selfknow.cli import main; sys.exit(main(sys.argv[1:]))"
-        proc = subprocess.run([sys.executable, "-c", cli, "lcae-eval", str(tmp_path / "s1.csv"), str(tmp_path / "s2.csv"), str(out), "--quiet"],
-                              env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        table = pd.read_csv(out / "tables" / f"{name}.csv")
-        assert list(table.columns) == ["condition", "mean", "std"] and len(table) == 4  # the four conditions
-        assert "Rasch" in (out / "tables" / f"{name}.md").read_text()  # its note: the fit's paragraph
+
+def test_a_recipes_import_is_added_once():
+    """The recipes' `import` edit: after the module's last import of the package, and not again
+    where the module has the name."""
+    text = '"""Doc."""\nimport numpy as np\nfrom selfknow.a import b\nfrom .c import d\n\nX = 1\n'
+    once = add_import(text, "from selfknow.report.tables import Built")
+    assert once.split("\n")[3] == "from selfknow.report.tables import Built" and once.count("Built") == 1
+    assert add_import(once, "from selfknow.report.tables import Built") == once
+    assert add_import("import os\n", "from selfknow.x import y") == "import os\nfrom selfknow.x import y\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# the recipes on the tiny run: each new table's own rule, then its paper's `*-eval` command
+# ----------------------------------------------------------------------------------------------
+#: `python -c CLI ARGS` runs `selfknow ARGS`
+CLI = "import sys; from selfknow.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def recipe_on_tiny_run(tiny_run: Path, tmp_path: Path, heading: str) -> tuple[Path, Path]:
+    """A copy of the workflow with a docs/extending.md recipe applied, and a copy of the tiny
+    run's results (hard links, mtimes kept; logs and benchmarks copied, as a job writes those in
+    place)."""
+    copy, edits = recipe_copy(tmp_path, heading)
+    for edit in edits:
+        apply_edit(copy, *edit)
+    return copy, copy_results(tiny_run, tmp_path / "results", copy=("logs", "benchmarks"))
+
+
+def build(copy: Path, results: Path, target: str, *options: str) -> tuple[Counter, str]:
+    """Snakemake in `copy` on the tiny config for `target` (relative to `results`): the jobs it
+    ran, per rule (its Job stats), and its output."""
+    out = run_in(copy, "-m", "snakemake", str(results / target), "--cores", "1", *options,
+                 "--configfile", "config/test.yaml", "--config", f"results={results}")
+    return job_stats(out), out
+
+
+def test_the_ladder_recipe_table_is_written_by_its_rule_and_from_ladder_eval_scores(tiny_run, tmp_path):
+    """The LADDER recipe on the tiny run: `ladder_tables` runs (its new output is missing) and
+    writes the levels table from the run's session scores. `selfknow ladder-eval` writes only
+    the importer's table (`import_aggregates`) and its per-session scores; those scores through
+    the driver give the same table's rows of the estimators it scores alone (L0: NoMemory, L3:
+    OraclePDC)."""
+    copy, results = recipe_on_tiny_run(tiny_run, tmp_path, "A LADDER table")
+    ran, _ = build(copy, results, "tables/ladder/levels.csv")
+    assert ran == {"ladder_tables": 1}
+    table = pd.read_csv(results / "tables" / "ladder" / "levels.csv")
+    scores = pd.read_parquet(results / "ladder" / "scores" / "wm-small" / "sessions.parquet")
+    assert table["model"].tolist() == ["wm-small"] * len(table)
+    assert set(table["level"]) == set(LEVELS.values()) | {"control"}
+    cbf = table.set_index("level")["CBF"]
+    assert cbf["L0"] == pytest.approx(scores.loc[scores["estimator"] == "NoMemory", "CBF"].mean())
+    md = (results / "tables" / "ladder" / "levels.md").read_text(encoding="utf-8")
+    assert md.startswith("### LADDER levels: mean session CBF") and md.endswith(
+        "Mean session CBF of the estimators of each level (L0-L4; the controls apart).\n")
+
+    sessions = pd.read_parquet(tiny_run / "ladder" / "sessions" / "wm-small" / "main.parquet")
+    write_record_table(sessions[REQUIRED_COLUMNS], tmp_path / "sessions.csv")
+    out = tmp_path / "eval"
+    run_in(copy, "-c", CLI, "ladder-eval", str(tmp_path / "sessions.csv"), str(out))
+    assert sorted(p.name for p in out.iterdir()) == [f"import_aggregates.{e}" for e in ("csv", "html", "md", "tex")] \
+        + ["sessions.csv"]
+    drive = ("import sys, pandas as pd\nfrom selfknow.protocols.ladder.catalog import TABLE\n"
+             "from selfknow.report.tables import write_entries\n"
+             "known = {'sessions': pd.read_csv(sys.argv[1], dtype={'session_id': str})}\n"
+             "write_entries([TABLE['levels']], known, {'levels_csv': sys.argv[2] + '.csv', 'levels_md': sys.argv[2] + '.md'})")
+    run_in(copy, "-c", drive, str(out / "sessions.csv"), str(tmp_path / "levels"))
+    own = pd.read_csv(tmp_path / "levels.csv").set_index("level")["CBF"]
+    assert own[["L0", "L3"]].tolist() == pytest.approx(cbf[["L0", "L3"]].tolist(), abs=1e-12)
+
+
+def test_the_lcae_recipe_table_is_written_by_its_rule_and_by_lcae_eval(tiny_run, tmp_path):
+    """The LCAE recipe on the tiny run: `lcae_tables` runs (its new output is missing) and writes
+    the θ spread from Stage 3 with the fit's notes; `selfknow lcae-eval` on the run's own records
+    writes the same table, byte for byte."""
+    copy, results = recipe_on_tiny_run(tiny_run, tmp_path, "An LCAE table")
+    ran, _ = build(copy, results, "tables/lcae/theta_spread.csv")
+    assert ran == {"lcae_tables": 1}
+    csv = results / "tables" / "lcae" / "theta_spread.csv"
+    table = pd.read_csv(csv).set_index("condition")
+    assert list(table.index) == ["Baseline", "DPR", "IDS", "IDS+DPR"]  # by the conditions' keys
+    stage3 = pd.read_parquet(results / "lcae" / "stage3.parquet")
+    per_examinee = stage3[stage3["condition"] == "baseline"].groupby("examinee")["theta"].mean()
+    assert table.loc["Baseline"].tolist() == pytest.approx([per_examinee.mean(), per_examinee.std()])
+    assert "Rasch" in csv.with_suffix(".md").read_text(encoding="utf-8")  # the fit's paragraph
+
+    out = tmp_path / "eval"
+    run_in(copy, "-c", CLI, *lcae_eval_args(tiny_run, tmp_path, out))
+    assert (out / "tables" / "theta_spread.csv").read_bytes() == csv.read_bytes()
+
+
+#: Table 1's rows after the method recipe, per dataset
+TABLE1_WITH_HALF = ["end_correct", "sc", "constant_half", "nonoracle", "oracle"]
+
+
+def test_the_method_recipe_reruns_the_metrics_and_table_1_and_persistent_eval_agrees(tiny_run, tmp_path):
+    """The persistent method recipe on the tiny run. The copy's Snakemake records Table 1's jobs
+    first (forced, before the edit: a copy has no metadata); the edit alone then reruns the
+    metrics jobs (their code fingerprint changed) and Table 1, which gains the row. `selfknow
+    export-records` and `persistent-eval` on the rerun's records give the same Table 1."""
+    copy, edits = recipe_copy(tmp_path, "A persistent confidence method")
+    results = copy_results(tiny_run, tmp_path / "results", copy=("logs", "benchmarks"))
+    target = "tables/persistent/table1.csv"
+    before, _ = build(copy, results, target, "--forcerun", "persistent_metrics")
+    assert before == {"persistent_metrics": 2, "persistent_table1": 1}  # the two training datasets
+    assert build(copy, results, target)[0] == {}
+    for edit in edits:
+        apply_edit(copy, *edit)
+    ran, log = build(copy, results, target)
+    assert ran == before and "Params have changed since last execution" in log
+    table = pd.read_csv(results / target)
+    labels = [PC.METHOD[m].label if m in PC.METHOD else "Constant 0.5" for m in TABLE1_WITH_HALF]
+    assert table["method"].tolist() == labels * 2
+
+    records, out = tmp_path / "records.csv", tmp_path / "eval"
+    run_in(copy, "-c", CLI, "export-records", str(results), str(records), "--methods", ",".join(TABLE1_WITH_HALF))
+    # the rerun metrics jobs computed the new method for every answer the others have
+    rec = pd.read_csv(records)
+    half, sc = rec[rec["method"] == "constant_half"], rec[rec["method"] == "sc"]
+    assert len(half) == len(sc) > 0 and (half["confidence"] == 0.5).all()
+    run_in(copy, "-c", CLI, "persistent-eval", str(records), str(out), "--config", "config/test.yaml",
+           "--label", "wm-small", "--quiet")
+    assert (out / "table1.csv").read_bytes() == (results / target).read_bytes()
+    # a constant 0.5 is 0.25 from every 0/1 outcome: full-set Brier in the run's metric files and in persistent-eval's
+    own = pd.read_csv(out / "metrics.csv")
+    for d in load_config(REPO / "config" / "test.yaml")["persistent"]["datasets"]:
+        for m in (pd.read_parquet(results / "persistent" / "metrics" / "wm-small" / d / "main.parquet"),
+                  own[own["dataset"] == d]):
+            cell = m[(m["method"] == "constant_half") & (m["metric"] == "full_brier") & (m["normaliser"] == "eq1")]
+            assert cell["value"].tolist() == [0.25], d
+
+
+def test_the_persistent_table_recipe_is_written_by_its_rule_and_persistent_eval_agrees(tiny_run, tmp_path):
+    """The persistent table recipe on the tiny run: its new rule `persistent_table20` runs on the
+    run's metric files. `persistent-eval` writes its own fixed layouts (Tables 1, 8, 11, 12), not
+    the catalog's tables: on the run's records of the two methods, its Table 11 layout (all ten
+    metrics, Eq. 1) has Table 20's cells."""
+    copy, results = recipe_on_tiny_run(tiny_run, tmp_path, "A persistent table")
+    ran, _ = build(copy, results, "tables/persistent/table20.csv")
+    assert ran == {"persistent_table20": 1}
+    table = pd.read_csv(results / "tables" / "persistent" / "table20.csv")
+    datasets = load_config(REPO / "config" / "test.yaml")["persistent"]["datasets"]
+    assert table[["model", "dataset", "method"]].values.tolist() == [
+        ["wm-small", d, m] for d in datasets for m in ("Self-consistency", "⌞ Post-hoc")]
+
+    records, out = tmp_path / "records.csv", tmp_path / "eval"
+    run_in(copy, "-c", CLI, "export-records", str(results), str(records), "--methods", "sc,sc_posthoc")
+    run_in(copy, "-c", CLI, "persistent-eval", str(records), str(out), "--config", "config/test.yaml", "--quiet")
+    own = pd.read_csv(out / "table11.csv")
+    metrics = [METRIC_LABELS[m] for m in METRICS]
+    assert own["dataset"].tolist() == table["dataset"].tolist()
+    np.testing.assert_array_equal(own[metrics].to_numpy(), table[metrics].to_numpy())

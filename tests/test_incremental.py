@@ -69,7 +69,7 @@ _JOB_HEADER = re.compile(r"^(?:local)?(?:rule|checkpoint) (\S+):$")
 _JOB_FIELD = re.compile(r"^\s+(\w+): (.*)$")
 
 
-def _job_stats(text: str) -> Counter:
+def job_stats(text: str) -> Counter:
     """The "Job stats" table: jobs per rule (empty when there is nothing to do)."""
     lines = text.splitlines()
     if "Job stats:" not in lines:
@@ -102,7 +102,7 @@ def parse_dry_run(text: str, results: Path) -> set[Job]:
             cur = None
     out = {Job(**j) for j in jobs}
     assert len(out) == len(jobs), "a job is listed twice"
-    stats = _job_stats(text)
+    stats = job_stats(text)
     assert Counter(j.rule for j in out) == stats, f"per-job listing {Counter(j.rule for j in out)} != Job stats {stats}"
     if not out:
         assert "Nothing to be done" in text, text[-3000:]

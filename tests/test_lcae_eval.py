@@ -17,7 +17,9 @@ from selfknow.protocols.lcae.records import stage1_records, stage2_records
 from selfknow.records import write_record_table
 
 
-def test_workflow_records_give_the_workflows_lcae_numbers(tiny_run, tmp_path, capsys):
+def lcae_eval_args(tiny_run, tmp_path, out) -> list[str]:
+    """`selfknow lcae-eval` on the tiny run's own records, exported to the documented formats
+    (Stage 1 CSV, Stage 2 JSONL, the prices), with its config's settings, writing to `out`."""
     stage1 = pd.concat([stage1_records(pd.read_parquet(p)) for p in sorted((tiny_run / "lcae" / "stage1").glob("*/*.parquet"))])
     stage2 = pd.concat([stage2_records(pd.read_parquet(p)) for p in sorted((tiny_run / "lcae" / "stage2").glob("*/*.parquet"))])
     stage1.to_csv(tmp_path / "stage1.csv", index=False)
@@ -25,10 +27,13 @@ def test_workflow_records_give_the_workflows_lcae_numbers(tiny_run, tmp_path, ca
     lc = load_config(REPO / "config" / "test.yaml")["lcae"]
     pd.DataFrame([(m, *p) for m, p in lc["prices"].items()], columns=["model", "price_in", "price_out"]).to_csv(
         tmp_path / "prices.csv", index=False)
+    return ["lcae-eval", str(tmp_path / "stage1.csv"), str(tmp_path / "stage2.jsonl"), str(out), "--quiet",
+            "--method", lc["rasch_method"], "--eps", repr(lc["lcae_eps"]), "--prices", str(tmp_path / "prices.csv")]
+
+
+def test_workflow_records_give_the_workflows_lcae_numbers(tiny_run, tmp_path, capsys):
     out = tmp_path / "out"
-    assert main(["lcae-eval", str(tmp_path / "stage1.csv"), str(tmp_path / "stage2.jsonl"), str(out), "--quiet",
-                 "--method", lc["rasch_method"], "--eps", repr(lc["lcae_eps"]),
-                 "--prices", str(tmp_path / "prices.csv")]) == 0
+    assert main(lcae_eval_args(tiny_run, tmp_path, out)) == 0
     assert f"45 examinees x 20 items; Stage 3 of 9 examinees -> {out}" in capsys.readouterr().out
     for ours, theirs, key in (("irt/persons", "irt/persons", ["examinee"]), ("irt/items", "irt/items", ["item_id"]),
                               ("stage3", "stage3", ["examinee", "condition", "repeat"])):
