@@ -379,8 +379,8 @@ sessions = pd.DataFrame({"model": ["M"] * 4, "estimator": ["NoMemory", "LSA", "G
                          "CBF": [0.5, 0.6, 0.8, 0.9]})
 stage3 = pd.DataFrame({"condition": ["baseline"] * 4, "examinee": ["a", "a", "b", "b"],
                        "theta": [1.0, 3.0, 0.0, 0.0]})
-built = call_by_name(entry.build(), {"sessions": sessions, "stage3": stage3, "fit_notes": "fit"})
-table, notes = built if isinstance(built, tuple) else (built, [])
+built = call_by_name(entry.build(), {"sessions": sessions, "stage3": stage3, "fit_notes": ("fit",)})
+table, notes = (built.table, list(built.notes)) if hasattr(built, "notes") else built if isinstance(built, tuple) else (built, [])
 # the rules of the copy (as `snakemake -n all_tables` on the test config builds them) that write the table
 from pathlib import Path
 from selfknow.dag import snakemake_dag
