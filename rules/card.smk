@@ -6,7 +6,7 @@ rule knowledge_card:
         unpack(get_card_inputs),
         persistent=input_paths(get_card_persistent),
     output:
-        **named_table_targets("card", ["self_knowledge"]),
+        **named_table_targets(CARD_CATALOG.paper, names(CARD_CATALOG.tables)),
     params:
         job="selfknow.report.card:knowledge_card_job",
         config=job_config(config, sections=[s for s in ("lcae", "ladder", "persistent") if s in config], models=MODELS),

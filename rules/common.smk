@@ -18,7 +18,7 @@ from selfknow.config import (
 )
 
 # Each paper's catalog of tables and figures (protocols/<paper>/catalog.py).
-from selfknow.report.catalog import caption_text, names
+from selfknow.report.catalog import CARD_CATALOG, JUDGE_CATALOG, WORLD_CATALOG, caption_text, names
 from selfknow.catalogs import REPORT as REPORT_CATALOG
 from selfknow.catalogs import table_files
 from selfknow.protocols.ladder.catalog import CATALOG as LADDER

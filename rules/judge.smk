@@ -40,7 +40,7 @@ rule judge_audit_table:
     input:
         judgments=rules.llm_judge.output.out,
     output:
-        **named_table_targets("judge", ["audit"]),
+        **named_table_targets(JUDGE_CATALOG.paper, names(JUDGE_CATALOG.tables)),
     params:
         job="selfknow.report.jobs:judge_audit_job",
         models=JUDGE_AUDIT_MODELS,

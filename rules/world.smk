@@ -47,7 +47,7 @@ rule world_evolution_table:
         unpack(get_world_generations),
         curriculum=rules.world_generate.output.qa,
     output:
-        **named_table_targets("world", ["evolution"]),
+        **named_table_targets(WORLD_CATALOG.paper, names(WORLD_CATALOG.tables)),
     params:
         job="selfknow.report.jobs:world_evolution_job",
         config=job_config(config, sections=["world"], models=world_models()),

@@ -47,3 +47,28 @@ def test_prompted_card_cells_name_the_model_that_stated_them():
     assert ld.loc["wm", "CBF L1 ZS"] == "0.450 [0.400, 0.500] (stated by smollm2)"
     assert ld.loc["chat", "CBF L1 ZS"] == "0.600 [0.550, 0.650] (stated by chat)"
     assert ld.loc["wm", "CBF L0 NoMemory"] == "0.700 [0.650, 0.750]"  # not prompted: nobody states it
+
+
+def test_the_card_job_writes_its_catalog_entry_with_the_entrys_notes(tmp_path):
+    """`card_table` is the card entry's builder: the job writes the card through the one driver
+    with the entry's title and notes, and reports its size; a protocol the config does not run
+    (a path None) is named in `not run`."""
+    from selfknow.report.catalog import CARD_CATALOG
+    from selfknow.report.jobs import write_catalog
+
+    pd.DataFrame({"model": ["a"], "checkpoint": ["c2"], "strategy": ["standard"], "theta": [1.0],
+                  "se": [0.5]}).to_parquet(tmp_path / "persons.parquet")
+    pd.DataFrame({"model": "a", "checkpoint": "c2", "condition": "baseline",
+                  "lcae": [1.0, 2.0, 3.0]}).to_parquet(tmp_path / "stage3.parquet")
+    known = {"models": ["a", "b"], "last_ckpt": {"a": "c2", "b": "final"},
+             "lcae_persons": str(tmp_path / "persons.parquet"), "lcae_stage3": str(tmp_path / "stage3.parquet"),
+             "ladder_main": None, "persistent": {}, "stated_by": None}
+    outputs = {f"self_knowledge_{e}": str(tmp_path / f"card.{e}") for e in ("csv", "md")}
+    assert write_catalog(CARD_CATALOG, known, outputs, None) == {"models": 2, "columns": 3}
+    card = pd.read_csv(tmp_path / "card.csv", keep_default_na=False)
+    assert card.to_dict("records") == [
+        {"model": "a", "ability θ": "1.000 [0.020, 1.980]", "LCAE baseline": "2.000 [-0.484, 4.484]", "not run": "-"},
+        {"model": "b", "ability θ": "", "LCAE baseline": "", "not run": "LCAE"}]
+    entry, = CARD_CATALOG.tables
+    md = (tmp_path / "card.md").read_text()
+    assert md.startswith(f"### {entry.title}\n") and md.endswith(f"\n\n{entry.notes}\n")

@@ -6,7 +6,6 @@ hand-computed rows, its rule runs on a copy of the tiny run, and its paper's `*-
 agrees with that rule."""
 from __future__ import annotations
 
-import ast
 import json
 import os
 import re
@@ -237,7 +236,7 @@ def test_a_tables_rows_and_columns_come_from_the_catalog():
 # ----------------------------------------------------------------------------------------------
 # docs/extending.md: a persistent confidence method
 # ----------------------------------------------------------------------------------------------
-EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>new|append|import|after: .+?|before: .+?|replace: .+?) -->\n"
+EDIT = re.compile(r"<!-- edit: (?P<path>\S+) \| (?P<how>new|append|after: .+?|before: .+?|replace: .+?) -->\n"
                   r"(?P<indent>[ ]*)```(?:python|rst)\n(?P<code>.*?)\n[ ]*```", re.S)
 
 
@@ -247,20 +246,6 @@ def recipe_edits(section: str) -> list[tuple[str, str, str]]:
             for m in EDIT.finditer(section)]
 
 
-def add_import(text: str, line: str) -> str:
-    """`text` with the import `line` after its last top-level import of the package (else its
-    last top-level import), unless it binds the imported names already."""
-    tree, new = ast.parse(text), ast.parse(line).body[0]
-    bound = {a.asname or a.name for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom)) for a in n.names}
-    if {a.asname or a.name for a in new.names} <= bound:
-        return text
-    imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    ours = [n for n in imports if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("selfknow")]
-    lines = text.split("\n")
-    at = (ours or imports)[-1].end_lineno
-    return "\n".join(lines[:at] + [line] + lines[at:])
-
-
 def apply_edit(root: Path, path: str, how: str, code: str) -> None:
     f = root / path
     if how == "new":
@@ -268,9 +253,7 @@ def apply_edit(root: Path, path: str, how: str, code: str) -> None:
         f.write_text(code + "\n", encoding="utf-8")
         return
     text = f.read_text(encoding="utf-8")
-    if how == "import":
-        text = add_import(text, code)
-    elif how == "append":
+    if how == "append":
         text = text.rstrip("\n") + "\n\n\n" + code + "\n"
     elif how.startswith(("after: ", "before: ")):
         where, prefix = how.split(": ", 1)
@@ -415,7 +398,7 @@ sessions = pd.DataFrame({"model": ["M"] * 4, "estimator": ["NoMemory", "LSA", "G
                          "CBF": [0.5, 0.6, 0.8, 0.9]})
 stage3 = pd.DataFrame({"condition": ["baseline"] * 4, "examinee": ["a", "a", "b", "b"],
                        "theta": [1.0, 3.0, 0.0, 0.0]})
-built = call_by_name(entry.build(), {"sessions": sessions, "stage3": stage3, "fit_notes": "fit"})
+built = call_by_name(entry.build(), {"sessions": sessions, "stage3": stage3, "fit_notes": ("fit",)})
 assert isinstance(built, Built), f"the builder returned {type(built).__name__}, not Built"
 # the rules of the copy (as `snakemake -n all_tables` on the test config builds them) that write the table
 root = Path(report_dir).parent
@@ -439,7 +422,7 @@ def test_a_table_recipe_is_one_entry_one_function_one_caption(tmp_path, heading,
     builder (returning a `Built`) and its caption are all a table needs to be built by its
     paper's table job and shown in the report with its provenance."""
     copy, edits = recipe_copy(tmp_path, heading)
-    assert [(p, how) for p, how, _ in edits if how != "import"] == [
+    assert [(p, how) for p, how, _ in edits] == [
         (f"src/selfknow/protocols/{paper}/catalog.py", "before: " + {"ladder": '_figure("figure4",',
                                                                      "lcae": 'Table("figure2",'}[paper]),
         (f"src/selfknow/protocols/{paper}/tables.py", "append"), (f"workflow_report/{paper}/{name}.rst", "new")]
@@ -452,16 +435,6 @@ def test_a_table_recipe_is_one_entry_one_function_one_caption(tmp_path, heading,
     assert got["notes"] == notes and len(got["rows"]) == len(rows)
     for g, want in zip(got["rows"], rows):
         assert g == pytest.approx(want) if "std" in want else g == want
-
-
-def test_a_recipes_import_is_added_once():
-    """The recipes' `import` edit: after the module's last import of the package, and not again
-    where the module has the name."""
-    text = '"""Doc."""\nimport numpy as np\nfrom selfknow.a import b\nfrom .c import d\n\nX = 1\n'
-    once = add_import(text, "from selfknow.report.tables import Built")
-    assert once.split("\n")[3] == "from selfknow.report.tables import Built" and once.count("Built") == 1
-    assert add_import(once, "from selfknow.report.tables import Built") == once
-    assert add_import("import os\n", "from selfknow.x import y") == "import os\nfrom selfknow.x import y\n"
 
 
 # ----------------------------------------------------------------------------------------------

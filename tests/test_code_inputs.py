@@ -133,8 +133,8 @@ def _add_unreached_modules(pkg: Path) -> None:
     LADDER, LCAE and report table job imports), and one in `report` imported as a submodule by
     `report.tables`, each used only by a new function that no job calls."""
     (pkg / "protocols" / "lcae" / "spread.py").write_text(SPREAD, encoding="utf-8")
-    _edit(pkg / "protocols" / "lcae" / "tables.py", "from .catalog import TABLE, TABLES\n",
-          "from .catalog import TABLE, TABLES\nfrom .spread import theta_spread_table\n")
+    _edit(pkg / "protocols" / "lcae" / "tables.py", "from .catalog import TABLES\n",
+          "from .catalog import TABLES\nfrom .spread import theta_spread_table\n")
     with open(pkg / "protocols" / "lcae" / "tables.py", "a", encoding="utf-8") as f:
         f.write("\n\ndef spread(stage3):\n    return theta_spread_table(stage3)\n")
     (pkg / "report" / "spread.py").write_text(SPREAD, encoding="utf-8")

@@ -132,7 +132,9 @@ def test_constrained_labels_take_the_likeliest_token_per_candidate():
         judge_candidates(ScriptedLM(lambda p: ""), ["q?"], [["a"]], [["b"]], chat=False, labels="constrained")
 
 
-def test_audit_table_flags_a_judge_at_chance_and_counts_every_judgment():
+def test_audit_table_flags_a_judge_at_chance_and_counts_every_judgment(tmp_path):
+    from selfknow.report.catalog import JUDGE_CATALOG
+    from selfknow.report.jobs import write_catalog
     from selfknow.stages.jobs import judge_audit_table
 
     em = [True, False] * 20
@@ -148,6 +150,12 @@ def test_audit_table_flags_a_judge_at_chance_and_counts_every_judgment():
     assert con["agreement"] == 1.0 and con["cohen_kappa"] == 1.0 and con["kappa_low"] > 0.9
     assert gen["kappa_low"] <= 0 <= gen["kappa_high"]
     assert "FLAGGED" in notes and "generate (kappa" in notes and "constrained (kappa" not in notes
+    # the judge audit job writes it through its catalog entry: the entry's title, the note one paragraph
+    outputs = {f"audit_{e}": str(tmp_path / f"audit.{e}") for e in ("csv", "md")}
+    write_catalog(JUDGE_CATALOG, {"judged": pd.DataFrame(rows), "replicates": 200, "seed": 0}, outputs, None)
+    assert pd.read_csv(tmp_path / "audit.csv")["items"].tolist() == [40, 40]
+    md = (tmp_path / "audit.md").read_text()
+    assert md.startswith("### Judge audit: exact match vs the LLM judge\n") and md.endswith(f"\n\n{notes}\n")
     # a bound that rounds to zero prints as 0.000, never -0.000
     judge_zero = [r | {"judge_correct": True} if r["labels"] == "generate" else r for r in rows]
     _, notes = judge_audit_table(pd.DataFrame(judge_zero), replicates=200, seed=0)

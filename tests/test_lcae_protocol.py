@@ -1,4 +1,6 @@
 """LCAE protocol logic with a scripted backend: prompting strategies, parsing, Stage 2."""
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -313,14 +315,15 @@ def test_table1_squared_variant_is_the_mean_squared_error_over_repeats_with_the_
                 c = np.clip(e + 0.1 * (k + j + rep), 0, 1)
                 rows.append({"examinee": ex, "condition": cond, "repeat": rep, "theta": 0.0,
                              "lcae": float(lcae(e, c)), "lcae_squared": float(lcae(e, c, kind="squared"))})
-    table, notes = per_condition_table(pd.DataFrame(rows), "lcae_squared")
+    built = per_condition_table(pd.DataFrame(rows), "lcae_squared")
+    table, notes = built.table, built.notes
     # m1 at baseline: repeats shift ĉ by 0 and 0.1, so (0 + 0.01) / 2; m2 at IDS+DPR by 0.4 and 0.5,
     # clipped at 1 for e = 0.6 in the second: ((0.16 + 0.16) / 2 + (0.25 + 0.16) / 2) / 2
     assert table.loc[0, "Baseline"] == pytest.approx(0.005)
     assert table.loc[1, "IDS+DPR"] == pytest.approx((0.16 + 0.205) / 2)
     assert table.loc[3, "examinee"] == "mean" and table.loc[3, "DPR"] == pytest.approx(table.loc[:2, "DPR"].mean())
-    assert notes.startswith("Friedman χ²(3) = ") and "Holm-adjusted p" in notes
-    assert not np.allclose(table.loc[:2, "Baseline"], per_condition_table(pd.DataFrame(rows), "lcae")[0].loc[:2, "Baseline"])
+    assert notes[0].startswith("Friedman χ²(3) = ") and notes[1].startswith("Pairwise Wilcoxon signed-rank, Holm-adjusted p")
+    assert not np.allclose(table.loc[:2, "Baseline"], per_condition_table(pd.DataFrame(rows), "lcae").table.loc[:2, "Baseline"])
 
 
 def test_stage3_ability_equals_stage1_for_identical_answers(tmp_path):
@@ -364,10 +367,10 @@ def test_tied_conditions_say_the_friedman_test_is_undefined_not_nan():
 
     rows = [{"examinee": ex, "condition": c, "repeat": 0, "theta": th}
             for ex, th in (("m1", 0.2), ("m2", -0.4), ("m3", 1.0)) for c in ("baseline", "ids", "dpr", "ids_dpr")]
-    _, notes = per_condition_table(pd.DataFrame(rows), "theta")
-    assert "nan" not in notes and notes.startswith("Friedman test undefined: every examinee's value is the same")
+    (note,) = per_condition_table(pd.DataFrame(rows), "theta").notes
+    assert "nan" not in note and note.startswith("Friedman test undefined: every examinee's value is the same")
     # nothing to test pairwise either: no Holm p = 1 that would read as a measured null
-    assert "Holm-adjusted" not in notes and "No pairwise Wilcoxon tests" in notes
+    assert "Holm-adjusted" not in note and "No pairwise Wilcoxon tests" in note
 
 
 def test_reference_points_are_the_constant_the_floor_and_the_gain_with_its_item_se():
@@ -397,14 +400,15 @@ def test_table1_prints_reference_points_and_which_examinees_beat_the_constant():
                              "lcae": np.log(2) - gain - 0.01 * k, "lcae_const": np.log(2), "lcae_floor": 0.5,
                              "lcae_gain": gain + 0.01 * k, "lcae_gain_se": se, "n_items": 10,
                              "n_slow": 3 if cond == "dpr" and ex == "good" else 0})
-    table, notes = per_condition_table(pd.DataFrame(rows), "lcae")
+    built = per_condition_table(pd.DataFrame(rows), "lcae")
+    table, notes = built.table, built.notes
     assert list(table.columns) == ["examinee", "Baseline", "IDS", "DPR", "IDS+DPR", "constant 0.5",
                                    "floor (ĉ = e)", "beats 0.5 in"]
     assert table.loc[table.examinee == "bad", "constant 0.5"].item() == pytest.approx(np.log(2))
     # 0.10 ± 1.96 x 0.02 lies above 0; 0.10-0.13 ± 1.96 x 0.08 reaches below it
     assert dict(zip(table["examinee"][:3], table["beats 0.5 in"][:3])) == {
         "good": "Baseline, IDS, DPR, IDS+DPR", "noisy": "none", "bad": "none"}
-    assert "Baseline 1 of 3" in notes and "ln 2 = 0.693" in notes
+    assert "Baseline 1 of 3" in notes[0] and "ln 2 = 0.693" in notes[0]
     note = routes_note(pd.DataFrame(rows))
     assert note.startswith("DPR routes: DPR: Slow on 6 and Fast on 54 of 60 assessments (items x repeats x 3 examinees)")
     assert "differs from Baseline in 3 of 3 examinees" in note
@@ -429,11 +433,11 @@ def test_the_lcae_check_needs_an_examinee_above_the_constant_and_routes_that_cha
 
 
 def test_item_fit_note_counts_every_item_and_table3_uses_the_papers_column_order():
-    from selfknow.protocols.lcae.tables import item_fit_summary, method_note, top_models_table
+    from selfknow.protocols.lcae.tables import item_fit, method_note, top_models_table
 
     items = pd.DataFrame({"item_id": list("abcde"), "b": 0.0, "se": 0.1, "infit": [1.0, 1.0, 1.7, 2.5, np.nan],
                           "outfit": [1.0, 1.0, 1.0, 1.0, np.nan], "band": "", "extreme": ["", "", "", "", "all_correct"]})
-    _, note = item_fit_summary(items)
+    (note,) = item_fit(items).notes
     assert "acceptable: 2, marginal: 1, severe: 1, extreme" in note and "): 1; 5 items in all." in note
     s3 = pd.DataFrame([{"examinee": "m", "condition": c, "repeat": r, "theta": 0.0, "lcae": 1.0 + r}
                        for c in ("baseline", "ids", "dpr", "ids_dpr") for r in range(3)])
@@ -477,15 +481,24 @@ def test_table_notes_count_unparsed_and_truncated_replies_and_state_the_choices(
                str(tmp_path / "s3.parquet"), eps=1e-6)
     names = ["table1", "table1_squared", "table2", "table3", "item_fit", "findings"]
     outputs = {f"{n}_{x}": str(tmp_path / f"{n}.{x}") for n in names for x in ("csv", "md")}
-    write_tables(str(tmp_path / "s3.parquet"), str(tmp_path / "persons.parquet"), str(tmp_path / "items.parquet"),
-                 outputs, str(tmp_path / "figure2.png"), {"m0": [1.0, 2.0]}, [], method="jml", eps=1e-6,
-                 base_models=["m2"])
+    outputs["figure2"] = str(tmp_path / "figure2.png")
+    stages = [str(tmp_path / f"{p}.parquet") for p in ("s3", "persons", "items")]
+    built = write_tables(*stages, outputs, {"m0": [1.0, 2.0]}, [], method="jml", eps=1e-6, base_models=["m2"])
     for n in ("table1", "table2", "table3"):
         md = (tmp_path / f"{n}.md").read_text()
         assert ("Stage 1: of 120 answers (6 examinees), 6 gave no explicit final answer (unparsed) and 6 were "
                 "cut at the token budget (truncated)") in md
-        assert "Stage 2: of 480 self-assessments, 18 unparsed and 6 truncated" in md
+        # the replies and the fit are two paragraphs of the note
+        assert "Stage 2: of 480 self-assessments, 18 unparsed and 6 truncated, left out of their examinee's mean " \
+               "LCAE.\n\nRasch: joint maximum likelihood" in md
         assert "(L-1)/L" in md and "ε = 1e-06 (lcae.lcae_eps)" in md and "Base LMs (m2)" in md
+    # Figure 2 through the same driver: one point, m0's only examinee of Standard prompting with a price
+    assert list(built) == [*names, "figure2"] and (tmp_path / "figure2.png").stat().st_size > 0
+    assert built["figure2"].table[["group", "label"]].values.tolist() == [["m0", "final"]]
+    # records without prices (lcae-eval without --prices): the tables, no figure and no figure output needed
+    (tmp_path / "none").mkdir()
+    bare = {k: str(tmp_path / "none" / Path(v).name) for k, v in outputs.items() if k != "figure2"}
+    assert list(write_tables(*stages, bare, {}, None, method="jml", eps=1e-6, base_models=[])) == names
 
 
 def test_findings_rows_are_paired_over_examinees_with_a_t_interval_and_a_verdict():
@@ -501,7 +514,8 @@ def test_findings_rows_are_paired_over_examinees_with_a_t_interval_and_a_verdict
             for rep in range(2):
                 rows.append({"examinee": ex, "condition": cond, "repeat": rep, "lcae": lc,
                              "lcae_gain": np.log(2) - lc})
-    table, notes = findings(pd.DataFrame(rows))
+    built = findings(pd.DataFrame(rows))
+    table, notes = built.table, built.notes
     assert list(table["comparison"]) == ["Baseline vs constant 0.5 (ln 2 − LCAE)", "IDS vs constant 0.5 (ln 2 − LCAE)",
                                          "DPR vs constant 0.5 (ln 2 − LCAE)", "IDS − Baseline (LCAE)",
                                          "DPR − Baseline (LCAE)"]
@@ -520,7 +534,7 @@ def test_findings_rows_are_paired_over_examinees_with_a_t_interval_and_a_verdict
     assert notes[2] == ""  # IDS lowers every examinee's LCAE
     worse = pd.DataFrame(rows).assign(lcae=lambda d: d["lcae"] + np.where((d.examinee == "b") & (d.condition == "ids"),
                                                                           0.5, 0.0))
-    assert findings(worse)[1][2] == ("Per examinee (means over repeats, no interval): IDS raises LCAE, the reverse "
+    assert findings(worse).notes[2] == ("Per examinee (means over repeats, no interval): IDS raises LCAE, the reverse "
                                      "of the paper, for 1 of 3 examinees: b (1.200 -> 1.450).")
 
 

@@ -17,7 +17,9 @@ from typing import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from .catalog import SHARED_TABLE
+from .catalog import CARD_CATALOG
+from .jobs import write_catalog
+from .tables import Built, table_job_provenance
 
 LADDER_LEVEL_ESTIMATORS = {"L0": "NoMemory", "L1": "ZS", "L2": "LSA", "L3": "OraclePDC", "L4": "GT-SelfStats"}
 PERSISTENT_METHOD = "sc"
@@ -104,13 +106,12 @@ def knowledge_card(models: Sequence[str], parts: Mapping[str, pd.DataFrame]) -> 
     return card.fillna("")
 
 
-def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_persons: str | None,
-             lcae_stage3: str | None, ladder_main: str | None, persistent: Mapping[str, tuple[str, str]],
-             csv: str, md: str, provenance: dict | None = None, stated_by: Mapping[str, str] | None = None) -> dict:
-    """Read each protocol's outputs that exist in this config and write the card; `stated_by`
-    names who stated each LADDER model's prompted levels (`selfknow.config.stated_by`)."""
-    from selfknow.report.tables import write_table
-
+def card_table(models: Sequence[str], last_ckpt: Mapping[str, str], lcae_persons: str | None,
+               lcae_stage3: str | None, ladder_main: str | None, persistent: Mapping[str, tuple[str, str]],
+               stated_by: Mapping[str, str] | None) -> Built:
+    """The card from each protocol's outputs that exist in this config (a path None: the config
+    does not run it); `stated_by` names who stated each LADDER model's prompted levels
+    (`selfknow.config.stated_by`)."""
     parts = {}
     if lcae_persons and lcae_stage3:
         parts["LCAE"] = lcae_columns(pd.read_parquet(lcae_persons), pd.read_parquet(lcae_stage3), last_ckpt)
@@ -123,16 +124,7 @@ def card_job(models: Sequence[str], last_ckpt: Mapping[str, str], *, lcae_person
                 files[model] = (pd.read_parquet(points), {k: z[k] for k in z.files})
         parts["persistent"] = persistent_columns(files)
     card = knowledge_card(models, parts)
-    write_table(card, csv, md, provenance=provenance, title=SHARED_TABLE["card/self_knowledge"].title,
-                notes="Ability: Rasch θ ± 1.96 SE (LCAE Stage 1, Standard prompting, last checkpoint). "
-                      "LCAE: mean over repeats, t-interval (none when the repeats agree: local models "
-                      "decode deterministically at temperature 0, the paper's setting). A value without an interval "
-                      "has none: a single point is not printed as one. CBF: LADDER session mean, session-bootstrap "
-                      "interval. Persistent: self-consistency, paired-bootstrap percentile interval. "
-                      "Empty: the config does not run that protocol for the model; `not run` names those "
-                      "protocols (a model in the registry only to serve, e.g. as judge, user or prompted model, "
-                      "has every protocol there).")
-    return {"models": len(card), "columns": card.shape[1] - 1}
+    return Built(card, summary={"models": len(card), "columns": card.shape[1] - 1})
 
 
 def knowledge_card_job(models: Sequence[str], last_ckpt: Mapping[str, str], persistent: Mapping[str, tuple[str, str]],
@@ -140,13 +132,11 @@ def knowledge_card_job(models: Sequence[str], last_ckpt: Mapping[str, str], pers
                        lcae_persons: str | None = None, lcae_stage3: str | None = None,
                        ladder_main: str | None = None) -> dict:
     """The self-knowledge card (rules/card.smk), from what each protocol of the config wrote."""
-    from .tables import table_job_provenance
+    from selfknow.config import stated_by
 
     prov = table_job_provenance(config, input_files, report, models=list(models),
                                 sections=[s for s in ("lcae", "ladder", "persistent") if s in config])
-    from selfknow.config import stated_by
-
-    who = stated_by(config, config["ladder"]["models"]) if "ladder" in config else None
-    return card_job(list(models), dict(last_ckpt), lcae_persons=lcae_persons, lcae_stage3=lcae_stage3,
-                    ladder_main=ladder_main, persistent=persistent, csv=outputs["self_knowledge_csv"],
-                    md=outputs["self_knowledge_md"], provenance=prov, stated_by=who)
+    known = {"models": list(models), "last_ckpt": dict(last_ckpt), "lcae_persons": lcae_persons,
+             "lcae_stage3": lcae_stage3, "ladder_main": ladder_main, "persistent": persistent,
+             "stated_by": stated_by(config, config["ladder"]["models"]) if "ladder" in config else None}
+    return write_catalog(CARD_CATALOG, known, outputs, prov)

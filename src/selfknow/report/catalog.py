@@ -154,24 +154,29 @@ def _any_protocol(config: Mapping) -> bool:
     return any(k in config for k in ("lcae", "ladder", "persistent"))
 
 
-#: the tables of the shared stages and of the self-knowledge card, beside the papers' catalogs:
-#: the world's (a config with a generated world), the judge audit (one with an LLM judge) and
-#: the card (one that runs any paper's protocol)
-SHARED: tuple[Catalog, ...] = (
-    Catalog("world", "Shared stages", (
-        Table("evolution", "selfknow.world.evolution:evolution_tables",
-              "World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs against the curriculum",
-              subcategory="World and judge", label="World knowledge across checkpoints"),), _world),
-    Catalog("judge", "Shared stages", (
-        Table("audit", "selfknow.stages.jobs:judge_audit_table", "Judge audit: exact match vs the LLM judge",
-              subcategory="World and judge", label="Judge audit"),), _llm_judge),
-    Catalog("card", "Self-knowledge card", (
-        Table("self_knowledge", "selfknow.report.card:card_job",
-              "Self-knowledge card: what the three protocols say about each model (95 % intervals)",
-              subcategory="Self-knowledge card", label="Self-knowledge card"),), _any_protocol),
-)
-#: "<paper>/<name>" -> the entry, for the tables of `SHARED`
-SHARED_TABLE = {f"{c.paper}/{t.name}": t for c in SHARED for t in c.tables}
+#: the tables of the shared stages and of the self-knowledge card, beside the papers' catalogs,
+#: each written by its job through the one driver (`selfknow.report.jobs.write_catalog`): the
+#: world's (a config with a generated world), the judge audit (one with an LLM judge) and the
+#: card (one that runs any paper's protocol)
+WORLD_CATALOG = Catalog("world", "Shared stages", (
+    Table("evolution", "selfknow.report.jobs:evolution",
+          "World knowledge across checkpoints: contrast sets of evaluation-checkpoint pairs against the curriculum",
+          subcategory="World and judge", label="World knowledge across checkpoints"),), _world)
+JUDGE_CATALOG = Catalog("judge", "Shared stages", (
+    Table("audit", "selfknow.report.jobs:judge_audit", "Judge audit: exact match vs the LLM judge",
+          subcategory="World and judge", label="Judge audit"),), _llm_judge)
+CARD_CATALOG = Catalog("card", "Self-knowledge card", (
+    Table("self_knowledge", "selfknow.report.card:card_table",
+          "Self-knowledge card: what the three protocols say about each model (95 % intervals)",
+          "Ability: Rasch θ ± 1.96 SE (LCAE Stage 1, Standard prompting, last checkpoint). LCAE: mean over "
+          "repeats, t-interval (none when the repeats agree: local models decode deterministically at "
+          "temperature 0, the paper's setting). A value without an interval has none: a single point is not "
+          "printed as one. CBF: LADDER session mean, session-bootstrap interval. Persistent: self-consistency, "
+          "paired-bootstrap percentile interval. Empty: the config does not run that protocol for the model; "
+          "`not run` names those protocols (a model in the registry only to serve, e.g. as judge, user or "
+          "prompted model, has every protocol there).",
+          subcategory="Self-knowledge card", label="Self-knowledge card"),), _any_protocol)
+SHARED: tuple[Catalog, ...] = (WORLD_CATALOG, JUDGE_CATALOG, CARD_CATALOG)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
 """The LCAE paper's catalog (the pattern of `selfknow.report.catalog`): its tables and
 figure, each listed once with its builder, title and place in the report. One job writes them
-all (`tables.write_tables`, rule lcae_tables): a table's builder takes what it needs by name
-(`stage3`, `items`, `shared_repeats`, `modes_note`, `fit_notes`) and returns the table and the
-paragraphs of its notes drawn from it."""
+all (`tables.write_tables`, rule lcae_tables, and `selfknow lcae-eval`) through the one driver
+(`selfknow.report.tables.write_entries`): a builder takes what it needs by name (`stage3`,
+`items`, `shared_repeats`, `modes_note`, `fit_notes`, the figure's `prices`) and returns a
+`Built`, its table (the figure's points) and the paragraphs of its notes drawn from it."""
 from __future__ import annotations
 
 from typing import Mapping
@@ -35,7 +36,7 @@ TABLES: tuple[Table, ...] = (
     Table("findings", "selfknow.protocols.lcae.tables:findings",
           "What the default finds (LCAE): each condition against the constant 0.5 and against Baseline",
           job="tables", subcategory="What the default finds", label="What the default finds: LCAE"),
-    Table("figure2", "selfknow.report.figures:ability_lcae_ce",
+    Table("figure2", "selfknow.protocols.lcae.tables:figure2",
           "Stage-3 ability x LCAE x cost efficiency (IDS+DPR, means over repeats)", figure=True, data_table=False,
           job="tables", subcategory=_GROUP, label="Figure 2: ability x LCAE x CE"),
 )

@@ -19,8 +19,9 @@ from .catalog import TABLES as CATALOG_TABLES
 from .examinees import STATUSES
 from .records import read_stage1, read_stage2
 
-#: the tables `tables.write_tables` writes: every table of the catalog
+#: the tables and figures `tables.write_tables` writes: every entry of the catalog
 TABLES = list(names(CATALOG_TABLES, figure=False))
+FIGURES = list(names(CATALOG_TABLES, figure=True))
 
 
 def fit_stage1(stage1: pd.DataFrame, *, method: str, repeats: str = "first"
@@ -125,11 +126,11 @@ def lcae_eval(stage1_path: str | Path, stage2_path: str | Path, outdir: str | Pa
               progress: Callable[[str], None] = lambda message: None) -> dict:
     """`selfknow lcae-eval`: Stage-1 responses and Stage-2 self-assessments (docs/own-results.md)
     -> the workflow's LCAE outputs under `outdir`: irt/persons.parquet, irt/items.parquet,
-    stage3.parquet, tables/<table>.{csv,md,tex,html} for `TABLES`, and with `prices` Figure 2
-    (figure2.png) and its points with cost efficiency (figure2_points.csv). Every record is
-    read and checked, and the fit and Stage 3 computed, before the first file is written;
-    each file is written atomically."""
-    from .tables import figure2_frame, write_tables
+    stage3.parquet, tables/<table>.{csv,md,tex,html} for `TABLES`, and with `prices` each
+    figure of `FIGURES` (Figure 2: figure2.png) and its points with cost efficiency
+    (figure2_points.csv). Every record is read and checked, and the fit and Stage 3 computed,
+    before the first file is written; each file is written atomically."""
+    from .tables import write_tables
 
     s1, t1 = read_stage1(stage1_path)
     progress(f"{t1.path}: {len(s1)} responses of {s1['examinee'].nunique()} examinees to {s1['item'].nunique()} items")
@@ -145,11 +146,12 @@ def lcae_eval(stage1_path: str | Path, stage2_path: str | Path, outdir: str | Pa
              "stage3": out / "stage3.parquet"}
     for name, df in (("persons", persons), ("items", items), ("stage3", s3)):
         write_parquet(df, paths[name])
-    tables = {f"{t}_{ext}": str(out / "tables" / f"{t}.{ext}") for t in TABLES for ext in ("csv", "md")}
-    figure = str(out / "figure2.png") if prices else None
-    summary = write_tables(str(paths["stage3"]), str(paths["persons"]), str(paths["items"]), tables, figure,
-                           prices or {}, None, method=method, eps=eps, base_models=[])
-    if prices:
-        write_csv(figure2_frame(s3, prices), out / "figure2_points.csv")
+    outputs = {f"{t}_{ext}": str(out / "tables" / f"{t}.{ext}") for t in TABLES for ext in ("csv", "md")}
+    outputs.update({f: str(out / f"{f}.png") for f in FIGURES})
+    built = write_tables(str(paths["stage3"]), str(paths["persons"]), str(paths["items"]), outputs, prices or {},
+                         None, method=method, eps=eps, base_models=[])
+    for f in FIGURES:
+        if f in built:
+            write_csv(built[f].table, out / f"{f}_points.csv")
     return {"examinees": len(persons), "items": len(items), "converged": converged,
-            "examinees_stage3": summary["examinees"], "figure_points": summary["figure_points"]}
+            "examinees_stage3": int(s3["examinee"].nunique())}

@@ -9,8 +9,9 @@ from selfknow.stats.item_fit import band_counts
 from selfknow.stats.lcae import cost_efficiency
 from selfknow.report.findings import Claim
 from selfknow.stats.rasch import EXTREME_SCORE_ADJUSTMENT
+from selfknow.report.tables import Built
 
-from .catalog import TABLE, TABLES
+from .catalog import TABLES
 
 CONDITION_LABELS = {"baseline": "Baseline", "ids": "IDS", "dpr": "DPR", "ids_dpr": "IDS+DPR"}
 #: Table III's columns in the paper's order ("baseline, DPR, IDS, and DPR with IDS", §IV)
@@ -22,14 +23,15 @@ REFERENCE_LABELS = {"const": "constant 0.5", "floor": "floor (ĉ = e)"}
 Z95 = 1.959963984540054
 
 
-def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame, str]:
+def per_condition_table(stage3: pd.DataFrame, value: str) -> Built:
     """Tables I (value="lcae"; "lcae_squared" for its squared-error variant) and II
     (value="theta"): per examinee, the mean over repeats in
     each condition; a summary row (mean over examinees); the Friedman test across conditions
     (blocks = examinees) and pairwise Wilcoxon signed-rank tests with Holm correction. Where
     Stage 3 has an LCAE's reference points (`evaluate.reference_points`), Table I also gives
     each examinee's constant-0.5 and floor LCAE and the conditions in which it beats the
-    constant with a 95 % interval (over items) that excludes no gain."""
+    constant with a 95 % interval (over items) that excludes no gain. The tests and reference
+    points are the paragraphs of its notes."""
     # one row order whatever the records' order, so that means are equal to the last bit
     stage3 = stage3.sort_values(["examinee", "condition", "repeat"], kind="stable")
     conds = [c for c in CONDITION_LABELS if c in set(stage3["condition"])]
@@ -70,7 +72,7 @@ def per_condition_table(stage3: pd.DataFrame, value: str) -> tuple[pd.DataFrame,
             pw = pairwise_wilcoxon_holm(complete.to_numpy(), [CONDITION_LABELS[c] for c in conds])
             notes.append("Pairwise Wilcoxon signed-rank, Holm-adjusted p: " + "; ".join(
                 f"{r['a']} vs {r['b']}: {r['p_holm']:.3g}" for r in pw))
-    return table, "\n\n".join(notes)
+    return Built(table, tuple(notes))
 
 
 def beats_constant(stage3: pd.DataFrame, value: str, conds: list[str]) -> dict[str, list[str]]:
@@ -138,16 +140,17 @@ def top_models_table(stage3: pd.DataFrame, k: int = 7) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def item_fit_summary(items: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+def item_fit(items: pd.DataFrame) -> Built:
     """The item-fit table: infit/outfit MNSQ per item with its band, and the counts per band;
     the extreme items (answered right or wrong by every examinee) have no fit statistics and
     are counted on their own, so the counts add up to the number of items."""
     table = items[["item_id", "b", "se", "infit", "outfit", "band", "extreme"]].copy()
     counts = band_counts(items["infit"].to_numpy(), items["outfit"].to_numpy())
     n_extreme = int((items["extreme"] != "").sum())
-    return table, ("Items per band: " + ", ".join(f"{k}: {v}" for k, v in counts.items())
-                   + f", extreme (all right or all wrong; no fit statistics, difficulty from the "
-                     f"{EXTREME_SCORE_ADJUSTMENT} extreme-score adjustment): {n_extreme}; {len(items)} items in all.")
+    return Built(table, ("Items per band: " + ", ".join(f"{k}: {v}" for k, v in counts.items())
+                         + f", extreme (all right or all wrong; no fit statistics, difficulty from the "
+                           f"{EXTREME_SCORE_ADJUSTMENT} extreme-score adjustment): {n_extreme}; {len(items)} items "
+                           f"in all.",))
 
 
 def figure2_frame(stage3: pd.DataFrame, prices: dict[str, list[float]], condition: str = "ids_dpr") -> pd.DataFrame:
@@ -222,27 +225,28 @@ def method_note(*, method: str, eps: float, base_models: list[str], base_error_p
     return " ".join(out)
 
 
-# The builders of the catalog's tables: (table, its notes' paragraphs), from what `write_tables`
-# knows by name; `fit_notes` are the notes of the Rasch fit and of the replies.
-def table1(stage3: pd.DataFrame, modes_note: str, fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
-    t, note = per_condition_table(stage3, "lcae")
-    return t, [note, routes_note(stage3) if "n_slow" in stage3.columns else "", modes_note, fit_notes]
+# The builders of the catalog's tables, from what `write_tables` knows by name; `fit_notes` are
+# the paragraphs on the replies and on the Rasch fit.
+def table1(stage3: pd.DataFrame, modes_note: str, fit_notes: tuple[str, ...]) -> Built:
+    b = per_condition_table(stage3, "lcae")
+    return Built(b.table, (*b.notes, routes_note(stage3) if "n_slow" in stage3.columns else "", modes_note,
+                           *fit_notes))
 
 
-def table1_squared(stage3: pd.DataFrame, fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
-    t, note = per_condition_table(stage3, "lcae_squared")
-    return t, [note, fit_notes]
+def table1_squared(stage3: pd.DataFrame, fit_notes: tuple[str, ...]) -> Built:
+    b = per_condition_table(stage3, "lcae_squared")
+    return Built(b.table, (*b.notes, *fit_notes))
 
 
-def table2(stage3: pd.DataFrame, fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
-    t, note = per_condition_table(stage3, "theta")
-    return t, [note, fit_notes]
+def table2(stage3: pd.DataFrame, fit_notes: tuple[str, ...]) -> Built:
+    b = per_condition_table(stage3, "theta")
+    return Built(b.table, (*b.notes, *fit_notes))
 
 
 def table3(stage3: pd.DataFrame, shared_repeats: list[str] | None, modes_note: str,
-           fit_notes: str) -> tuple[pd.DataFrame, list[str]]:
+           fit_notes: tuple[str, ...]) -> Built:
     repeats = "" if shared_repeats is None else repeats_note(sorted(stage3["model"].unique()), shared_repeats)
-    return top_models_table(stage3), [repeats, modes_note, fit_notes]
+    return Built(top_models_table(stage3), (repeats, modes_note, *fit_notes))
 
 
 #: what the paper states of each condition against Baseline (LCAE difference, condition minus
@@ -259,7 +263,7 @@ CONSTANT_CLAIM = Claim(None, "none: the paper compares no assessment with statin
                              "(1.058 to 5.870, §V) all lie above ln 2 = 0.693")
 
 
-def findings(stage3: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def findings(stage3: pd.DataFrame) -> Built:
     """What the default finds on LCAE (`selfknow.report.findings`): each condition's LCAE
     against the constant 0.5 (constant minus LCAE, above 0 where the assessment beats it) and
     each condition other than Baseline against Baseline (condition minus Baseline, paired by
@@ -282,8 +286,8 @@ def findings(stage3: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         rows.append(row(f"{CONDITION_LABELS[c]} − Baseline (LCAE)", m, lo, hi, BASELINE_CLAIMS[c]))
     table = frame(rows)
     n = len(lcae_w)
-    return table, [tally_note(table), f"Intervals: Student-t over the {n} Stage-2 examinees (each examinee's LCAE "
-                   f"averaged over its repeats), the paper's blocks (§V).", reversed_note(lcae_w, conds)]
+    return Built(table, (tally_note(table), f"Intervals: Student-t over the {n} Stage-2 examinees (each examinee's "
+                         f"LCAE averaged over its repeats), the paper's blocks (§V).", reversed_note(lcae_w, conds)))
 
 
 def reversed_note(lcae_w: pd.DataFrame, conds: list[str]) -> str:
@@ -301,34 +305,37 @@ def reversed_note(lcae_w: pd.DataFrame, conds: list[str]) -> str:
     return ("Per examinee (means over repeats, no interval): " + "; ".join(parts) + ".") if parts else ""
 
 
-def item_fit(items: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
-    t, note = item_fit_summary(items)
-    return t, [note]
+def figure2(stage3: pd.DataFrame, prices: dict[str, list[float]], png: str, title: str,
+            provenance: dict | None) -> Built:
+    """Figure 2 (`selfknow.report.figures.ability_lcae_ce`) drawn to `png` from its points
+    (`figure2_frame`), which it returns."""
+    from selfknow.report.figures import ability_lcae_ce
+
+    points = figure2_frame(stage3, prices)
+    ability_lcae_ce(points, png, title=title, provenance=provenance)
+    return Built(points)
 
 
-def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str], figure2: str | None,
+def write_tables(stage3_path: str, persons_path: str, items_path: str, outputs: dict[str, str],
                  prices: dict[str, list[float]], shared_repeats: list[str] | None, *, method: str, eps: float,
                  base_models: list[str], base_error_p: str | None = None, provenance: dict | None = None,
-                 modes_note: str = "") -> dict:
+                 modes_note: str = "") -> dict[str, Built]:
     """Every LCAE target of the catalog (`catalog.TABLES`: each table's builder, title and
-    notes): `outputs` maps "<table>_csv"/"<table>_md" to paths; `shared_repeats`
-    names the examinee models whose Stage-2 repeats shared one set of requests
-    (`jobs.stage2_repeats_shared`; None: unknown, no note), `base_models` those that answer by
-    likelihood, and `base_error_p` how they state their error probability (None: unknown, every
-    reading listed); `figure2` None skips Figure 2 (records from elsewhere without prices); `method`
-    and `eps` are the config's Rasch estimator and BCE clip, stated in the notes; with
-    `provenance`, every table and the figure get its sidecar; `modes_note`
-    (selfknow.models.providers.modes_note) joins Tables I and III's notes."""
+    notes) through the one driver (`selfknow.report.tables.write_entries`): `outputs` maps
+    "<table>_csv"/"<table>_md" to paths and "<figure>" to the figure's PNG; without `prices`
+    (records from elsewhere) the figure is skipped; `shared_repeats` names the examinee models
+    whose Stage-2 repeats shared one set of requests (`jobs.stage2_repeats_shared`; None:
+    unknown, no note), `base_models` those that answer by likelihood, and `base_error_p` how
+    they state their error probability (None: unknown, every reading listed); `method` and `eps`
+    are the config's Rasch estimator and BCE clip, stated in the notes; with `provenance`, every
+    table and the figure get its sidecar; `modes_note` (selfknow.models.providers.modes_note)
+    joins Tables I and III's notes. Returns what each entry built, by name."""
     from selfknow.records import read_parquet
     from selfknow.report.tables import write_entries
 
     s3 = read_parquet(stage3_path)
-    fit_notes = replies_note(read_parquet(persons_path), s3) + "\n\n" + method_note(
-        method=method, eps=eps, base_models=base_models, base_error_p=base_error_p)
+    fit_notes = (replies_note(read_parquet(persons_path), s3),
+                 method_note(method=method, eps=eps, base_models=base_models, base_error_p=base_error_p))
     known = {"stage3": s3, "items": read_parquet(items_path), "shared_repeats": shared_repeats,
-             "modes_note": modes_note, "fit_notes": fit_notes}
-    write_entries([t for t in TABLES if not t.figure], known, outputs, provenance=provenance)
-    f2 = figure2_frame(s3, prices)
-    if figure2 is not None:
-        TABLE["figure2"].build()(f2, figure2, title=TABLE["figure2"].title, provenance=provenance)
-    return {"examinees": int(s3["examinee"].nunique()), "figure_points": len(f2) if figure2 is not None else 0}
+             "modes_note": modes_note, "fit_notes": fit_notes, "prices": prices}
+    return write_entries([t for t in TABLES if prices or not t.figure], known, outputs, provenance=provenance)
