@@ -116,6 +116,15 @@ def test_one_driver_writes_a_papers_entries_with_one_note_convention(tmp_path):
     assert (tmp_path / "f.png").read_text() == "Figure of x"
     assert pd.read_csv(tmp_path / "fig.csv").to_dict("records") == [{"x": 1, "y": 2.25, "z": 0.25}]
     assert list(built) == ["first", "second", "fig"] and built["second"].digits == 1
+    (tmp_path / "legacy_builders.py").write_text("import pandas as pd\ndef bare():\n    return pd.DataFrame({'x': [1]})\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        with pytest.raises(TypeError, match=r"legacy_builders:bare \(catalog entry 'bare'\) returned DataFrame, not Built"):
+            write_entries([Table("bare", "legacy_builders:bare", "Bare")], {}, {"bare_csv": str(tmp_path / "b.csv"),
+                                                                             "bare_md": str(tmp_path / "b.md")})
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert not (tmp_path / "b.csv").exists()
 
 
 def test_every_persistent_method_is_one_catalog_entry_and_every_row_names_one():

@@ -256,13 +256,6 @@ def entry_notes(notes: str, derived: Sequence[str] = ()) -> str:
     return "\n\n".join(p for p in (notes, *derived) if p)
 
 
-def _built_from_legacy(built) -> Built:
-    if isinstance(built, Built):
-        return built
-    df, derived = built if isinstance(built, tuple) else (built, ())
-    return Built(df, (derived,) if isinstance(derived, str) else tuple(derived))
-
-
 def write_entries(entries: Sequence, known: dict, outputs: Mapping[str, str], *,
                   provenance: dict | None = None) -> dict[str, Built]:
     """The one driver of every table and figure job: build each catalog entry of `entries`
@@ -279,7 +272,9 @@ def write_entries(entries: Sequence, known: dict, outputs: Mapping[str, str], *,
     for t in entries:
         title = t.title.format_map(known) if "{" in t.title else t.title
         extra = {"png": outputs[t.name], "title": title, "provenance": provenance} if t.figure else {}
-        built = out[t.name] = _built_from_legacy(call_by_name(t.build(), {**known, **extra}))
+        built = out[t.name] = call_by_name(t.build(), {**known, **extra})
+        if not isinstance(built, Built):
+            raise TypeError(f"{t.builder} (catalog entry {t.name!r}) returned {type(built).__name__}, not Built")
         known.setdefault(t.name, built.table)
         if t.writes_table:
             write_table(built.table, outputs[f"{t.name}_csv"], outputs[f"{t.name}_md"], title=title,
