@@ -19,7 +19,7 @@ import pandas as pd
 
 from .catalog import CARD_CATALOG
 from .jobs import write_catalog
-from .tables import Built, table_job_provenance
+from .tables import Built, table_job_provenance, value_interval
 
 LADDER_LEVEL_ESTIMATORS = {"L0": "NoMemory", "L1": "ZS", "L2": "LSA", "L3": "OraclePDC", "L4": "GT-SelfStats"}
 PERSISTENT_METHOD = "sc"
@@ -27,12 +27,6 @@ PERSISTENT_METHOD = "sc"
 FIXED_LEVEL = "OraclePDC"
 #: the levels a model states when prompted (LADDER's ZS, LSA, GT-SelfStats)
 PROMPTED_LEVELS = ("ZS", "LSA", "GT-SelfStats")
-
-
-def _fmt(value: float, lo: float, hi: float) -> str:
-    from selfknow.report.tables import value_interval
-
-    return value_interval(value, lo, hi)
 
 
 def lcae_columns(persons: pd.DataFrame, stage3: pd.DataFrame, last_ckpt: Mapping[str, str]) -> pd.DataFrame:
@@ -44,12 +38,12 @@ def lcae_columns(persons: pd.DataFrame, stage3: pd.DataFrame, last_ckpt: Mapping
         if p.empty:
             continue
         th, se = float(p.theta.iloc[0]), float(p.se.iloc[0])
-        row = {"model": model, "ability θ": _fmt(th, th - 1.96 * se, th + 1.96 * se)}
+        row = {"model": model, "ability θ": value_interval(th, th - 1.96 * se, th + 1.96 * se)}
         for cond, label in (("baseline", "LCAE baseline"), ("ids_dpr", "LCAE IDS+DPR")):
             v = stage3[(stage3.model == model) & (stage3.checkpoint == ckpt) & (stage3.condition == cond)]["lcae"]
             if len(v):
                 m, lo, hi = (float(x) for x in mean_ci(v.to_numpy(), 0.95))
-                row[label] = _fmt(m, lo, hi) if len(v) > 1 else _fmt(m, np.nan, np.nan)
+                row[label] = value_interval(m, lo, hi) if len(v) > 1 else value_interval(m, np.nan, np.nan)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -64,7 +58,7 @@ def ladder_columns(main: pd.DataFrame, stated_by: Mapping[str, str] | None = Non
             r = g[g.estimator == est]
             if len(r):
                 r = r.iloc[0]
-                cell = _fmt(float(r.CBF), float(r.get("CI_low", np.nan)), float(r.get("CI_high", np.nan)))
+                cell = value_interval(float(r.CBF), float(r.get("CI_low", np.nan)), float(r.get("CI_high", np.nan)))
                 if est in PROMPTED_LEVELS and stated_by is not None:
                     cell += f" (stated by {stated_by.get(model, model)})"
                 elif est == FIXED_LEVEL:
@@ -87,7 +81,7 @@ def persistent_columns(metric_files: Mapping[str, tuple[pd.DataFrame, Mapping[st
             r = reps.get(f"eq1|{PERSISTENT_METHOD}|{metric}")
             lo, hi = (np.nanpercentile(r, [2.5, 97.5]) if r is not None and np.isfinite(r).any()
                       else (np.nan, np.nan))
-            row[label] = _fmt(v, lo, hi)
+            row[label] = value_interval(v, lo, hi)
         rows.append(row)
     return pd.DataFrame(rows)
 
