@@ -24,11 +24,11 @@ import pandas as pd
 import pytest
 
 from conftest import run_snakemake
-from selfknow.protocols.ladder.aggregate import import_aggregates, read_released_aggregates, score_sessions
+from selfknow.protocols.ladder.aggregate import read_released_aggregates, score_sessions
 from selfknow.protocols.ladder.feedback import decode_feedback
 from selfknow.protocols.ladder.records import NON_MMLU_DOMAINS, TURN_COLUMNS, import_sessions
 from selfknow.protocols.ladder.estimators import RELEASED_OFFLINE
-from selfknow.protocols.ladder.tables import IMPORT_ESTIMATORS
+from selfknow.protocols.ladder.tables import IMPORT_ESTIMATORS, import_job
 from selfknow.protocols.ladder.metrics import ece
 
 METRICS = ["CBF", "ECE", "Brier", "AUROC", "HR"]
@@ -51,8 +51,10 @@ def turns(ladder_dir):
 @pytest.fixture(scope="module")
 def reproduced(ladder_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("ladder") / "import_aggregates.csv"
-    agg = import_aggregates(ladder_dir / "sessions", out, estimators=RELEASED_OFFLINE)
-    return agg, out
+    import_job(str(ladder_dir / "sessions"), {"import_aggregates_csv": str(out),
+                                             "import_aggregates_md": str(out.with_suffix(".md"))},
+               RELEASED_OFFLINE)
+    return pd.read_csv(out), out
 
 
 def test_importer_schema_and_quirks(turns):

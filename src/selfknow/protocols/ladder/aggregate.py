@@ -4,7 +4,8 @@ sessions (SPEC §2; paper §3, §4.1).
 `score_sessions` -> one row per (model, session, estimator): profile metrics (CBF, normalised
 CBF, bias, shape error, Kendall τ) and answer metrics of the estimator's query confidences.
 `score_pooled` -> the same on each model's pooled records (one stream per model).
-`import_aggregates` -> the authors' aggregate table (session means) for the released files.
+`authors_aggregates` -> the authors' aggregate table (session means) of per-session scores, as
+the importer (`tables.import_job`) writes it for the released files.
 """
 from __future__ import annotations
 
@@ -14,12 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from selfknow.records import write_csv
-
 from .estimators import RELEASED_OFFLINE, Stream, fit_estimator, resolve
 from .feedback import decode_feedback
 from .metrics import answer_metrics, profile_metrics, round_like_authors
-from .records import import_sessions, validate_turns
+from .records import validate_turns
 
 AGG_COLUMNS = ["model", "baseline", "CBF", "ECE", "Brier", "AUROC", "HR"]
 OFFLINE_ESTIMATORS = RELEASED_OFFLINE + ["Global", "Count", "Dawid-Skene", "GLAD"]
@@ -128,20 +127,6 @@ def authors_aggregates(per_session: pd.DataFrame) -> pd.DataFrame:
     model, baseline, CBF, ECE, Brier, AUROC, HR."""
     rounded = pd.DataFrame([round_like_authors(r) for r in per_session.to_dict("records")])
     return session_means(rounded).rename(columns={"estimator": "baseline"})[AGG_COLUMNS]
-
-
-def import_aggregates(sources, out_csv: str | Path | None = None,
-                      estimators: list[str] | None = None) -> pd.DataFrame:
-    """Read every session file of `sources` (`records.import_sessions`: released
-    `capbound_sessions_*.json` and session tables), score every estimator that needs no live
-    model call per session and average over sessions with the authors' rounding
-    (`authors_aggregates`). Returns (and writes to `out_csv` if given) columns model, baseline,
-    CBF, ECE, Brier, AUROC, HR; baseline names as in the released aggregates for the released ones."""
-    turns = import_sessions(sources)
-    agg = authors_aggregates(score_sessions(turns, estimators or OFFLINE_ESTIMATORS, "frozen"))
-    if out_csv is not None:
-        write_csv(agg, out_csv)
-    return agg
 
 
 def read_released_aggregates(agg_dir: str | Path) -> pd.DataFrame:
