@@ -30,7 +30,6 @@ import pandas as pd
 
 from selfknow.models.base import LM
 from selfknow.records import read_parquet, write_parquet
-from selfknow.report.tables import Built
 from selfknow.stages.tasks.humaneval import CodeRun, fenced
 from selfknow.stages.tasks.sandbox import isolation
 from selfknow.stages.tasks.score import score_item
@@ -212,6 +211,9 @@ def table32_with_note(records: pd.DataFrame, datasets: Mapping[str, str], loader
                       sign_tolerance_pp: float, unfence_humaneval: bool, modes_note: str) -> Built:
     """Table 32 (`table32`) of every model's extension `records`; its note, one paragraph:
     `table32_note`, `unparsed_gap_note` and `modes_note` (selfknow.models.providers.modes_note)."""
+    # the rules read `TASKS` of this module when Snakemake parses them, and report.tables loads scipy
+    from selfknow.report.tables import Built
+
     table = table32(records, sign_tolerance_pp)
     note = table32_note(table, datasets, loaders, sign_tolerance_pp, parse_counts(records, unfence_humaneval))
     return Built(table, (" ".join(filter(None, [note, unparsed_gap_note(records), modes_note])),),
