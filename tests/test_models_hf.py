@@ -546,31 +546,33 @@ def _right_padded(tok, prompts):
     return ids, mask, lengths
 
 
-def _trainable_lora(fam_dir, tmp_path):
+def test_last_position_logits_with_a_shared_prefix_and_adapter_gradients(fam_dir, tmp_path):
+    """Rows sharing an instruction run it once (its KV cache repeated per row) and the LM head
+    runs at the last positions only: logits and LoRA gradients equal those of one plain
+    forward pass over the padded batch."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from selfknow.models.hf.scoring import MIN_SHARED_PREFIX, last_position_logits, shared_prefix_length
+
     tok = AutoTokenizer.from_pretrained(fam_dir / "step1")
     base = AutoModelForCausalLM.from_pretrained(fam_dir / "step1")
-    return tok, PeftModel.from_pretrained(base, build_lora_adapter(fam_dir / "step1", tmp_path / "lora"),
-                                          is_trainable=True).eval()
-
-
-def _assert_as_plain_forward(model, ids, mask, lengths, **kw):
-    """`last_position_logits(..., **kw)` gives the logits and LoRA gradients of one plain
-    forward pass over the padded batch."""
-    from selfknow.models.hf.scoring import last_position_logits
-
-    rows = len(lengths)
+    model = PeftModel.from_pretrained(base, build_lora_adapter(fam_dir / "step1", tmp_path / "lora"),
+                                      is_trainable=True).eval()
+    prompts = [INSTRUCTION + q for q in ("two plus two?\nAnswer: four", "the capital of France?",
+                                         "who wrote it?\nCandidate answer: nobody at all\nConfidence:")]
+    ids, mask, lengths = _right_padded(tok, prompts)
+    assert shared_prefix_length(ids, lengths) >= MIN_SHARED_PREFIX  # the shared path runs
+    assert len(set(lengths.tolist())) == 3
     grads = []
     for plain in (False, True):
         model.zero_grad()
         if plain:
             full = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-            out = full[torch.arange(rows), lengths - 1]
+            out = full[torch.arange(3), lengths - 1]
         else:
-            out = last_position_logits(model, ids, mask, lengths, **kw)
-        assert out.shape == (rows, model.config.vocab_size)
+            out = last_position_logits(model, ids, mask, lengths)
+        assert out.shape == (3, model.config.vocab_size)
         out[:, :10].logsumexp(-1).sum().backward()
         grads.append((out.detach(), torch.cat([p.grad.flatten() for p in model.parameters() if p.requires_grad])))
     torch.testing.assert_close(grads[0][0], grads[1][0], atol=1e-5, rtol=1e-5)
@@ -581,43 +583,6 @@ def _assert_as_plain_forward(model, ids, mask, lengths, **kw):
     scale = float(grads[0][1].abs().max())
     torch.testing.assert_close(grads[0][1], grads[1][1], atol=1e-5 * scale, rtol=1e-4)
     assert grads[1][1].abs().max() > 0
-
-
-def test_last_position_logits_with_a_shared_prefix_and_adapter_gradients(fam_dir, tmp_path):
-    """Rows sharing an instruction run it once (its KV cache repeated per row) and the LM head
-    runs at the last positions only: logits and LoRA gradients equal those of one plain
-    forward pass over the padded batch."""
-    from selfknow.models.hf.scoring import MIN_SHARED_PREFIX, shared_prefix_length
-
-    tok, model = _trainable_lora(fam_dir, tmp_path)
-    prompts = [INSTRUCTION + q for q in ("two plus two?\nAnswer: four", "the capital of France?",
-                                         "who wrote it?\nCandidate answer: nobody at all\nConfidence:")]
-    ids, mask, lengths = _right_padded(tok, prompts)
-    assert shared_prefix_length(ids, lengths) >= MIN_SHARED_PREFIX  # the shared path runs
-    assert len(set(lengths.tolist())) == 3
-    _assert_as_plain_forward(model, ids, mask, lengths)
-
-
-def test_last_position_logits_runs_each_groups_question_once(fam_dir, tmp_path):
-    """Rows grouped by question (the candidate answers to it) also run the question once:
-    groups of three, two and one rows, questions and answers of several lengths, give the
-    plain forward pass's logits and LoRA gradients."""
-    from selfknow.models.hf.scoring import _branches, shared_prefix_length
-
-    tok, model = _trainable_lora(fam_dir, tmp_path)
-    cases = [("two plus two?", ("four", "five or six", "4")), ("the capital of France, in Europe?", ("Paris", "Lyon")),
-             ("who wrote it?", ("nobody at all",))]
-    prompts, groups = [], []
-    for k, (q, answers) in enumerate(cases):
-        prompts += [f"{INSTRUCTION}{q}\nCandidate answer: {a}\nConfidence:" for a in answers]
-        groups += [f"q{k}"] * len(answers)
-    ids, mask, lengths = _right_padded(tok, prompts)
-    branches = _branches(ids, lengths, shared_prefix_length(ids, lengths), groups)
-    assert branches is not None and branches["ids"].shape[0] == 3  # one branch a question
-    assert int(branches["leaf_last"].max()) < int(lengths.min()) // 2  # the leaves are short
-    _assert_as_plain_forward(model, ids, mask, lengths, groups=groups)
-    with pytest.raises(ValueError, match="consecutive"):
-        _branches(ids, lengths, 4, groups[1:] + groups[:1])
 
 
 def test_next_token_logprobs_with_a_shared_prefix_match_single_prompts(tiny):

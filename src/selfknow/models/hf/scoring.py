@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from selfknow.models.hf.compat import base_class, cache_kwarg, forward_params, kv_cache, last_logits_only
+from selfknow.models.hf.compat import base_class, cache_kwarg, forward_params, kv_cache
 
 if TYPE_CHECKING:
     from selfknow.models.hf.lm import HFLM
@@ -27,19 +27,16 @@ def shared_prefix_length(input_ids, lengths) -> int:
     return m if bool(same.all()) else int(same.int().argmin())
 
 
-def last_position_logits(model, input_ids, attention_mask, lengths, groups: Sequence | None = None):
+def last_position_logits(model, input_ids, attention_mask, lengths):
     """(rows, V) logits after each row's last real token (right padding, `lengths` real tokens
     per row), with or without gradients.
 
-    Three savings, each exact up to float rounding. Rows that share a prefix of at least
+    Two savings, both exact up to float rounding. Rows that share a prefix of at least
     MIN_SHARED_PREFIX tokens (a fixed instruction: 61 of the 86 tokens of a verbalized-
     confidence prompt for the mini world's models) run it once, its KV cache repeated for
-    every row. Rows of one group (`groups`: a key per row, a group's rows consecutive, such as
-    the candidate answers to one question) then run the tokens they share after that prefix
-    once more (`_branches`: the question, 18 of a world prompt's 27 own tokens). Where the
-    forward takes per-row ``logits_to_keep`` (transformers >= 5) the LM head runs at the last
-    positions only: on a small model it costs about as much per position as the whole body
-    (2 layers of width 96 against a 2,052-token head)."""
+    every row. Where the forward takes per-row ``logits_to_keep`` (transformers >= 5) the LM
+    head runs at the last positions only: on a small model it costs about as much per
+    position as the whole body (2 layers of width 96 against a 2,052-token head)."""
     import torch
 
     params = forward_params(model)
@@ -49,29 +46,19 @@ def last_position_logits(model, input_ids, attention_mask, lengths, groups: Sequ
     prefix = shared_prefix_length(input_ids, lengths)
     if prefix < MIN_SHARED_PREFIX or "position_ids" not in params:
         prefix = 0  # without position ids the model could not place a cached prefix
-    branches = _branches(input_ids, lengths, prefix, groups) if prefix and groups is not None else None
-    ids, mask, last = input_ids[:, prefix:], attention_mask, lengths - 1 - prefix
-    if branches is not None:
-        ids, mask, last = branches["leaf_ids"], branches["leaf_mask"], branches["leaf_last"]
+    last = lengths - 1 - prefix
 
     def run(keep_rows: bool):
         kw: dict[str, Any] = {"use_cache": bool(prefix)}
         if prefix:
             out = model(input_ids=input_ids[:1, :prefix], attention_mask=attention_mask[:1, :prefix],
-                        use_cache=True, **last_logits_only(model))
+                        use_cache=True)
             cache = kv_cache(out)
+            cache.batch_repeat_interleave(rows)
             kw[cache_kwarg(model)] = cache
-            if branches is None:
-                cache.batch_repeat_interleave(rows)
-            else:
-                cache.batch_repeat_interleave(len(branches["ids"]))
-                model(input_ids=branches["ids"], attention_mask=branches["mask"],
-                      position_ids=branches["positions"], **kw, **last_logits_only(model))
-                cache.batch_select_indices(branches["of_row"])
-                kw["position_ids"] = branches["leaf_positions"]
         if keep_rows:
             kw["logits_to_keep"] = last[:, None]
-        return model(input_ids=ids, attention_mask=mask, **kw).logits
+        return model(input_ids=input_ids[:, prefix:], attention_mask=attention_mask, **kw).logits
 
     if "logits_to_keep" in params and _ROW_POSITIONS.get(base_cls, True):
         logits = run(True)
@@ -80,53 +67,6 @@ def last_position_logits(model, input_ids, attention_mask, lengths, groups: Sequ
         _ROW_POSITIONS[base_cls] = False  # an older model's slicing: positions for all rows only
     logits = run(False)
     return logits[torch.arange(rows, device=logits.device), last.to(logits.device)]
-
-
-def _branches(input_ids, lengths, prefix: int, groups: Sequence) -> dict | None:
-    """The second level of `last_position_logits`: per group of consecutive rows with one key,
-    the tokens after `prefix` that all its rows share (a lone row: all its tokens but the
-    last), run as a batch ("branches", right-padded), and each row's remaining tokens
-    ("leaves") placed after its group's branch, the branch padding masked and the positions
-    explicit. None when no two rows share a group."""
-    import torch
-
-    rows, dev = input_ids.shape[0], input_ids.device
-    if len(groups) != rows:
-        raise ValueError(f"{len(groups)} group keys for {rows} rows")
-    starts = [i for i in range(rows) if i == 0 or groups[i] != groups[i - 1]]
-    if len(starts) == rows:
-        return None
-    if len(set(groups[i] for i in starts)) != len(starts):
-        raise ValueError("a group's rows must be consecutive")
-    bounds = starts + [rows]
-    shared = []
-    for s, e in zip(bounds, bounds[1:]):
-        m = int(lengths[s:e].min()) - 1 - prefix  # every row keeps its last token for its leaf
-        seg = input_ids[s:e, prefix:prefix + m]
-        same = (seg == seg[:1]).all(dim=0)
-        shared.append(m if bool(same.all()) else int(same.int().argmin()))
-    shared_t = torch.tensor(shared, device=dev)
-    of_row = torch.repeat_interleave(torch.arange(len(starts), device=dev),
-                                     torch.tensor([e - s for s, e in zip(bounds, bounds[1:])], device=dev))
-    width = max(max(shared), 1)
-    steps = torch.arange(width, device=dev)
-    branch_real = steps[None, :] < shared_t[:, None]
-    ones = torch.ones((len(starts), prefix), dtype=torch.long, device=dev)
-    start = prefix + shared_t[of_row]  # each row's first leaf token
-    leaf_len = lengths - start
-    leaf_steps = torch.arange(int(leaf_len.max()), device=dev)
-    # padding columns take the last real position, so none is beyond the model's context
-    top = int(lengths.max()) - 1
-    leaf_positions = (start[:, None] + leaf_steps[None, :]).clamp(max=top)
-    return {"ids": input_ids[starts, prefix:prefix + width],
-            "mask": torch.cat([ones, branch_real.long()], dim=1),
-            "positions": (prefix + steps).clamp(max=top).expand(len(starts), width),
-            "of_row": of_row,
-            "leaf_ids": input_ids.gather(1, leaf_positions),
-            "leaf_mask": torch.cat([ones[of_row], branch_real[of_row].long(),
-                                    (leaf_steps[None, :] < leaf_len[:, None]).long()], dim=1),
-            "leaf_positions": leaf_positions,
-            "leaf_last": leaf_len - 1}
 
 
 def right_padded(seqs: Sequence[list[int]], pad_id: int):

@@ -376,12 +376,10 @@ def _encode(model, tokenizer, prompts: Sequence[str], max_length: int) -> list[l
     return enc
 
 
-def _digit_logits(model, tokenizer, enc: Sequence[Sequence[int]], digit_ids: Sequence[int], device: str,
-                  groups: Sequence | None = None):
+def _digit_logits(model, tokenizer, enc: Sequence[Sequence[int]], digit_ids: Sequence[int], device: str):
     """(n, 10) logits of the digit tokens after each encoded prompt. Right padding and a
     gather at each row's last real token, so padding never shifts positions (GPT-2 has
-    absolute ones). `groups`: a key per prompt whose equal, consecutive keys share the tokens
-    before their answers (`last_position_logits`)."""
+    absolute ones)."""
     import torch
 
     lengths = torch.tensor([len(e) for e in enc])
@@ -392,7 +390,7 @@ def _digit_logits(model, tokenizer, enc: Sequence[Sequence[int]], digit_ids: Seq
     for i, e in enumerate(enc):
         ids[i, :len(e)] = torch.tensor(e)
         mask[i, :len(e)] = 1
-    last = last_position_logits(model, ids.to(device), mask.to(device), lengths, groups)
+    last = last_position_logits(model, ids.to(device), mask.to(device), lengths)
     return last[:, list(digit_ids)].float()
 
 
@@ -544,7 +542,6 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
                 continue
             views.use(k)
             f = frames[n]
-            qid = f["question_id"].to_numpy()[rows]
             y_all = torch.tensor(f["correct"].to_numpy()[rows], dtype=torch.float32)
             w_all = torch.tensor(f["loss_weight"].to_numpy()[rows], dtype=torch.float32)
             total = 0.0
@@ -552,7 +549,7 @@ def _fit(views: ViewWeights, frames: Mapping[str, pd.DataFrame], qids: Sequence[
                 sl = slice(s, s + hp.micro_batch_size)
                 with precision:
                     logits = _digit_logits(model, toks[k], [encoded[n][r] for r in rows[sl]],
-                                           digit_ids[k], hp.device, qid[sl])
+                                           digit_ids[k], hp.device)
                 w = w_all[sl].to(logits.device)
                 if warmup:
                     per_example = -torch.log_softmax(logits, dim=-1).mean(dim=-1)
