@@ -42,6 +42,9 @@ SYSTEM_CONF=/etc/slurm/slurm.conf
 # Finished jobs stay in slurmctld's memory (and so in squeue) this long.
 MIN_JOB_AGE=600
 START_TIMEOUT=${SLURM_LOCAL_START_TIMEOUT:-60}
+# Debian installs the daemons (slurmctld, slurmd, munged) in /usr/sbin, which a root shell's PATH
+# can lack (`su` without `-`, a CI runner's minimal environment).
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH=$PATH:/usr/sbin:/sbin ;; esac
 
 log() { echo "slurm_local: $*" >&2; }
 die() { log "error: $*"; exit 1; }
