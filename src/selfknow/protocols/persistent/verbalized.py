@@ -226,7 +226,7 @@ def lr_at_step(step: int, total_steps: int, hp: AdapterHParams) -> float:
     step k = step - (total - D) (0..D-1) at min + (lr - min)(1 + cos(pi k / D))/2, so the first
     decay step still runs at `lr` and the last stays above `min_lr`. Their scheduler restarts
     every epoch; here `total_steps` is the whole run, the same schedule at the paper's one
-    epoch (the offline default's 8 epochs decay once, at the end).
+    epoch (the offline default's 6 epochs decay once, at the end).
     """
     if not 0 <= step < total_steps:
         raise ValueError(f"step {step} outside [0, {total_steps})")
