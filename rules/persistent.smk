@@ -234,6 +234,50 @@ rule persistent_gcm:
         "../scripts/run_job.py"
 
 
+# With `persistent.seeds_in_one_job` (the offline default) one job trains every seed of a
+# variant, and one every seed of the GCM, one after another, as the authors' trainer takes
+# several seeds (conset/train_confidence.py): a process's start-up (4.6-5.0 CPU-s of imports
+# here, docs/benchmarks.md) is paid once. The files stay per seed. The random-label variant (one
+# seed) and the variants cut from the transfer variant's table for their first seed keep a job
+# per seed, as does a cluster run (the paper config), where the seeds' jobs run in parallel.
+if PC["seeds_in_one_job"]:
+
+    use rule persistent_variant as persistent_variant_seeds with:
+        output:
+            out=expand(rpath(PP.CONF), seed=P_SEEDS, allow_missing=True),
+            adapters_dir=[directory(p) for p in expand(rpath(PP.ADAPTERS), seed=P_SEEDS, allow_missing=True)],
+        wildcard_constraints:
+            variant=_alt(p_seed_group_variants()),
+        params:
+            job="selfknow.protocols.persistent.rule_jobs:variant_seeds",
+            seeds=P_SEEDS,
+        log:
+            f"{R}/logs/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seeds.log",
+        benchmark:
+            f"{R}/benchmarks/persistent/variant/{{model}}/{{dataset}}/{{variant}}/seeds.tsv"
+        resources:
+            **model_resources(get_model_spec, runtime=seeds_runtime("persistent_variants", 480),
+                              bases=get_variant_bases, scratch_mb=get_variant_scratch_mb),
+
+    use rule persistent_gcm as persistent_gcm_seeds with:
+        output:
+            out=expand(rpath(PP.GCM), seed=P_SEEDS, allow_missing=True),
+            adapter_dir=[directory(p) for p in expand(rpath(PP.ADAPTERS, variant="gcm"), seed=P_SEEDS,
+                                                      allow_missing=True)],
+        params:
+            job="selfknow.protocols.persistent.rule_jobs:gcm_seeds",
+            seeds=P_SEEDS,
+        log:
+            f"{R}/logs/persistent/gcm/{{model}}/{{dataset}}/seeds.log",
+        benchmark:
+            f"{R}/benchmarks/persistent/gcm/{{model}}/{{dataset}}/seeds.tsv"
+        resources:
+            **model_resources(get_gcm_spec, runtime=seeds_runtime("persistent_gcm", 240)),
+
+    ruleorder: persistent_variant_seeds > persistent_variant
+    ruleorder: persistent_gcm_seeds > persistent_gcm
+
+
 rule persistent_metrics:
     input:
         sc_paths=input_paths(get_metrics_sc),

@@ -70,6 +70,21 @@ def p_transfer_slices():
             "variant": list(transfer_slices(p_train_ckpts(m[0]), p_eval_ckpts(m[0]))) if m else []}
 
 
+def p_seed_group_variants():
+    """The variants whose seeds `persistent_variant_seeds` trains in one job: not the random-label
+    one (it takes one seed) nor those cut from the transfer variant's table for its first
+    variance seed (`persistent_variant_slice`), when that seed is one of theirs."""
+    sliced = p_transfer_slices()
+    cut = set(sliced["variant"]) if sliced["dataset"] and int(sliced["seed"][0]) in P_SEEDS else set()
+    return [v for v in TABLE_VARIANTS if v not in cut]
+
+
+def seeds_runtime(stage, default):
+    """`planned_runtime` of a job that runs every seed of `P_SEEDS`: the seeds' minutes summed."""
+    per_seed = planned_runtime(stage, default)
+    return lambda wildcards: sum(per_seed({**dict(wildcards.items()), "seed": str(s)}) for s in P_SEEDS)
+
+
 def p_sc(model, ckpt, dataset, split):
     return rpath(PP.SC, stage="sc", model=model, ckpt=ckpt, dataset=dataset, split=split)
 

@@ -61,8 +61,8 @@ class DagJob:
     wildcards: Mapping[str, str]
     params: Mapping[str, Any]
     inputs: Mapping[str, list[str]]
-    #: the named output files, absolute
-    outputs: Mapping[str, str]
+    #: the named output files, absolute (a list where a name covers several, one per seed)
+    outputs: Mapping[str, str | list[str]]
     #: every output file, absolute; the job is done when all exist
     files: tuple[str, ...]
     #: whether the rule runs nothing (a target rule such as all_tables)
@@ -86,7 +86,8 @@ def workflow_jobs(configfile: str | Path, target: str = "all_tables", *, results
     with snakemake_dag(configfile, target, results=results, root=root, default_resources=default_resources) as jobs:
         out = [DagJob(rule=j.rule.name, wildcards=dict(j.wildcards_dict), params=_named(j.params),
                       inputs={k: list(v) if isinstance(v, list) else [v] for k, v in _named(j.input).items()},
-                      outputs={k: os.path.abspath(v) for k, v in _named(j.output).items()},
+                      outputs={k: [os.path.abspath(f) for f in v] if isinstance(v, list) else os.path.abspath(v)
+                               for k, v in _named(j.output).items()},
                       files=tuple(os.path.abspath(f) for f in j.output),
                       norun=j.rule.norun,
                       resources={k: v for k, v in j.resources.items() if not k.startswith("_")})

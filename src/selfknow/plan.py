@@ -328,35 +328,39 @@ class Planner:
 
     def persistent_variant(self, job: DagJob) -> None:
         """A variant's adapters (training tokens) and, when the job writes confidences, its
-        scorings, as the job resolves them (`plan_variant`)."""
+        scorings, as the job resolves them (`plan_variant`), once per seed the job trains."""
         p, w = job.params, job.wildcards
         m, d = w["model"], w["dataset"]
+        seeds = len(p.get("seeds", [None]))
         plan = plan_variant(w.get("variant", "transfer"), p["train_ckpts"], p["eval_ckpts"],
                             with_transfer=any(k.dataset == TRANSFER for k in p["sc_paths"]), pair_mode=p["pair_mode"])
         self.ledger.job(m, "persistent_variants", job.done)
         for ap in plan.adapters:
             frames = [self.sample(d, "train") for view in ap.views for _ in ap.data_for(view)]
-            self.ledger.train(m, "persistent_variants", self._train_tokens(frames, ap.n_answers, p["hparams"]["epochs"]),
-                              done=job.done)
+            self.ledger.train(m, "persistent_variants",
+                              seeds * self._train_tokens(frames, ap.n_answers, p["hparams"]["epochs"]), done=job.done)
         for s in plan.scorings if "out" in job.outputs else ():
             target = ([self.sample(d, "test")] if s.dataset == MAIN
                       else [self.sample(self.cfg["persistent"]["transfer_dataset"], sp) for sp in ("train", "test")])
-            n = sum(t.n for t in target)
-            self.ledger.add(m, "persistent_variants", n, sum(t.conf_tokens for t in target), n, done=job.done)
+            n = seeds * sum(t.n for t in target)
+            self.ledger.add(m, "persistent_variants", n, seeds * sum(t.conf_tokens for t in target), n, done=job.done)
         self.ledger.note(m, "persistent_variants", SHARED_ANSWERS)
 
     def persistent_gcm(self, job: DagJob) -> None:
         """The GCM: trained on the training checkpoints' answers when the job writes an adapter
-        (ours), then scoring the evaluation checkpoints' test and the training ones' train answers."""
+        (ours), then scoring the evaluation checkpoints' test and the training ones' train answers;
+        once per seed the job trains."""
         p, d = job.params, job.wildcards["dataset"]
         gm = p["gcm_spec"]["name"]
+        seeds = len(p.get("seeds", [None]))
         self.ledger.job(gm, "persistent_gcm", job.done)
         if "adapter_dir" in job.outputs:
-            self.ledger.train(gm, "persistent_gcm", self._train_tokens([self.sample(d, "train") for _ in p["train_ckpts"]],
-                                                                       1, p["hparams"]["epochs"]), done=job.done)
+            self.ledger.train(gm, "persistent_gcm", seeds * self._train_tokens(
+                [self.sample(d, "train") for _ in p["train_ckpts"]], 1, p["hparams"]["epochs"]), done=job.done)
         for target in [self.sample(d, "test") for _ in p["eval_ckpts"]] + [self.sample(d, "train")
                                                                               for _ in p["train_ckpts"]]:
-            self.ledger.add(gm, "persistent_gcm", target.n, target.conf_tokens, target.n, done=job.done)
+            self.ledger.add(gm, "persistent_gcm", seeds * target.n, seeds * target.conf_tokens, seeds * target.n,
+                            done=job.done)
         self.ledger.note(gm, "persistent_gcm", SHARED_ANSWERS)
 
     # -- the judge audit (rules/judge.smk)
@@ -534,9 +538,10 @@ COUNTERS: dict[str, Counter] = {
     "persistent_sc": Counter(("persistent_sc",), Planner.persistent_sc),
     "persistent_judge": Counter(("persistent_judge",), Planner.persistent_judge),
     **{rule: Counter(("persistent_variants",), Planner.persistent_variant)
-       for rule in ("persistent_variant", "persistent_transfer_variant", "persistent_variance_adapters")},
+       for rule in ("persistent_variant", "persistent_variant_seeds", "persistent_transfer_variant",
+                    "persistent_variance_adapters")},
     **{rule: Counter(("persistent_gcm",), Planner.persistent_gcm)
-       for rule in ("persistent_gcm", "persistent_gcm_released")},
+       for rule in ("persistent_gcm", "persistent_gcm_seeds", "persistent_gcm_released")},
     "llm_judge": Counter(("judge_audit",), Planner.judge_audit),
     "ladder_answers": Counter(("ladder_answers",), Planner.ladder_answers),
     "ladder_sessions": Counter(("ladder_user",), Planner.ladder_sessions),

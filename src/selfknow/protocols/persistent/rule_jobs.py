@@ -1,8 +1,8 @@
 """The persistent workflow's jobs whose rule's keys are not their package function's
-parameters one to one (splits gathered from named files, a seed wildcard, the provenance and
-rendering of a table), each called by `selfknow.runner` with its rule's keys by name; the
-keys a job passes on unchanged go through `**kw` to the function, which rejects any it does
-not take."""
+parameters one to one (splits gathered from named files, a seed wildcard or a list of seeds,
+the provenance and rendering of a table), each called by `selfknow.runner` with its rule's keys
+by name; the keys a job passes on unchanged go through `**kw` to the function, which rejects
+any it does not take."""
 from __future__ import annotations
 
 from typing import Mapping, Sequence
@@ -35,6 +35,30 @@ def variant(seed: str, threads: int, variant: str = "transfer", out: str | None 
 def gcm(seed: str, threads: int, **kw) -> dict:
     """Our own GCM, trained with one seed."""
     return jobs.gcm_job(seed=int(seed), threads=threads, **kw)
+
+
+def variant_seeds(seeds: Sequence[int], out: Sequence[str], adapters_dir: Sequence[str], variant: str,
+                  threads: int, **kw) -> dict:
+    """`variant` once per seed, one after another in this process (`persistent.seeds_in_one_job`),
+    as the authors' trainer takes several seeds: each seed writes the files its own job would."""
+    return _per_seed(seeds, lambda seed, i: jobs.variant_job(variant, out=out[i], adapters_dir=adapters_dir[i],
+                                                             seed=seed, threads=threads, **kw))
+
+
+def gcm_seeds(seeds: Sequence[int], out: Sequence[str], adapter_dir: Sequence[str], threads: int, **kw) -> dict:
+    """Our own GCM once per seed, one after another in this process (`persistent.seeds_in_one_job`)."""
+    return _per_seed(seeds, lambda seed, i: jobs.gcm_job(out=out[i], adapter_dir=adapter_dir[i], seed=seed,
+                                                         threads=threads, **kw))
+
+
+def _per_seed(seeds: Sequence[int], run) -> dict:
+    """Run every seed (`run(seed, i)`: the rule lists its outputs in the seeds' order); the
+    summary sums the seeds' counts and seconds."""
+    total: dict = {"seeds": len(seeds)}
+    for i, seed in enumerate(seeds):
+        for k, v in run(int(seed), i).items():
+            total[k] = total.get(k, 0) + v
+    return total
 
 
 def _persistent(config: Mapping) -> tuple[list[str], list[str]]:
