@@ -41,22 +41,23 @@ def variant_seeds(seeds: Sequence[int], out: Sequence[str], adapters_dir: Sequen
                   threads: int, **kw) -> dict:
     """`variant` once per seed, one after another in this process (`persistent.seeds_in_one_job`),
     as the authors' trainer takes several seeds: each seed writes the files its own job would."""
-    return _per_seed(seeds, lambda seed, i: jobs.variant_job(variant, out=out[i], adapters_dir=adapters_dir[i],
-                                                             seed=seed, threads=threads, **kw))
+    return _summed(jobs.variant_job(variant, out=o, adapters_dir=a, seed=int(s), threads=threads, **kw)
+                   for s, o, a in zip(seeds, out, adapters_dir, strict=True))
 
 
 def gcm_seeds(seeds: Sequence[int], out: Sequence[str], adapter_dir: Sequence[str], threads: int, **kw) -> dict:
     """Our own GCM once per seed, one after another in this process (`persistent.seeds_in_one_job`)."""
-    return _per_seed(seeds, lambda seed, i: jobs.gcm_job(out=out[i], adapter_dir=adapter_dir[i], seed=seed,
-                                                         threads=threads, **kw))
+    return _summed(jobs.gcm_job(out=o, adapter_dir=a, seed=int(s), threads=threads, **kw)
+                   for s, o, a in zip(seeds, out, adapter_dir, strict=True))
 
 
-def _per_seed(seeds: Sequence[int], run) -> dict:
-    """Run every seed (`run(seed, i)`: the rule lists its outputs in the seeds' order); the
-    summary sums the seeds' counts and seconds."""
-    total: dict = {"seeds": len(seeds)}
-    for i, seed in enumerate(seeds):
-        for k, v in run(int(seed), i).items():
+def _summed(summaries) -> dict:
+    """The seeds' job summaries (run in turn as they are drawn; the rule lists its outputs in the
+    seeds' order) in one: their counts and seconds summed."""
+    total: dict = {"seeds": 0}
+    for summary in summaries:
+        total["seeds"] += 1
+        for k, v in summary.items():
             total[k] = total.get(k, 0) + v
     return total
 
